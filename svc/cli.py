@@ -1,0 +1,42 @@
+"""
+The ``svc`` operator command.
+
+Subcommands are added by the parts that own them (``svc chunk`` here;
+``svc ca``, ``svc token``, ``svc user`` by the control plane; ``svc audit`` by
+the audit package). Each subcommand module exposes ``register(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Modules that contribute subcommands, in help order.
+SUBCOMMAND_MODULES = ("svc.chunking.cli",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """
+    The argument parser with every available subcommand registered.
+    """
+    parser = argparse.ArgumentParser(prog="svc", description="svc operator commands")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """
+    Run one subcommand and return its exit status.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    status: int = args.run(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

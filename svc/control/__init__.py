@@ -1,0 +1,3 @@
+"""
+svc-control: the control plane (provisioning, enrollment, CA, mount leases).
+"""

@@ -1,0 +1,3 @@
+"""
+svc-dataplane: the data-plane server (mutual-TLS chunk and manifest service).
+"""

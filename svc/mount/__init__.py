@@ -1,0 +1,3 @@
+"""
+svc-mount: the mount client (FUSE filesystem backed by the data plane).
+"""
