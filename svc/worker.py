@@ -63,4 +63,4 @@ class ThreadWorker:
 
     def submit(self, fn: Callable[[], T]) -> Deferred[T]:
         self.start()
-        return deferToThreadPool(self._reactor, self._pool, fn)  # type: ignore[arg-type]
+        return deferToThreadPool(self._reactor, self._pool, fn)

@@ -1,0 +1,3 @@
+"""
+System tests: real processes, real sockets, real files. Run with C{trial tests}.
+"""
