@@ -21,8 +21,6 @@ The certificate logic itself is in L{svc.pki.issuance}.
 
 from __future__ import annotations
 
-import os
-import secrets
 import stat
 import threading
 from datetime import datetime, timedelta
@@ -33,6 +31,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from twisted.logger import Logger
 
+from svc.durable import make_directories, write_file_atomically
 from svc.pki import issuance, names
 from svc.pki.errors import (
     CAAlreadyInitialised,
@@ -301,9 +300,9 @@ class FilesystemCA:
         return intermediate
 
     def _store(self, pair: CertifiedKey, cert_path: Path, key_path: Path) -> None:
-        make_private_dirs(cert_path.parent)
-        write_atomically(key_path, pair.key_pem(self._kek), KEY_MODE)
-        write_atomically(cert_path, cert_to_pem(pair.cert), CERT_MODE)
+        make_directories(cert_path.parent, DIR_MODE)
+        write_file_atomically(key_path, pair.key_pem(self._kek), KEY_MODE)
+        write_file_atomically(cert_path, cert_to_pem(pair.cert), CERT_MODE)
 
     def _load(self, cert_path: Path, key_path: Path) -> CertifiedKey:
         mode = stat.S_IMODE(key_path.stat().st_mode)
@@ -332,58 +331,3 @@ def _is_org_root(cert: x509.Certificate) -> bool:
     except (x509.ExtensionNotFound, PKIError):
         return False
     return cert.issuer == cert.subject and constraints.ca and constraints.path_length == 1
-
-
-def make_private_dirs(directory: Path) -> None:
-    """
-    Create C{directory} and any missing parents with mode 0700 (whatever the
-    umask), fsyncing each parent after a creation.
-    """
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        try:
-            path.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            continue
-        path.chmod(DIR_MODE)
-        _fsync_dir(path.parent)
-
-
-def write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """
-    Replace C{path} with C{data} so that a reader or a crash sees either the
-    old content or the new, never a mix: write a temporary file with C{mode}
-    in the same directory, fsync it, rename it over C{path}, fsync the
-    directory. The temporary file is removed on failure.
-    """
-    directory = path.parent
-    temporary = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(temporary, flags, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -25,7 +25,7 @@ from svc.pki.errors import (
     KeyEncryptionError,
     RefusalReason,
 )
-from svc.pki.filesystem import FilesystemCA, make_private_dirs, write_atomically
+from svc.pki.filesystem import FilesystemCA
 from svc.pki.identity import DenyList, admit_agent
 from svc.pki.pem import certs_from_pem, key_from_pem, key_to_pem
 
@@ -268,48 +268,3 @@ class FilesystemCATests(SynchronousTestCase):
         signed = ca.sign_server_csr(csr, "dp2.svc.example", NOW)
         for cert in (server.cert, control.cert, signed):
             verify_chain(cert, [], root.cert, NOW)
-
-
-class AtomicWriteTests(SynchronousTestCase):
-    """
-    L{write_atomically} and L{make_private_dirs}.
-    """
-
-    def setUp(self) -> None:
-        self.directory = Path(self.mktemp())
-        make_private_dirs(self.directory)
-
-    def test_writes_with_mode(self) -> None:
-        """The file has the content and mode asked for, and no temporary is left."""
-        target = self.directory / "f"
-        write_atomically(target, b"hello", 0o600)
-        self.assertEqual(target.read_bytes(), b"hello")
-        self.assertEqual(mode(target), 0o600)
-        self.assertEqual(os.listdir(self.directory), ["f"])
-
-    def test_replaces_by_rename(self) -> None:
-        """Replacing swaps in a new inode: a reader holding the old file sees old bytes."""
-        target = self.directory / "f"
-        write_atomically(target, b"old", 0o600)
-        with target.open("rb") as reader:
-            old_inode = os.fstat(reader.fileno()).st_ino
-            write_atomically(target, b"new", 0o600)
-            self.assertEqual(reader.read(), b"old")
-        self.assertNotEqual(target.stat().st_ino, old_inode)
-        self.assertEqual(target.read_bytes(), b"new")
-
-    def test_failure_leaves_no_temporary(self) -> None:
-        """When the final rename fails, the target is untouched and the temporary removed."""
-        target = self.directory / "sub"
-        target.mkdir()
-        (target / "keep").write_bytes(b"x")
-        self.assertRaises(OSError, write_atomically, target, b"data", 0o600)
-        self.assertEqual(sorted(os.listdir(self.directory)), ["sub"])
-        self.assertEqual(os.listdir(target), ["keep"])
-
-    def test_private_dirs_nested(self) -> None:
-        """Every missing level is created with mode 0700."""
-        deep = self.directory / "a" / "b" / "c"
-        make_private_dirs(deep)
-        for path in (self.directory / "a", self.directory / "a" / "b", deep):
-            self.assertEqual(mode(path), 0o700)
