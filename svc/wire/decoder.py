@@ -1,0 +1,173 @@
+"""
+The incremental frame decoder: bytes in, whole L{Frame}s out.
+
+It takes data split anywhere (mid-header, mid-payload, many frames at once),
+rejects every malformed input with L{CodecError} and nothing else, decides a
+frame's size from its header before it buffers any of the body, and copies a
+large raw segment at most once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from svc.wire.errors import CodecError
+from svc.wire.frame import (
+    HEADER_SIZE,
+    MAGIC,
+    MAX_PAYLOAD_SIZE,
+    MAX_RAW_SIZE,
+    Buffer,
+    Frame,
+    FrameHeader,
+    FrameType,
+    read_header,
+)
+from svc.wire.payload import unpack_payload
+
+_U32_MAX = 2**32 - 1
+
+
+class FrameDecoder:
+    """
+    Turns a received byte stream into frames.
+
+    Feed it everything a connection receives, in order. After it has raised
+    L{CodecError} once it is failed: every later L{feed} raises again, and the
+    connection must be dropped. Frames completed earlier in the same L{feed}
+    call as the error are not returned.
+
+    Memory: at most L{HEADER_SIZE} bytes of an incomplete header, then one
+    buffer the size of the announced body (checked against the limits first).
+    A frame that arrives whole inside one L{feed} is decoded without copying
+    its body; its raw segment then shares memory with the data fed.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_payload: int = MAX_PAYLOAD_SIZE,
+        max_raw: int = MAX_RAW_SIZE,
+        accept: Iterable[FrameType] = tuple(FrameType),
+    ) -> None:
+        """
+        @param max_payload: the largest msgpack payload accepted, in bytes
+            (default 1 MiB); 1 .. 2**32-1.
+        @param max_raw: the largest raw segment accepted, in bytes (default
+            16 MiB); 0 .. 2**32-1.
+        @param accept: the frame types this side may receive (see
+            L{svc.wire.frame.FRAMES_TO_CLIENT} and C{FRAMES_TO_SERVER});
+            any other type is a L{CodecError}. Default: all.
+        """
+        if not 1 <= max_payload <= _U32_MAX:
+            raise ValueError(f"max_payload {max_payload} not in 1..2**32-1")
+        if not 0 <= max_raw <= _U32_MAX:
+            raise ValueError(f"max_raw {max_raw} not in 0..2**32-1")
+        self._max_payload = max_payload
+        self._max_raw = max_raw
+        self._accept = frozenset(accept)
+        self._header_bytes = bytearray()
+        self._current: FrameHeader | None = None
+        self._body = bytearray()
+        self._filled = 0
+        self._error: CodecError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """
+        The bytes of the incomplete frame received so far, header included
+        (not the size of the body buffer reserved for it).
+        """
+        if self._current is None:
+            return len(self._header_bytes)
+        return HEADER_SIZE + self._filled
+
+    @property
+    def failed(self) -> bool:
+        """Whether this decoder has rejected its input."""
+        return self._error is not None
+
+    def feed(self, data: Buffer) -> list[Frame]:
+        """
+        Take the next bytes of the stream and return the frames they complete,
+        in order (often none, possibly many).
+
+        @raise CodecError: if the stream is malformed, or was before.
+        """
+        if self._error is not None:
+            raise CodecError(f"decoder already failed: {self._error.reason}")
+        if not isinstance(data, bytes):
+            # A raw segment may be a view of the data fed: own it.
+            data = bytes(data)
+        try:
+            return self._feed(memoryview(data))
+        except CodecError as e:
+            self._error = e
+            self._header_bytes.clear()
+            self._body = bytearray()
+            self._filled = 0
+            self._current = None
+            raise
+
+    def _feed(self, view: memoryview) -> list[Frame]:
+        frames: list[Frame] = []
+        position = 0
+        end = len(view)
+        while position < end:
+            header = self._current
+            if header is None:
+                if self._header_bytes or end - position < HEADER_SIZE:
+                    take = min(HEADER_SIZE - len(self._header_bytes), end - position)
+                    self._header_bytes += view[position : position + take]
+                    position += take
+                    if len(self._header_bytes) < HEADER_SIZE:
+                        # Refuse a stranger (an HTTP client, say) at once.
+                        if not MAGIC.startswith(self._header_bytes[: len(MAGIC)]):
+                            raise CodecError(f"bad magic {bytes(self._header_bytes[:4])!r}")
+                        break
+                    header = self._check_header(read_header(self._header_bytes))
+                    self._header_bytes.clear()
+                else:
+                    header_view = view[position : position + HEADER_SIZE]
+                    header = self._check_header(read_header(header_view))
+                    position += HEADER_SIZE
+                size = header.payload_length + header.raw_length
+                if end - position >= size:
+                    frames.append(_finish(header, view[position : position + size]))
+                    position += size
+                    continue
+                self._current = header
+                self._body = bytearray(size)
+                self._filled = 0
+            else:
+                size = header.payload_length + header.raw_length
+                take = min(size - self._filled, end - position)
+                self._body[self._filled : self._filled + take] = view[position : position + take]
+                self._filled += take
+                position += take
+                if self._filled == size:
+                    body = memoryview(self._body).toreadonly()
+                    self._current = None
+                    self._body = bytearray()
+                    self._filled = 0
+                    frames.append(_finish(header, body))
+        return frames
+
+    def _check_header(self, header: FrameHeader) -> FrameHeader:
+        if header.type not in self._accept:
+            raise CodecError(f"{header.type.name} frame not accepted on this side")
+        if header.payload_length > self._max_payload:
+            raise CodecError(
+                f"payload of {header.payload_length} bytes is over the limit of {self._max_payload}"
+            )
+        if header.raw_length > self._max_raw:
+            raise CodecError(
+                f"raw segment of {header.raw_length} bytes is over the limit of {self._max_raw}"
+            )
+        return header
+
+
+def _finish(header: FrameHeader, body: memoryview) -> Frame:
+    payload = unpack_payload(body[: header.payload_length])
+    raw: Buffer = body[header.payload_length :] if header.raw_length else b""
+    return Frame(header.type, header.request_id, payload, raw)
