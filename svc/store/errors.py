@@ -87,6 +87,18 @@ class PermissionDenied(StoreError):
     errno = WireErrno.EACCES
 
 
+class StorageFull(StoreError):
+    """The device holding the store has no space left (ENOSPC)."""
+
+    errno = WireErrno.ENOSPC
+
+
+class StorageIOError(StoreError):
+    """The store's backing storage failed (EIO); the cause is logged."""
+
+    errno = WireErrno.EIO
+
+
 @attrs.frozen
 class LastWriter:
     """
