@@ -123,9 +123,7 @@ class StaleVersion(StoreError):
     def __init__(
         self, expected_version: int, current_version: int, last_writer: LastWriter | None
     ) -> None:
-        super().__init__(
-            f"expected version {expected_version}, current version {current_version}"
-        )
+        super().__init__(f"expected version {expected_version}, current version {current_version}")
         self.expected_version = expected_version
         self.current_version = current_version
         self.last_writer = last_writer
@@ -145,3 +143,31 @@ class CorruptChunk(StoreError):
     """Bytes offered or found do not hash to their name (EIO on read, EINVAL on put)."""
 
     errno = WireErrno.EIO
+
+
+class WriteLeaseHeld(StoreError):
+    """
+    A manifest change came from a writer that does not hold the path's write
+    lease while another holder does, or from a fenced writer (ESTALE): the
+    writer must refetch, take the lease and retry.
+    """
+
+    errno = WireErrno.ESTALE
+
+
+class NotPermitted(StoreError):
+    """
+    The operation is not allowed on this kind of inode, e.g. a hard link to a
+    directory (EPERM).
+    """
+
+    errno = WireErrno.EPERM
+
+
+class CrossSubtree(StoreError):
+    """
+    A rename or hard link would cross from one agent disk (top-level
+    directory) to another (EXDEV).
+    """
+
+    errno = WireErrno.EXDEV

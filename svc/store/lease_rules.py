@@ -304,7 +304,7 @@ class LeaseState:
 
     # Rules.
 
-    def _request(  # noqa: PLR0917
+    def _request(
         self,
         path: str,
         mode: LeaseMode,
@@ -451,7 +451,7 @@ class LeaseState:
             )
         return lease
 
-    def _grant(  # noqa: PLR0917
+    def _grant(
         self,
         path: str,
         mode: LeaseMode,

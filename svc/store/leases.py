@@ -83,7 +83,7 @@ class LeaseTable:
     Per-path data-plane leases of one tenant. Build it with L{open}.
     """
 
-    def __init__(  # noqa: PLR0917
+    def __init__(
         self,
         state: LeaseState,
         database: LeaseDatabase,
@@ -105,7 +105,7 @@ class LeaseTable:
         self._closed = False
 
     @classmethod
-    def open(  # noqa: PLR0917
+    def open(
         cls,
         db_path: Path,
         worker: IWorker,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from svc.store.lease_rules import Lease, LeaseHolder, LeaseMode, LeaseReason
+from svc.store.lease_values import Lease, LeaseHolder, LeaseMode, LeaseReason
 
 _SCHEMA_1 = (
     # One row per live lease, including orphans kept after a restart. A row

@@ -1,0 +1,78 @@
+"""
+The read-only queries of ``routes.db``: one name's manifest, a directory
+listing, a symlink target, and the chunk-reference summaries that garbage
+collection and quotas read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from svc.store.errors import InvalidArgument, NotADirectory
+from svc.store.manifest_paths import check_path, name_of
+from svc.store.manifest_rows import InodeRow, require
+from svc.store.manifest_values import DirectoryEntry, FileKind, Manifest
+
+
+def get(connection: sqlite3.Connection, path: str) -> Manifest:
+    """
+    The manifest of ``path``.
+
+    @raise NotFound: no such name.
+    """
+    return require(connection, check_path(path)).manifest(path)
+
+
+def list_directory(connection: sqlite3.Connection, path: str) -> tuple[DirectoryEntry, ...]:
+    """
+    The entries of directory ``path`` in byte order of their names.
+
+    @raise NotFound: no such name.
+    @raise NotADirectory: ``path`` is not a directory.
+    """
+    if not require(connection, check_path(path)).is_directory:
+        raise NotADirectory(path)
+    rows = connection.execute(
+        "SELECT n.path, i.id, i.kind, i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.atime_ns,"
+        " i.ctime_ns, i.version, i.nlink, i.rdev, i.symlink_target, x'', i.writer_agent,"
+        " i.writer_session, i.written_ms"
+        " FROM names n JOIN inodes i ON i.id = n.inode WHERE n.parent = ? ORDER BY n.path",
+        (path,),
+    ).fetchall()
+    entries = []
+    for values in rows:
+        fields = list(values[1:])
+        fields[1] = FileKind(fields[1])
+        entries.append(DirectoryEntry(name_of(values[0]), InodeRow(*fields).attributes()))
+    return tuple(entries)
+
+
+def readlink(connection: sqlite3.Connection, path: str) -> str:
+    """
+    The target of symlink ``path``.
+
+    @raise InvalidArgument: ``path`` is not a symlink.
+    """
+    row = require(connection, check_path(path))
+    if row.kind is not FileKind.SYMLINK or row.symlink_target is None:
+        raise InvalidArgument(f"{path} is not a symlink")
+    return row.symlink_target
+
+
+def live_hashes(connection: sqlite3.Connection) -> frozenset[str]:
+    """
+    Every chunk hash referenced by a live file anywhere in the namespace.
+    """
+    return frozenset(
+        digest.hex() for (digest,) in connection.execute("SELECT DISTINCT hash FROM chunk_refs")
+    )
+
+
+def usage_by_top(connection: sqlite3.Connection) -> dict[str, int]:
+    """
+    Unique chunk bytes per top-level directory that references any chunk.
+    """
+    return {
+        top: int(used)
+        for top, used in connection.execute("SELECT top, bytes FROM subtree_usage WHERE chunks > 0")
+    }

@@ -1,0 +1,243 @@
+"""
+The schema of a tenant's ``routes.db``: the namespace (names and inodes), chunk
+reference counts for garbage collection and quotas, and the write journal.
+
+The DDL below is the reference; ``docs/specifications/routes-db.md`` describes
+the same tables, invariants and encodings in prose. The schema version is kept
+in ``PRAGMA user_version``; L{migrate} applies the numbered migrations in
+L{MIGRATIONS} that the file has not seen yet, all in one transaction, when the
+database is opened. A migration is never edited once released: a change is a
+new, higher-numbered migration.
+
+Encodings shared by several columns:
+
+  - B{chunk list}: a BLOB of 40-byte records, one per chunk in file order:
+    the 32-byte BLAKE3 digest followed by the chunk's byte count as an
+    unsigned 64-bit big-endian integer. The empty list is the empty BLOB.
+  - B{times}: ``*_ns`` columns are nanoseconds since the Unix epoch,
+    ``*_ms`` columns milliseconds.
+  - B{paths}: absolute, canonical, UTF-8 text; ``/`` is the root.
+  - B{top}: the first component of a path (the agent's disk directory
+    ``/<agent_id>`` has top ``<agent_id>``); the root's top is ``''``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import attrs
+
+#: Kinds of inode, as stored in C{inodes.kind}.
+INODE_KINDS = ("file", "dir", "symlink", "fifo", "chardev", "blockdev", "socket")
+
+#: Operations recorded in C{journal.op}.
+JOURNAL_OPS = (
+    "put",
+    "delete",
+    "mkdir",
+    "rmdir",
+    "rename",
+    "link",
+    "symlink",
+    "mknod",
+    "setattr",
+    "revert",
+)
+
+#: The root directory's inode id; created by migration 1.
+ROOT_INODE = 1
+
+_SCHEMA_1 = (
+    # One row per inode: a file, directory, symlink or special file. Several
+    # names may point at one non-directory inode (hard links); a directory
+    # has exactly one name. An inode row exists exactly as long as at least
+    # one row of `names` points at it.
+    """
+    CREATE TABLE inodes (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+                                              -- never reused, so (id, version)
+                                              -- names one content for ever;
+                                              -- 1 is the root directory
+        kind           TEXT NOT NULL CHECK (kind IN
+                           ('file', 'dir', 'symlink', 'fifo', 'chardev',
+                            'blockdev', 'socket')),
+        mode           INTEGER NOT NULL CHECK (mode BETWEEN 0 AND 4095),
+                                              -- permission bits only (07777)
+        uid            INTEGER NOT NULL CHECK (uid BETWEEN 0 AND 4294967295),
+        gid            INTEGER NOT NULL CHECK (gid BETWEEN 0 AND 4294967295),
+        size           INTEGER NOT NULL CHECK (size >= 0),
+                                              -- file: sum of the chunk sizes;
+                                              -- symlink: UTF-8 length of target;
+                                              -- others: 0
+        mtime_ns       INTEGER NOT NULL,
+        atime_ns       INTEGER NOT NULL,
+        ctime_ns       INTEGER NOT NULL,
+        version        INTEGER NOT NULL CHECK (version >= 1),
+                                              -- file: content version, the CAS
+                                              -- token of manifest_put; dir: bumped
+                                              -- on every entry change; starts at 1
+        nlink          INTEGER NOT NULL CHECK (nlink >= 1),
+                                              -- non-dir: number of names;
+                                              -- dir: 2 + number of subdirectories
+        symlink_target TEXT,                  -- symlink only, else NULL
+        rdev           INTEGER NOT NULL DEFAULT 0,
+                                              -- chardev/blockdev device number
+        chunks         BLOB NOT NULL DEFAULT x'',
+                                              -- file only: chunk list encoding
+        writer_agent   TEXT NOT NULL,         -- agent of the last change
+        writer_session TEXT,                  -- its session id, if any
+        written_ms     INTEGER NOT NULL       -- when that change was made
+    ) STRICT
+    """,
+    # The namespace: one row per name. `parent` is the path with its last
+    # component removed ('/' for top-level names, '' for the root itself).
+    """
+    CREATE TABLE names (
+        path   TEXT PRIMARY KEY,
+        parent TEXT NOT NULL,
+        inode  INTEGER NOT NULL REFERENCES inodes (id)
+    ) STRICT, WITHOUT ROWID
+    """,
+    # Listing a directory: names WHERE parent = ?, ordered by path.
+    "CREATE INDEX names_by_parent ON names (parent)",
+    # Finding the names of an inode, and the foreign-key check when an inode
+    # row is deleted.
+    "CREATE INDEX names_by_inode ON names (inode)",
+    # Chunk references per top-level directory. `refs` counts occurrences in
+    # the chunk lists of the live file inodes whose names lie under /<top>
+    # (an inode counts once however many names it has; a chunk appearing
+    # twice in one file counts twice). A row exists only while refs > 0.
+    """
+    CREATE TABLE chunk_refs (
+        top  TEXT NOT NULL,
+        hash BLOB NOT NULL CHECK (length(hash) = 32),
+        size INTEGER NOT NULL CHECK (size > 0),
+        refs INTEGER NOT NULL CHECK (refs > 0),
+        PRIMARY KEY (top, hash)
+    ) STRICT, WITHOUT ROWID
+    """,
+    # Running totals of chunk_refs per top: bytes = sum(size), chunks =
+    # count(*) over the chunk_refs rows of that top (unique chunks).
+    """
+    CREATE TABLE subtree_usage (
+        top    TEXT PRIMARY KEY,
+        bytes  INTEGER NOT NULL CHECK (bytes >= 0),
+        chunks INTEGER NOT NULL CHECK (chunks >= 0)
+    ) STRICT, WITHOUT ROWID
+    """,
+    # The write journal: one row per successful mutation, written in the
+    # mutation's own transaction. Rows are only ever added (and pruned by
+    # age); a revert is a new row. State columns hold a snapshot encoded as a
+    # msgpack map (see docs/specifications/routes-db.md), NULL meaning "no
+    # such name".
+    """
+    CREATE TABLE journal (
+        seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+                                              -- strictly increasing, never reused
+        at_ms          INTEGER NOT NULL,
+        agent_id       TEXT NOT NULL,
+        session_id     TEXT,
+        op             TEXT NOT NULL CHECK (op IN
+                           ('put', 'delete', 'mkdir', 'rmdir', 'rename', 'link',
+                            'symlink', 'mknod', 'setattr', 'revert')),
+        path           TEXT NOT NULL,         -- the name the row is about
+        to_path        TEXT,                  -- rename: destination;
+                                              -- link: the existing name
+        old_version    INTEGER NOT NULL,      -- version of `path` before; 0 absent
+        new_version    INTEGER NOT NULL,      -- version after (of to_path for
+                                              -- rename); 0 absent
+        old_state      BLOB,                  -- `path` before the change
+        new_state      BLOB,                  -- `path` after (rename: to_path after)
+        replaced_state BLOB,                  -- rename: to_path before, if it existed
+        reverts_seq    INTEGER                -- revert: the seq it reverted
+    ) STRICT
+    """,
+    "CREATE INDEX journal_by_path ON journal (path)",
+    "CREATE INDEX journal_by_to_path ON journal (to_path) WHERE to_path IS NOT NULL",
+    "CREATE INDEX journal_by_agent ON journal (agent_id)",
+    "CREATE INDEX journal_by_time ON journal (at_ms)",
+    # The root directory, present from the start. Its times start at 0 and
+    # advance when entries change.
+    # (mode 493 = 0o755; id 1 = ROOT_INODE.)
+    """
+    INSERT INTO inodes (id, kind, mode, uid, gid, size, mtime_ns, atime_ns,
+                        ctime_ns, version, nlink, writer_agent, written_ms)
+    VALUES (1, 'dir', 493, 0, 0, 0, 0, 0, 0, 1, 2, '', 0)
+    """,
+    "INSERT INTO names (path, parent, inode) VALUES ('/', '', 1)",
+)
+
+
+@attrs.frozen
+class Migration:
+    """
+    One numbered step of the schema: after applying ``statements``,
+    ``PRAGMA user_version`` is ``version``.
+    """
+
+    version: int = attrs.field(validator=attrs.validators.ge(1))
+    description: str
+    statements: tuple[str, ...]
+
+
+#: Every migration, in order; versions are 1, 2, 3, ... without gaps.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "namespace, chunk references, journal", _SCHEMA_1),
+)
+
+#: The schema version this code reads and writes.
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+
+class SchemaTooNew(Exception):
+    """
+    The database was written by a newer version of this code; opening it
+    could damage it, so it is refused.
+    """
+
+
+def configure(connection: sqlite3.Connection) -> None:
+    """
+    Set the per-connection pragmas: WAL, C{synchronous=FULL} (a commit is on
+    disk when it returns, surviving power loss), foreign keys, and a busy
+    timeout for outside readers such as a backup.
+    """
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = FULL")
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.execute("PRAGMA busy_timeout = 5000")
+
+
+def schema_version(connection: sqlite3.Connection) -> int:
+    """
+    The C{user_version} of the database.
+    """
+    row = connection.execute("PRAGMA user_version").fetchone()
+    return int(row[0])
+
+
+def migrate(connection: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """
+    Bring the database up to the last of ``migrations`` in one transaction
+    and return the resulting version. ``connection`` must be in autocommit
+    mode (C{isolation_level=None}).
+
+    @raise SchemaTooNew: the file's version is beyond the last migration.
+    """
+    latest = migrations[-1].version if migrations else 0
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        current = schema_version(connection)
+        if current > latest:
+            raise SchemaTooNew(f"routes.db schema version {current} is newer than {latest}")
+        for migration in migrations:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {migration.version:d}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return max(current, latest)

@@ -1,0 +1,487 @@
+"""
+One tenant's storage: its chunk store, its C{routes.db} (manifests and
+journal), its C{leases.db}, and the rules that tie them together.
+
+The rules that need more than one store live here:
+
+- B{No manifest names missing bytes.} A manifest change that references
+  chunks first checks the chunk store holds them (L{MissingChunks}
+  otherwise), and that check and the commit run under the tenant's commit
+  lock, which garbage collection and purge also take before deleting chunks.
+- B{Quotas.} A chunk upload that stores new bytes reserves them against the
+  owner's account budget first (L{OwnerAccount}); a manifest change is
+  checked against the agent's grant inside its transaction.
+- B{Leases.} A manifest change from a writer that does not hold the path's
+  write lease while someone else does (or from a fenced writer) is refused
+  with L{WriteLeaseHeld} (ESTALE), and the holder is asked to yield.
+
+Every operation returns the values the server needs for its audit lines and
+metrics (sizes, versions, hashes, counts) so nothing is read twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredLock, fail
+from twisted.logger import Logger
+
+from svc.store.chunks import ChunkHasResult, ChunkPutResult, IChunkStore
+from svc.store.errors import MissingChunks, NotFound, WriteLeaseHeld
+from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
+from svc.store.journal import JournalPage, JournalQuery, RevertResult
+from svc.store.layout import TenantLocation
+from svc.store.lease_values import LeaseHolder, PutVerdict
+from svc.store.leases import LeaseTable
+from svc.store.manifest_values import (
+    ChunkRef,
+    CreateResult,
+    DirectoryEntry,
+    FileKind,
+    Manifest,
+    PutResult,
+    RemoveResult,
+    RenameResult,
+    SetattrResult,
+    Writer,
+)
+from svc.store.manifests import ManifestStore
+from svc.store.quota import check_account
+
+T = TypeVar("T")
+
+_NS_PER_SECOND = 1_000_000_000
+_MS_PER_SECOND = 1000
+
+
+def _defer(coroutine: Coroutine[Any, Any, T]) -> Deferred[T]:
+    return Deferred.fromCoroutine(coroutine)
+
+
+class OwnerAccount:
+    """
+    The account budget shared by every tenant of one owner, and the byte
+    reservations of uploads in flight.
+
+    Usage is the sum of the owner's chunk stores' totals (each chunk counted
+    once per store). Uploads reserve their bytes before writing, under a
+    lock, so two concurrent uploads cannot both squeeze under the budget.
+    """
+
+    def __init__(self, owner: str, budget_bytes: int | None) -> None:
+        self.owner = owner
+        self.budget_bytes = budget_bytes
+        self._stores: list[IChunkStore] = []
+        self._reserved = 0
+        self._lock = DeferredLock()
+
+    def add_store(self, store: IChunkStore) -> None:
+        """
+        Count ``store``'s bytes against this account.
+        """
+        self._stores.append(store)
+
+    def used_bytes(self) -> Deferred[int]:
+        """
+        Bytes held by all of the owner's chunk stores now.
+        """
+
+        async def total() -> int:
+            return sum([await store.total_bytes() for store in self._stores])
+
+        return _defer(total())
+
+    def reserve(self, size: int) -> Deferred[None]:
+        """
+        Reserve ``size`` bytes of new chunk data, or fail with
+        L{svc.store.errors.QuotaExceeded}. Every successful reservation must
+        be followed by L{release} once the upload has finished either way.
+        """
+
+        async def reserving() -> None:
+            await self._lock.acquire()
+            try:
+                used = await self.used_bytes()
+                check_account(used + self._reserved, size, self.budget_bytes)
+                self._reserved += size
+            finally:
+                self._lock.release()
+
+        return _defer(reserving())
+
+    def release(self, size: int) -> None:
+        """
+        Give back a reservation made by L{reserve}.
+        """
+        self._reserved -= size
+
+
+@attrs.frozen
+class RetentionPolicy:
+    """
+    How long unreferenced data is kept: chunks younger than
+    ``chunk_grace_seconds`` are never collected (an upload may be about to be
+    committed); journal rows younger than ``journal_retention_seconds`` keep
+    their chunks so the change can be reverted.
+    """
+
+    chunk_grace_seconds: float = 3600.0
+    journal_retention_seconds: float = 7 * 24 * 3600.0
+
+
+class TenantStorage:
+    """
+    The storage of one tenant. Build with L{svc.store.engine.StorageEngine}.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        location: TenantLocation,
+        chunks: IChunkStore,
+        manifests: ManifestStore,
+        leases: LeaseTable,
+        account: OwnerAccount,
+        grants: dict[str, int],
+        retention: RetentionPolicy,
+        clock_seconds: Any,
+    ) -> None:
+        self.location = location
+        self.chunks = chunks
+        self.manifests = manifests
+        self.leases = leases
+        self.account = account
+        self._grants = grants
+        self._retention = retention
+        self._seconds = clock_seconds
+        self._commit_lock = DeferredLock()
+
+    @property
+    def tenant_id(self) -> str:
+        """
+        The tenant's id.
+        """
+        return self.location.tenant
+
+    # Quotas
+
+    def grant_for(self, agent_id: str) -> int | None:
+        """
+        The agent's grant in bytes (C{None}: unlimited).
+        """
+        return self._grants.get(agent_id)
+
+    def set_grant(self, agent_id: str, grant_bytes: int | None) -> None:
+        """
+        Change the in-memory grant; the engine persists it.
+        """
+        if grant_bytes is None:
+            self._grants.pop(agent_id, None)
+        else:
+            self._grants[agent_id] = grant_bytes
+
+    def agent_usage(self, agent_id: str) -> Deferred[int]:
+        """
+        Unique chunk bytes referenced by the agent's live files.
+        """
+        return self.manifests.subtree_usage(agent_id)
+
+    # Chunks
+
+    def chunk_put(self, chunk_hash: str, data: bytes | memoryview) -> Deferred[ChunkPutResult]:
+        """
+        Store a chunk, checking the account budget for new bytes. A chunk the
+        store already holds costs nothing and is reported as deduplicated.
+        """
+
+        async def put() -> ChunkPutResult:
+            present = await self.chunks.has([chunk_hash])
+            if present.present:
+                return await self.chunks.put(chunk_hash, data)
+            size = len(data)
+            await self.account.reserve(size)
+            try:
+                return await self.chunks.put(chunk_hash, data)
+            finally:
+                self.account.release(size)
+
+        return _defer(put())
+
+    def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:
+        """
+        The bytes of a chunk (hash-verified by the store).
+        """
+        return self.chunks.get(chunk_hash)
+
+    def chunk_has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:
+        """
+        Which of ``hashes`` the store holds.
+        """
+        return self.chunks.has(hashes)
+
+    # Reads
+
+    def manifest_get(self, path: str) -> Deferred[Manifest]:
+        """
+        The manifest of ``path``.
+        """
+        return self.manifests.get(path)
+
+    def list_dir(self, path: str) -> Deferred[tuple[DirectoryEntry, ...]]:
+        """
+        The entries of directory ``path``.
+        """
+        return self.manifests.list_dir(path)
+
+    def readlink(self, path: str) -> Deferred[str]:
+        """
+        The target of symlink ``path``.
+        """
+        return self.manifests.readlink(path)
+
+    # Writes
+
+    def _check_lease(self, path: str, holder: LeaseHolder | None) -> None:
+        if holder is None:
+            return
+        verdict = self.leases.manifest_put_contention(path, holder)
+        if verdict is PutVerdict.CONTENDED:
+            raise WriteLeaseHeld(f"{path}: another holder has the write lease")
+        if verdict is PutVerdict.FENCED:
+            raise WriteLeaseHeld(f"{path}: this writer's lease was revoked")
+
+    def _committing(self, work: Coroutine[Any, Any, T]) -> Deferred[T]:
+        """
+        Run ``work`` holding the commit lock (excludes GC and purge).
+        """
+
+        async def locked() -> T:
+            await self._commit_lock.acquire()
+            try:
+                return await work
+            finally:
+                self._commit_lock.release()
+
+        return _defer(locked())
+
+    def manifest_put(
+        self,
+        path: str,
+        *,
+        expected_version: int,
+        chunks: Sequence[ChunkRef],
+        size: int,
+        mode: int,
+        mtime_ns: int,
+        uid: int,
+        gid: int,
+        writer: Writer,
+        holder: LeaseHolder | None = None,
+    ) -> Deferred[PutResult]:
+        """
+        Compare-and-swap a file's content. Fails with L{MissingChunks} when
+        the store lacks a named chunk, L{WriteLeaseHeld} on lease contention,
+        L{svc.store.errors.StaleVersion} when the version moved on, and
+        L{svc.store.errors.QuotaExceeded} past the agent's grant.
+        """
+
+        async def put() -> PutResult:
+            self._check_lease(path, holder)
+            hashes = list(dict.fromkeys(chunk.hash for chunk in chunks))
+            if hashes:
+                has = await self.chunks.has(hashes)
+                if has.absent:
+                    raise MissingChunks(tuple(has.absent))
+            top = path.split("/")[1] if path.count("/") >= 1 else ""
+            return await self.manifests.put(
+                path,
+                expected_version=expected_version,
+                chunks=chunks,
+                size=size,
+                mode=mode,
+                mtime_ns=mtime_ns,
+                uid=uid,
+                gid=gid,
+                writer=writer,
+                quota_bytes=self._grants.get(top),
+            )
+
+        return self._committing(put())
+
+    def manifest_delete(
+        self, path: str, *, writer: Writer, holder: LeaseHolder | None = None
+    ) -> Deferred[RemoveResult]:
+        """
+        Unlink the non-directory ``path``.
+        """
+        try:
+            self._check_lease(path, holder)
+        except WriteLeaseHeld:
+            return fail()
+        return self.manifests.delete(path, writer=writer)
+
+    def dir_create(
+        self, path: str, *, mode: int, uid: int, gid: int, writer: Writer
+    ) -> Deferred[CreateResult]:
+        """
+        Create directory ``path``.
+        """
+        return self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer)
+
+    def dir_remove(self, path: str, *, writer: Writer) -> Deferred[RemoveResult]:
+        """
+        Remove the empty directory ``path``.
+        """
+        return self.manifests.rmdir(path, writer=writer)
+
+    def manifest_rename(
+        self, source: str, destination: str, *, writer: Writer
+    ) -> Deferred[RenameResult]:
+        """
+        Move ``source`` (with its subtree) to ``destination`` atomically.
+        """
+        return self.manifests.rename(source, destination, writer=writer)
+
+    def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
+        """
+        Hard-link ``new`` to ``existing``.
+        """
+        return self.manifests.link(existing, new, writer=writer)
+
+    def symlink(
+        self, path: str, target: str, *, uid: int, gid: int, writer: Writer
+    ) -> Deferred[CreateResult]:
+        """
+        Create symlink ``path`` pointing at ``target``.
+        """
+        return self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer)
+
+    def mknod(
+        self, path: str, *, kind: FileKind, mode: int, rdev: int, uid: int, gid: int, writer: Writer
+    ) -> Deferred[CreateResult]:
+        """
+        Create a special file (or empty regular file) ``path``.
+        """
+        return self.manifests.mknod(
+            path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid, writer=writer
+        )
+
+    def setattr(
+        self, path: str, *, writer: Writer, **changes: int | None
+    ) -> Deferred[SetattrResult]:
+        """
+        Change attributes of ``path`` (mode, uid, gid, size to 0, mtime_ns, atime_ns).
+        """
+        return self.manifests.setattr(path, writer=writer, **changes)
+
+    # Journal
+
+    def journal_query(self, query: JournalQuery) -> Deferred[JournalPage]:
+        """
+        One page of the tenant's journal.
+        """
+        return self.manifests.journal_query(query)
+
+    def journal_revert(self, path: str, seq: int, *, writer: Writer) -> Deferred[RevertResult]:
+        """
+        Restore ``path`` to its state just before journal entry ``seq``;
+        refuses with L{svc.store.errors.ChunksCollected} when GC already
+        removed chunks it needs. Runs under the commit lock so the chunk
+        check and the restore see the same store.
+        """
+
+        async def revert() -> RevertResult:
+            entry = await self.manifests.journal_entry(seq)
+            if entry is None:
+                raise NotFound(f"journal entry {seq}")
+            if not entry.concerns(path):
+                raise NotFound(f"journal entry {seq} does not concern {path}")
+            before = entry.state_before(path)
+            needed = [c.hash for c in (before.chunks if before is not None else ())]
+            present: frozenset[str] = frozenset()
+            if needed:
+                present = frozenset((await self.chunks.has(needed)).present)
+            return await self.manifests.journal_revert(
+                path,
+                seq,
+                writer=writer,
+                missing_chunks=lambda hashes: [h for h in hashes if h not in present],
+            )
+
+        return self._committing(revert())
+
+    # Collection
+
+    def _journal_cutoff_ms(self, now: float) -> int:
+        return round((now - self._retention.journal_retention_seconds) * _MS_PER_SECOND)
+
+    async def _referenced(self, journal_cutoff_ms: int) -> frozenset[str]:
+        """
+        Hashes a live file or a retained journal row references.
+        """
+        live = await self.manifests.live_hashes()
+        journaled = await self.manifests.journal_hashes_since(journal_cutoff_ms)
+        return live | journaled
+
+    def sweep(self, *, dry_run: bool = False) -> Deferred[SweepReport]:
+        """
+        Delete chunks no live file and no retained journal row references and
+        that are older than the grace period; with ``dry_run`` only count them.
+        """
+
+        async def sweeping() -> SweepReport:
+            now = self._seconds()
+            grace_cutoff_ns = round((now - self._retention.chunk_grace_seconds) * _NS_PER_SECOND)
+            journal_cutoff_ms = self._journal_cutoff_ms(now)
+            referenced = await self._referenced(journal_cutoff_ms)
+            stored = await self.chunks.list_chunks()
+            old, young = split_by_age(unreferenced(stored, referenced), grace_cutoff_ns)
+            if dry_run:
+                return SweepReport(
+                    self.tenant_id, len(old), sum(c.size for c in old), True, len(young)
+                )
+            result = await self.chunks.delete(
+                [c.hash for c in old], modified_before_ns=grace_cutoff_ns
+            )
+            await self.manifests.journal_prune(journal_cutoff_ms)
+            return SweepReport(
+                self.tenant_id,
+                len(result.deleted),
+                result.bytes_freed,
+                False,
+                len(young) + len(result.kept),
+            )
+
+        return self._committing(sweeping())
+
+    def purge_agent(self, agent_id: str) -> Deferred[PurgeReport]:
+        """
+        Erase the agent's whole subtree, its journal rows, and the chunks no
+        longer referenced anywhere in the tenant.
+        """
+
+        async def purging() -> PurgeReport:
+            purged = await self.manifests.purge_subtree(agent_id)
+            referenced = await self._referenced(self._journal_cutoff_ms(self._seconds()))
+            # Only what the subtree held and nothing else references: other
+            # agents' unreferenced uploads in flight are left to the GC's grace.
+            garbage = sorted(purged.hashes - referenced)
+            result = await self.chunks.delete(garbage)
+            self._grants.pop(agent_id, None)
+            return PurgeReport(self.tenant_id, agent_id, purged.count, result.bytes_freed)
+
+        return self._committing(purging())
+
+    def close(self) -> Deferred[None]:
+        """
+        Close the databases after the work already submitted.
+        """
+
+        async def closing() -> None:
+            await self.leases.close()
+            await self.manifests.close()
+
+        return _defer(closing())
