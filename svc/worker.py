@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorCore, IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
@@ -37,7 +37,10 @@ class ThreadWorker:
     An L{IWorker} backed by a L{ThreadPool} of ``threads`` threads.
 
     With ``threads=1`` every call runs on the same thread, in submission
-    order, which is what a SQLite connection needs.
+    order, which is what a SQLite connection needs. When the reactor provides
+    L{IReactorCore}, the pool is stopped during reactor shutdown (after queued
+    work finishes), as Twisted does for its own pool, so a stopping process
+    is never kept alive by idle worker threads.
     """
 
     def __init__(self, reactor: IReactorFromThreads, name: str, threads: int = 1) -> None:
@@ -52,6 +55,8 @@ class ThreadWorker:
         if not self._started:
             self._pool.start()
             self._started = True
+            if IReactorCore.providedBy(self._reactor):
+                self._reactor.addSystemEventTrigger("during", "shutdown", self.stop)
 
     def stop(self) -> None:
         """

@@ -1,0 +1,216 @@
+"""
+Transactions over exclusive mount leases, revoked serials and the record of
+issued certificates.
+
+Every mount-lease change first locks its allocation's row
+(L{locked_allocation}), so acquisitions, refreshes, releases, forced
+unmounts and revocations of one allocation happen one at a time.
+"""
+
+# Statements below interpolate only this package's constant column lists and
+# fixed clauses; every value goes through a parameter.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from svc.control.store.errors import LeaseLost, NotFound
+from svc.control.store.outcomes import MountGranted, MountOutcome
+from svc.control.store.rules import holds, mount_decision
+from svc.control.store.sql import Rows, Sql, Transaction
+from svc.control.store.transactions import rows
+from svc.control.store.transactions.common import (
+    add_revocation,
+    current_mount_lease,
+    end_mount_lease,
+    locked_allocation,
+)
+from svc.control.store.values import (
+    IssuedCertificate,
+    MountHolder,
+    MountLease,
+    Revocation,
+    from_micros,
+    to_micros,
+)
+
+__all__ = [
+    "acquire_mount",
+    "active_revocations",
+    "add_revocation",
+    "find_certificate",
+    "force_unmount",
+    "get_mount_lease",
+    "prune_revocations",
+    "record_certificate",
+    "refresh_mount",
+    "release_mount",
+]
+
+
+def acquire_mount(
+    allocation_id: str,
+    holder: MountHolder,
+    now_us: int,
+    ttl_us: int,
+    force: bool,
+    session_id: str,
+) -> Transaction[MountOutcome]:
+    """
+    Acquire the exclusive mount lease of C{allocation_id} for C{holder} as
+    L{svc.control.store.rules.mount_decision} decides (L{NotFound},
+    L{svc.control.store.errors.Revoked}); a grant replaces any lease row with the new one.
+    """
+    allocation = yield from locked_allocation(allocation_id)
+    incumbent = yield from current_mount_lease(allocation_id)
+    outcome = mount_decision(
+        allocation,
+        incumbent,
+        holder,
+        from_micros(now_us),
+        timedelta(microseconds=ttl_us),
+        force,
+        session_id,
+    )
+    if isinstance(outcome, MountGranted):
+        lease = outcome.lease
+        yield Sql(
+            f"INSERT INTO mount_leases ({rows.MOUNT_LEASE_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (allocation_id) DO UPDATE SET"
+            " agent_id = excluded.agent_id, leaf_serial = excluded.leaf_serial,"
+            " leaf_not_after_us = excluded.leaf_not_after_us,"
+            " fingerprint = excluded.fingerprint, session_id = excluded.session_id,"
+            " bound_us = excluded.bound_us, expires_us = excluded.expires_us",
+            (
+                allocation_id,
+                holder.agent_id,
+                holder.leaf_serial,
+                to_micros(holder.leaf_not_after),
+                holder.fingerprint,
+                session_id,
+                now_us,
+                to_micros(lease.expires_at),
+            ),
+        )
+    return outcome
+
+
+def refresh_mount(
+    allocation_id: str, holder: MountHolder, now_us: int, ttl_us: int
+) -> Transaction[MountLease]:
+    """
+    Extend C{holder}'s mount lease of C{allocation_id} to C{now + ttl}.
+    An expired lease nobody has taken over is still the holder's.
+
+    @raise LeaseLost: C{holder} does not hold the lease (another enrollment
+        took it, it was released, or the allocation was revoked).
+    """
+    allocation = yield from locked_allocation(allocation_id)
+    lease = yield from current_mount_lease(allocation_id)
+    if not allocation.live or lease is None or not holds(lease, holder):
+        raise LeaseLost(f"the mount lease of {allocation_id} is not held by this enrollment")
+    expires_us = now_us + ttl_us
+    yield Sql(
+        "UPDATE mount_leases SET expires_us = ? WHERE allocation_id = ?",
+        (expires_us, allocation_id),
+    )
+    return MountLease(
+        lease.allocation_id,
+        lease.holder,
+        lease.session_id,
+        lease.bound_at,
+        from_micros(expires_us),
+    )
+
+
+def release_mount(allocation_id: str, holder: MountHolder, now_us: int) -> Transaction[MountLease]:
+    """
+    End C{holder}'s mount lease of C{allocation_id} and record its leaf in
+    C{cert_revocations} (with the leaf's not-after).
+
+    @raise LeaseLost: C{holder} does not hold the lease.
+    """
+    yield from locked_allocation(allocation_id)
+    lease = yield from current_mount_lease(allocation_id)
+    if lease is None or not holds(lease, holder):
+        raise LeaseLost(f"the mount lease of {allocation_id} is not held by this enrollment")
+    yield from end_mount_lease(allocation_id, now_us)
+    return lease
+
+
+def force_unmount(allocation_id: str, owner_id: str, now_us: int) -> Transaction[MountLease | None]:
+    """
+    The owner ends whatever mount lease C{allocation_id} has; the holder's
+    leaf is revoked as on release. L{NotFound} unless C{owner_id} owns the
+    allocation; L{None} when there was no lease.
+    """
+    allocation = yield from locked_allocation(allocation_id)
+    if allocation.owner_id != owner_id:
+        raise NotFound(f"no allocation {allocation_id}")
+    return (yield from end_mount_lease(allocation_id, now_us))
+
+
+def get_mount_lease(allocation_id: str) -> Transaction[MountLease | None]:
+    """The mount-lease row of C{allocation_id} (live or expired), if any."""
+    return (yield from current_mount_lease(allocation_id))
+
+
+def active_revocations(now_us: int) -> Transaction[tuple[Revocation, ...]]:
+    """Every revoked serial whose certificate has not expired at C{now_us}."""
+    found: Rows = yield Sql(
+        f"SELECT {rows.REVOCATION_COLUMNS} FROM cert_revocations"
+        " WHERE not_after_us > ? ORDER BY serial",
+        (now_us,),
+    )
+    return tuple(rows.revocation(row) for row in found.rows)
+
+
+def prune_revocations(now_us: int) -> Transaction[int]:
+    """Delete revocations of certificates expired by C{now_us}; how many."""
+    found: Rows = yield Sql("DELETE FROM cert_revocations WHERE not_after_us <= ?", (now_us,))
+    return found.rowcount
+
+
+def record_certificate(certificate: IssuedCertificate) -> Transaction[None]:
+    """
+    Record a signing event (a serial recorded before keeps its first
+    record).
+    """
+    yield Sql(
+        f"INSERT INTO issued_certificates ({rows.CERTIFICATE_COLUMNS})"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (serial) DO NOTHING",
+        (
+            certificate.serial,
+            certificate.kind.value,
+            certificate.subject,
+            to_micros(certificate.not_after),
+            to_micros(certificate.issued_at),
+            certificate.tenant_id,
+            certificate.agent_id,
+            certificate.fingerprint,
+        ),
+    )
+
+
+def find_certificate(
+    serial: str | None = None, fingerprint: str | None = None
+) -> Transaction[IssuedCertificate]:
+    """
+    The issued certificate with C{serial}, or else the most recent one with
+    C{fingerprint} (L{NotFound} if none).
+    """
+    key: str | None
+    if serial is not None:
+        where, key = "serial = ?", serial
+    else:
+        where, key = "fingerprint = ?", fingerprint
+    found: Rows = yield Sql(
+        f"SELECT {rows.CERTIFICATE_COLUMNS} FROM issued_certificates"
+        f" WHERE {where} ORDER BY issued_us DESC LIMIT 1",
+        (key,),
+    )
+    row = found.one()
+    if row is None:
+        raise NotFound("no such issued certificate")
+    return rows.certificate(row)
