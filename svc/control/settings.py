@@ -20,6 +20,7 @@ from pathlib import Path
 import attrs
 
 from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.control.store.url import SQLiteUrl, parse_database_url
 from svc.pki import names
 from svc.pki.errors import InvalidName
 
@@ -214,14 +215,9 @@ class ControlSettings:
 
 
 def _database_kind(url: str) -> DatabaseKind:
-    if url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
-        return DatabaseKind.SQLITE
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix) and len(url) > len(prefix):
-            return DatabaseKind.POSTGRES
-    raise ConfigError(
-        "DATABASE_URL", "must be sqlite:///<path> or postgres[ql]://... (value not shown)"
-    )
+    # One parser decides what a DATABASE_URL means: the store's.
+    parsed = parse_database_url(url)
+    return DatabaseKind.SQLITE if isinstance(parsed, SQLiteUrl) else DatabaseKind.POSTGRES
 
 
 def _secrets_backend(
