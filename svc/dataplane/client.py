@@ -1,0 +1,608 @@
+"""
+The data-plane client: connect, wait for admission, call operations.
+
+L{connect_dataplane} opens a mutual-TLS 1.3 connection and fires with a
+L{DataPlaneClient} only once the server's HELLO arrived (in TLS 1.3 a finished
+client handshake does not mean the server admitted the certificate; a refused
+client sees the connection close without HELLO: L{AdmissionFailed}).
+
+L{DataPlaneClient.call} pipelines requests (never more than the server's
+C{max_in_flight} unanswered; extra calls wait in a local queue) and fires with
+a L{Reply} or fails with one of the L{DataPlaneError}s below, which say
+whether the request ran:
+
+ - L{RemoteError}: the server answered ERROR (branch on C{errno}).
+ - L{NotExecuted} (and its L{ConnectionGoingAway}): the request did not run;
+   resending it on a new connection is safe.
+ - L{OutcomeUnknown} (and L{CallTimedOut}): it may or may not have run.
+
+Closing (L{DataPlaneClient.close}) sends GOAWAY C{shutdown}, waits for the
+answers still expected, then closes TLS; the server then releases the
+connection's leases. The C{close} op is not used by this client.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import attrs
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.endpoints import HostnameEndpoint
+from twisted.internet.interfaces import (
+    IHandshakeListener,
+    IOpenSSLClientConnectionCreator,
+)
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
+from zope.interface import implementer  # type: ignore[import-untyped]
+
+from svc.dataplane.protocol import DataPlaneClock, Timer
+from svc.wire.control import (
+    ErrorInfo,
+    GoAway,
+    GoAwayReason,
+    Hello,
+    goaway_frame,
+    read_error,
+    read_goaway,
+    read_hello,
+)
+from svc.wire.correlation import RequestTable
+from svc.wire.decoder import FrameDecoder
+from svc.wire.errno import WireErrno
+from svc.wire.errors import CodecError
+from svc.wire.frame import (
+    FRAMES_TO_CLIENT,
+    MAX_REQUEST_ID,
+    Buffer,
+    Frame,
+    FrameType,
+    encode_frame,
+)
+from svc.wire.ops import PUSH_OPS
+
+_log = Logger()
+
+DEFAULT_HELLO_TIMEOUT = 30.0
+"""Seconds to wait for HELLO after connecting (wire.md section 6)."""
+
+DEFAULT_CALL_TIMEOUT = 120.0
+"""Seconds a call may wait (queued plus in flight) unless told otherwise."""
+
+DEFAULT_CLOSE_TIMEOUT = 10.0
+"""Seconds L{DataPlaneClient.close} waits for outstanding answers."""
+
+PushCallback = Callable[[str, Mapping[str, object], bytes], object]
+"""Receives a server PUSH: its op, its payload map and its raw segment."""
+
+
+class DataPlaneError(Exception):
+    """Anything the data-plane client reports."""
+
+
+class AdmissionFailed(DataPlaneError):
+    """
+    The connection ended (or HELLO did not come in time) before the server
+    admitted us: the TLS handshake failed, or the server refused the
+    certificate (expired, deny-listed, wrong tenant...). Re-enroll rather
+    than retry in a loop.
+
+    @ivar handshake_completed: whether our side finished the TLS handshake
+        (in TLS 1.3 it does even when the server then refuses us).
+    """
+
+    def __init__(self, message: str, handshake_completed: bool) -> None:
+        super().__init__(message)
+        self.handshake_completed = handshake_completed
+
+
+class VersionUnsupported(DataPlaneError):
+    """The server speaks no protocol version this client speaks."""
+
+
+class ProtocolViolation(DataPlaneError):
+    """The server broke the wire protocol; the connection was dropped."""
+
+
+class RemoteError(DataPlaneError):
+    """
+    The server answered the request with ERROR.
+
+    @ivar errno: the L{WireErrno} (unknown numbers read as EIO).
+    @ivar message: the server's human-readable text.
+    @ivar details: the operation's machine-readable extras (maybe empty).
+    """
+
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(f"{info.errno.name}: {info.message}")
+        self.errno: WireErrno = info.errno
+        self.message = info.message
+        self.details: Mapping[str, object] = info.details
+
+
+class NotExecuted(DataPlaneError):
+    """The request was never executed; it may be sent again."""
+
+
+class ConnectionGoingAway(NotExecuted):
+    """
+    The server sent GOAWAY before executing the request.
+
+    @ivar reason: the GOAWAY reason (e.g. C{shutdown}, C{idle_timeout}).
+    """
+
+    def __init__(self, goaway: GoAway) -> None:
+        super().__init__(f"server going away ({goaway.reason}): request not executed")
+        self.reason = goaway.reason
+        self.goaway = goaway
+
+
+class OutcomeUnknown(DataPlaneError):
+    """The request was sent but its answer never came: it may have run."""
+
+
+class CallTimedOut(OutcomeUnknown):
+    """
+    No answer within the call's timeout.
+
+    @ivar sent: whether the request had been sent (if not, it did not run).
+    """
+
+    def __init__(self, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+@attrs.frozen
+class Reply:
+    """A RESPONSE: the operation's result map and raw segment."""
+
+    payload: Mapping[str, object]
+    raw: bytes = b""
+
+
+@attrs.define(eq=False)
+class _Call:
+    payload: Mapping[str, object]
+    raw: Buffer
+    deferred: Deferred[Reply]
+    request_id: int | None = None
+    timer: Timer | None = None
+
+
+@implementer(IHandshakeListener)
+class DataPlaneClientProtocol(Protocol):
+    """
+    The client end of one connection, inside Twisted's TLS layer. Use it
+    through L{DataPlaneClient}.
+    """
+
+    def __init__(
+        self,
+        clock: DataPlaneClock,
+        *,
+        hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        self._clock = clock
+        self._hello_timeout = hello_timeout
+        self.call_timeout = call_timeout
+        self._decoder = FrameDecoder(accept=FRAMES_TO_CLIENT)
+        self.hello: Hello | None = None
+        self._table: RequestTable[_Call] | None = None
+        self._queue: deque[_Call] = deque()
+        self._ready_waiters: list[Deferred[Hello]] = []
+        self._not_ready: DataPlaneError | None = None
+        self._handshake_done = False
+        self._hello_timer: Timer | None = None
+        self.goaway: GoAway | None = None
+        self._closing = False
+        self._lost: Failure | None = None
+        self._lost_waiters: list[Deferred[None]] = []
+        self._push_callbacks: list[PushCallback] = []
+        self._failure_reason: DataPlaneError | None = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    def when_ready(self) -> Deferred[Hello]:
+        """Fires with the server's HELLO, or fails (L{AdmissionFailed}...)."""
+        if self.hello is not None:
+            return succeed(self.hello)
+        if self._not_ready is not None:
+            return fail(self._not_ready)
+        waiter: Deferred[Hello] = Deferred()
+        self._ready_waiters.append(waiter)
+        return waiter
+
+    def connectionMade(self) -> None:
+        self._hello_timer = self._clock.callLater(self._hello_timeout, self._hello_timed_out)
+
+    def handshakeCompleted(self) -> None:
+        self._handshake_done = True
+
+    def _hello_timed_out(self) -> None:
+        self._hello_timer = None
+        self._fail_ready(
+            AdmissionFailed(f"no HELLO within {self._hello_timeout} seconds", self._handshake_done)
+        )
+        self._abort()
+
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        self._lost = reason or connectionDone
+        if self._hello_timer is not None and self._hello_timer.active():
+            self._hello_timer.cancel()
+        self._hello_timer = None
+        why = self._lost.getErrorMessage()
+        if self._handshake_done:
+            message = f"connection closed before HELLO (certificate refused?): {why}"
+        else:
+            message = f"TLS handshake failed: {why}"
+        self._fail_ready(AdmissionFailed(message, self._handshake_done))
+        queued = list(self._queue)
+        self._queue.clear()
+        sent = self._table.drain() if self._table is not None else []
+        for call in queued:
+            self._fail(call, self._not_executed("connection closed before the request was sent"))
+        for call in sent:
+            if self.goaway is not None:
+                self._fail(call, ConnectionGoingAway(self.goaway))
+            elif self._failure_reason is not None:
+                self._fail(call, OutcomeUnknown(str(self._failure_reason)))
+            else:
+                self._fail(call, OutcomeUnknown(f"connection lost: {why}"))
+        waiters, self._lost_waiters = self._lost_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires once the connection is gone."""
+        if self._lost is not None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._lost_waiters.append(waiter)
+        return waiter
+
+    # -- frames in ----------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._lost is not None or self._failure_reason is not None:
+            return
+        try:
+            for frame in self._decoder.feed(data):
+                self._frame_received(frame)
+                if self._failure_reason is not None:
+                    return
+        except CodecError as error:
+            self._protocol_error(error.reason)
+
+    def _frame_received(self, frame: Frame) -> None:
+        if self.hello is None:
+            if frame.type is not FrameType.HELLO:
+                raise CodecError(f"{frame.type.name} frame before HELLO")
+            self._hello_received(read_hello(frame))
+        elif frame.type is FrameType.HELLO:
+            raise CodecError("second HELLO")
+        elif frame.type is FrameType.RESPONSE:
+            call = self._answered(frame.request_id)
+            if call is not None:
+                self._succeed(call, Reply(frame.payload, bytes(frame.raw)))
+        elif frame.type is FrameType.ERROR:
+            call = self._answered(frame.request_id)
+            if call is not None:
+                self._fail(call, RemoteError(read_error(frame)))
+        elif frame.type is FrameType.PUSH:
+            self._push_received(frame)
+        else:
+            self._goaway_received(read_goaway(frame))
+
+    def _hello_received(self, hello: Hello) -> None:
+        if self._hello_timer is not None and self._hello_timer.active():
+            self._hello_timer.cancel()
+        self._hello_timer = None
+        if hello.common_version() is None:
+            self._failure_reason = VersionUnsupported(f"server speaks versions {hello.versions}")
+            self._send(goaway_frame(GoAway(GoAwayReason.VERSION_UNSUPPORTED)))
+            self._fail_ready(self._failure_reason)
+            self._close_transport()
+            return
+        self.hello = hello
+        self._table = RequestTable(min(hello.max_in_flight, MAX_REQUEST_ID - 1))
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            waiter.callback(hello)
+
+    def _answered(self, request_id: int) -> _Call | None:
+        assert self._table is not None
+        call = self._table.finish(request_id)
+        self._send_queued()
+        return call
+
+    def _push_received(self, frame: Frame) -> None:
+        op = cast(str, frame.payload["op"])
+        if op not in PUSH_OPS:
+            _log.info("ignoring unknown data-plane push {op!r}", op=op)
+            return
+        for callback in list(self._push_callbacks):
+            try:
+                callback(op, frame.payload, bytes(frame.raw))
+            except Exception:
+                _log.failure("data-plane push callback failed for {op}", op=op)
+
+    def _goaway_received(self, goaway: GoAway) -> None:
+        _log.info("data-plane server going away: {reason}", reason=goaway.reason)
+        self.goaway = goaway
+        queued = list(self._queue)
+        self._queue.clear()
+        for call in queued:
+            self._fail(call, ConnectionGoingAway(goaway))
+        if self._table is None or self._table.in_flight == 0:
+            self._close_transport()
+
+    def _protocol_error(self, reason: str) -> None:
+        _log.info("data-plane server broke the protocol: {reason}", reason=reason)
+        self._failure_reason = ProtocolViolation(f"server protocol error: {reason}")
+        self._fail_ready(self._failure_reason)
+        if self.hello is not None:
+            self._send(goaway_frame(GoAway(GoAwayReason.PROTOCOL_ERROR)))
+        self._close_transport()
+
+    # -- calls --------------------------------------------------------------
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        raw: Buffer = b"",
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        """See L{DataPlaneClient.call}; C{timeout} None means the default."""
+        refusal = self._refusal()
+        if refusal is not None:
+            return fail(refusal)
+        full = {**payload, "op": op}
+        try:
+            Frame(FrameType.REQUEST, 1, full, raw)
+        except CodecError as error:
+            return fail(error)
+        call = _Call(full, raw, Deferred(lambda d: self._cancelled(call)))
+        delay = self.call_timeout if timeout is None else timeout
+        if delay is not None:
+            call.timer = self._clock.callLater(delay, self._timed_out, call)
+        self._queue.append(call)
+        self._send_queued()
+        return call.deferred
+
+    def _refusal(self) -> DataPlaneError | None:
+        if self.hello is None:
+            return NotExecuted("not admitted yet")
+        if self.goaway is not None:
+            return ConnectionGoingAway(self.goaway)
+        if self._closing or self._lost is not None or self._failure_reason is not None:
+            return self._not_executed("connection closed")
+        return None
+
+    def _send_queued(self) -> None:
+        table = self._table
+        assert table is not None and self.hello is not None
+        while self._queue and table.has_room() and self._refusal() is None:
+            call = self._queue.popleft()
+            request_id = table.start(call)
+            try:
+                buffers = encode_frame(
+                    Frame(FrameType.REQUEST, request_id, call.payload, call.raw),
+                    max_payload=self.hello.max_payload,
+                    max_raw=self.hello.max_raw,
+                )
+            except CodecError as error:
+                table.finish(request_id)
+                self._fail(call, error)
+                continue
+            call.request_id = request_id
+            self._tls.writeSequence(buffers)
+        if (self._closing or self.goaway is not None) and table.in_flight == 0:
+            self._close_transport()
+
+    def _timed_out(self, call: _Call) -> None:
+        call.timer = None
+        sent = self._forget(call)
+        self._fail(call, CallTimedOut("no answer in time" if sent else "never sent", sent))
+
+    def _cancelled(self, call: _Call) -> None:
+        if call.timer is not None and call.timer.active():
+            call.timer.cancel()
+        call.timer = None
+        self._forget(call)
+
+    def _forget(self, call: _Call) -> bool:
+        """Stop waiting for C{call}; whether it had been sent."""
+        if call.request_id is None:
+            if call in self._queue:
+                self._queue.remove(call)
+            return False
+        if self._table is not None and not call.deferred.called:
+            try:
+                self._table.abandon(call.request_id)
+            except KeyError:
+                pass
+        return True
+
+    def _succeed(self, call: _Call, reply: Reply) -> None:
+        if call.timer is not None and call.timer.active():
+            call.timer.cancel()
+        if not call.deferred.called:
+            call.deferred.callback(reply)
+
+    def _fail(self, call: _Call, error: Exception) -> None:
+        if call.timer is not None and call.timer.active():
+            call.timer.cancel()
+        if not call.deferred.called:
+            call.deferred.errback(error)
+
+    def _not_executed(self, message: str) -> NotExecuted:
+        if self.goaway is not None:
+            return ConnectionGoingAway(self.goaway)
+        return NotExecuted(message)
+
+    # -- pushes and closing -------------------------------------------------
+
+    def on_push(self, callback: PushCallback) -> None:
+        """Call C{callback} for every known PUSH (see L{DataPlaneClient.on_push})."""
+        self._push_callbacks.append(callback)
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> Deferred[None]:
+        """See L{DataPlaneClient.close}."""
+        if self._lost is None and not self._closing:
+            self._closing = True
+            queued = list(self._queue)
+            self._queue.clear()
+            for call in queued:
+                self._fail(call, NotExecuted("client closing"))
+            if self.hello is not None and self.goaway is None:
+                self._send(goaway_frame(GoAway(GoAwayReason.SHUTDOWN)))
+            timer = self._clock.callLater(timeout, self._abort)
+            self.when_closed().addCallback(lambda _: _cancel(timer))
+            if self._table is None or self._table.in_flight == 0:
+                self._close_transport()
+        return self.when_closed()
+
+    @property
+    def _tls(self) -> Any:
+        # Twisted's TLS transport; typed Any since its interfaces are zope's.
+        return self.transport
+
+    def _send(self, frame: Frame) -> None:
+        if self.transport is not None and self._lost is None:
+            self._tls.writeSequence(encode_frame(frame))
+
+    def _close_transport(self) -> None:
+        if self.transport is not None and self._lost is None:
+            self._tls.loseConnection()
+
+    def _abort(self) -> None:
+        if self.transport is not None and self._lost is None:
+            self._tls.abortConnection()
+
+    def _fail_ready(self, error: DataPlaneError) -> None:
+        if self.hello is not None or self._not_ready is not None:
+            return
+        self._not_ready = error
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for waiter in waiters:
+            waiter.errback(error)
+
+
+def _cancel(timer: Timer) -> None:
+    if timer.active():
+        timer.cancel()
+
+
+class DataPlaneClient:
+    """
+    An admitted data-plane connection.
+
+    @ivar hello: the server's HELLO (versions, limits, name).
+    """
+
+    def __init__(self, protocol: DataPlaneClientProtocol) -> None:
+        """
+        @param protocol: a protocol whose L{DataPlaneClientProtocol.when_ready}
+            has fired.
+        """
+        assert protocol.hello is not None, "the server's HELLO has not arrived"
+        self._protocol = protocol
+        self.hello: Hello = protocol.hello
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object] | None = None,
+        raw: Buffer = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        """
+        Send operation C{op} with C{payload} (C{"op"} is added) and raw
+        segment C{raw}.
+
+        @param timeout: seconds before the call fails with L{CallTimedOut};
+            None for the connection's default. Cancelling the Deferred
+            also stops waiting (a sent request's id stays reserved until the
+            server answers).
+        @return: fires with the L{Reply}; fails with L{RemoteError},
+            L{NotExecuted}, L{OutcomeUnknown} or L{CodecError} (payload does
+            not fit the wire format or the server's limits).
+        """
+        return self._protocol.call(op, payload or {}, raw, timeout)
+
+    def on_push(self, callback: PushCallback) -> None:
+        """
+        Call C{callback(op, payload, raw)} for every PUSH whose op this
+        version knows (C{lease_revoke}); unknown pushes are ignored.
+        """
+        self._protocol.on_push(callback)
+
+    @property
+    def going_away(self) -> GoAway | None:
+        """The server's GOAWAY, once received: no new call is accepted."""
+        return self._protocol.goaway
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> Deferred[None]:
+        """
+        Close in order: queued calls fail L{NotExecuted}, GOAWAY C{shutdown}
+        is sent, answers still expected are awaited, then TLS closes; after
+        C{timeout} seconds the connection is aborted instead.
+
+        @return: L{when_closed}.
+        """
+        return self._protocol.close(timeout)
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires once the connection is gone, whoever closed it."""
+        return self._protocol.when_closed()
+
+
+def client_tls_factory(
+    protocol: DataPlaneClientProtocol, tls: IOpenSSLClientConnectionCreator, clock: Any
+) -> TLSMemoryBIOFactory:
+    """
+    A TLS client factory whose one connection runs C{protocol}; C{clock} is
+    the reactor (or a test clock).
+    """
+    wrapped: Any = Factory.forProtocol(lambda: protocol)
+    return TLSMemoryBIOFactory(tls, isClient=True, wrappedFactory=wrapped, clock=clock)
+
+
+def connect_dataplane(
+    reactor: Any,
+    endpoint: Any,
+    tls: IOpenSSLClientConnectionCreator,
+    *,
+    hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
+    call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+) -> Deferred[DataPlaneClient]:
+    """
+    Connect to a data-plane server and wait for its HELLO.
+
+    @param reactor: the reactor (clock; and TCP when C{endpoint} is a pair).
+    @param endpoint: an C{IStreamClientEndpoint}, or C{(host, port)}.
+    @param tls: the client TLS options (L{svc.pki.tls.client_tls_options}).
+    @param call_timeout: default per-call timeout in seconds (None: none).
+    @return: fires with an admitted L{DataPlaneClient}; fails with
+        L{AdmissionFailed} when the server drops us before HELLO, or with the
+        endpoint's connection error.
+    """
+    dialler: Any = endpoint
+    if isinstance(endpoint, tuple):
+        host, port = endpoint
+        dialler = HostnameEndpoint(reactor, host, port)
+    protocol = DataPlaneClientProtocol(
+        reactor, hello_timeout=hello_timeout, call_timeout=call_timeout
+    )
+    connected: Deferred[Any] = dialler.connect(client_tls_factory(protocol, tls, reactor))
+    connected.addCallback(lambda _: protocol.when_ready())
+    connected.addCallback(lambda _: DataPlaneClient(protocol))
+    return cast("Deferred[DataPlaneClient]", connected)

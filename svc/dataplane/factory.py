@@ -1,0 +1,268 @@
+"""
+The data-plane server factory, its TLS wrapping and listening.
+
+L{DataPlaneFactory} builds one L{DataPlaneServerProtocol} per connection,
+counts connections and stops them gracefully (L{DataPlaneFactory.stop_serving}).
+L{tls_server_factory} wraps it in Twisted's TLS layer with a
+L{SwappableServerTLS}, so the server leaf can be renewed while connections
+live; L{listen_dataplane} listens on an endpoint string with both; and
+L{DataPlaneListenerService} ties listening and graceful stop to a service's
+start and stop.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IAddress, IListeningPort
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from svc.dataplane.admission import Admission, SwappableServerTLS
+from svc.dataplane.interfaces import IDataPlaneService
+from svc.dataplane.protocol import DataPlaneClock, DataPlaneServerProtocol
+from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
+from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
+from svc.wire.ops import REQUEST_OPS
+
+_log = Logger()
+
+MIB = 1024 * 1024
+
+
+def _positive(_instance: object, attribute: Any, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, not {value!r}")
+
+
+@attrs.frozen
+class ServerLimits:
+    """
+    The per-connection limits of the data-plane server (all times in seconds).
+
+    @ivar max_payload: largest REQUEST payload accepted (HELLO C{max_payload}).
+    @ivar max_raw: largest REQUEST raw segment accepted (HELLO C{max_raw}).
+    @ivar max_in_flight: unanswered requests allowed (HELLO C{max_in_flight}).
+    @ivar pause_reading_above: unanswered request bytes (raw segments plus
+        headers) above which the connection stops reading.
+    @ivar resume_reading_below: ... and at or below which it reads again.
+    @ivar handshake_timeout: TLS handshake plus admission must finish within.
+    @ivar idle_timeout: nothing in flight and no request for this long
+        ends the connection with GOAWAY C{idle_timeout}.
+    @ivar request_timeout: a request unanswered for this long is answered
+        ETIMEDOUT and its operation cancelled.
+    @ivar drain_timeout: after GOAWAY, requests still running after this long
+        are answered ETIMEDOUT and the connection closes.
+    @ivar close_timeout: a connection whose orderly TLS close has not
+        finished after this long is aborted.
+    @ivar server_name: HELLO C{server}.
+    """
+
+    max_payload: int = attrs.field(default=MAX_PAYLOAD_SIZE)
+    max_raw: int = attrs.field(default=MAX_RAW_SIZE)
+    max_in_flight: int = attrs.field(default=DEFAULT_MAX_IN_FLIGHT, validator=_positive)
+    pause_reading_above: int = attrs.field(default=64 * MIB, validator=_positive)
+    resume_reading_below: int = attrs.field(default=32 * MIB)
+    handshake_timeout: float = attrs.field(default=30.0, validator=_positive)
+    idle_timeout: float = attrs.field(default=300.0, validator=_positive)
+    request_timeout: float = attrs.field(default=120.0, validator=_positive)
+    drain_timeout: float = attrs.field(default=30.0, validator=_positive)
+    close_timeout: float = attrs.field(default=10.0, validator=_positive)
+    server_name: str = "svc-dataplane"
+
+    @max_payload.validator
+    def _check_payload(self, _attribute: object, value: int) -> None:
+        if not 1 <= value <= MAX_PAYLOAD_SIZE:
+            raise ValueError(f"max_payload must be in 1..{MAX_PAYLOAD_SIZE}")
+
+    @max_raw.validator
+    def _check_raw(self, _attribute: object, value: int) -> None:
+        if not 0 <= value <= MAX_RAW_SIZE:
+            raise ValueError(f"max_raw must be in 0..{MAX_RAW_SIZE}")
+
+    @resume_reading_below.validator
+    def _check_resume(self, _attribute: object, value: int) -> None:
+        if not 0 <= value <= self.pause_reading_above:
+            raise ValueError("resume_reading_below must be in 0..pause_reading_above")
+
+    def hello(self) -> Hello:
+        """The HELLO these limits announce."""
+        return Hello(
+            versions=(PROTOCOL_VERSION,),
+            max_payload=self.max_payload,
+            max_raw=self.max_raw,
+            max_in_flight=self.max_in_flight,
+            server=self.server_name,
+        )
+
+
+def random_connection_id() -> str:
+    """
+    A fresh connection id: 128 random bits in hex, so ids never repeat
+    across connections or server restarts.
+    """
+    return secrets.token_hex(16)
+
+
+class DataPlaneFactory(Factory):
+    """
+    Builds data-plane server connections and keeps track of them.
+
+    This is the application-level factory; listen with it wrapped in TLS
+    (L{tls_server_factory}, L{listen_dataplane}).
+    """
+
+    def __init__(
+        self,
+        service: IDataPlaneService,
+        admission: Admission,
+        clock: DataPlaneClock,
+        limits: ServerLimits | None = None,
+        *,
+        new_connection_id: Callable[[], str] = random_connection_id,
+        known_ops: Iterable[str] = REQUEST_OPS,
+    ) -> None:
+        """
+        @param service: the data-plane logic.
+        @param admission: the post-handshake check (L{TLSAdmission}); it
+            reads the current deny-list for each new connection.
+        @param clock: timeouts run on it.
+        @param limits: per-connection limits (default L{ServerLimits}()).
+        @param new_connection_id: the connection id source.
+        @param known_ops: operation names passed to the service; any other
+            is answered ENOSYS without calling it.
+        """
+        self._service = service
+        self._admission = admission
+        self._clock = clock
+        self.limits = limits or ServerLimits()
+        self._new_connection_id = new_connection_id
+        self._known_ops = frozenset(known_ops)
+        self._stopping = False
+        self._live: set[DataPlaneServerProtocol] = set()
+        self._admitted: set[DataPlaneServerProtocol] = set()
+
+    def buildProtocol(self, addr: IAddress | None) -> DataPlaneServerProtocol:
+        return DataPlaneServerProtocol(
+            service=self._service,
+            admission=self._admission,
+            clock=self._clock,
+            limits=self.limits,
+            new_connection_id=self._new_connection_id,
+            tracker=self,
+            known_ops=self._known_ops,
+        )
+
+    @property
+    def stopping(self) -> bool:
+        """Whether L{stop_serving} was called."""
+        return self._stopping
+
+    @property
+    def active_connections(self) -> int:
+        """Admitted connections not yet closed."""
+        return len(self._admitted)
+
+    def connection_started(self, connection: DataPlaneServerProtocol) -> None:
+        """Track a new transport (L{ConnectionTracker})."""
+        self._live.add(connection)
+
+    def connection_admitted(self, connection: DataPlaneServerProtocol) -> None:
+        """Count an admitted connection (L{ConnectionTracker})."""
+        self._admitted.add(connection)
+
+    def connection_lost(self, connection: DataPlaneServerProtocol) -> None:
+        """Forget a closed connection (L{ConnectionTracker})."""
+        self._live.discard(connection)
+        self._admitted.discard(connection)
+
+    def stop_serving(self) -> Deferred[None]:
+        """
+        Stop gracefully: every connection gets GOAWAY C{shutdown}, finishes
+        what it read (bounded by the drain and close timeouts) and closes;
+        connections still handshaking are dropped; connections admitted
+        later get GOAWAY at once.
+
+        @return: fires when every connection is gone and its handler closed.
+        """
+        self._stopping = True
+        _log.info("data-plane stopping: {count} connections", count=len(self._live))
+        waits = [
+            connection.go_away(GoAwayReason.SHUTDOWN, "server shutting down")
+            for connection in list(self._live)
+        ]
+        done: Deferred[list[None]] = gatherResults(waits)
+        return done.addCallback(lambda _: None)
+
+
+def tls_server_factory(
+    factory: DataPlaneFactory, tls: SwappableServerTLS, clock: Any
+) -> TLSMemoryBIOFactory:
+    """
+    C{factory} behind TLS with the options current in C{tls} for each new
+    connection; C{clock} is the reactor (or a test clock).
+    """
+    creator: Any = tls  # zope interfaces: mypy cannot see what these provide
+    wrapped: Any = factory
+    return TLSMemoryBIOFactory(creator, isClient=False, wrappedFactory=wrapped, clock=clock)
+
+
+def listen_dataplane(
+    reactor: Any, description: str, factory: DataPlaneFactory, tls: SwappableServerTLS
+) -> Deferred[IListeningPort]:
+    """
+    Listen on the server endpoint C{description} (e.g.
+    C{"tcp:7443:interface=127.0.0.1"}) with C{factory} behind TLS.
+
+    @param reactor: the reactor (clock and listener).
+    """
+    endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
+    listening: Deferred[IListeningPort] = endpoint.listen(tls_server_factory(factory, tls, reactor))
+    return listening
+
+
+class DataPlaneListenerService(Service):
+    """
+    Listens while running; on stop, stops listening, then stops the
+    factory's connections gracefully.
+    """
+
+    def __init__(
+        self, reactor: Any, description: str, factory: DataPlaneFactory, tls: SwappableServerTLS
+    ) -> None:
+        self._reactor = reactor
+        self._description = description
+        self.factory = factory
+        self.tls = tls
+        self._port: Deferred[IListeningPort] | None = None
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self._port = listen_dataplane(self._reactor, self._description, self.factory, self.tls)
+        self._port.addErrback(
+            lambda f: _log.failure("data-plane cannot listen on {d}", f, d=self._description)
+        )
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()  # type: ignore[no-untyped-call]
+        port, self._port = self._port, None
+
+        def stop_listening(listening: Any) -> Deferred[None] | None:
+            if listening is None:
+                return None
+            stopped: Deferred[None] | None = listening.stopListening()
+            return stopped
+
+        stopped: Deferred[Any] = port if port is not None else Deferred()
+        if port is None:
+            stopped.callback(None)
+        stopped.addCallback(stop_listening)
+        stopped.addCallback(lambda _: self.factory.stop_serving())
+        return stopped

@@ -1,0 +1,571 @@
+"""
+The data-plane server's own TLS leaf: obtaining it from the control plane,
+keeping it in a state directory, and renewing it in place.
+
+Lifecycle (C{docs/specifications/dataplane-http.md}, section "Server
+certificate"):
+
+  1. At start, L{ServerCertificate} loads C{server-key.pem},
+     C{server-cert.pem} and C{org-root.pem} from its state directory. If
+     they belong together, verify to the root, name the configured FQDN and
+     have not expired, they are used at once.
+  2. Otherwise it generates an ed25519 key and a CSR (CN and DNS SAN = the
+     FQDN) and sends C{POST /control/sign-server-cert} with the service
+     token (C{docs/specifications/control-dataplane.md}); the answer is
+     checked, written atomically (key mode 0600) and installed.
+  3. Renewal (a fresh key and a new leaf) is scheduled at two thirds of the
+     leaf's lifetime (C{NotBefore} to C{NotAfter}). A failed attempt is
+     retried after a jittered exponential backoff, bounded by
+     L{RetryPolicy.maximum} and never sooner than a C{Retry-After}.
+
+"Installed" means the C{on_new_certificate(cert, key, root)} callback ran:
+the caller builds new TLS options for its listeners from it; connections
+already open keep the options they were accepted with, so nothing live is
+dropped. L{StaticServerCertificate} instead serves fixed files (tests, the
+embedded development stack) and never renews.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+import treq
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
+from OpenSSL import crypto
+from treq.client import HTTPClient
+from twisted.application.service import Service
+from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.ssl import Certificate, trustRootFromCertificates
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
+
+from svc.durable import make_directories, write_file_atomically
+from svc.pki import names
+from svc.pki.chain import verify_chain
+from svc.pki.errors import PKIError
+from svc.pki.pem import cert_from_pem, cert_to_pem, certs_from_pem, key_from_pem, key_to_pem
+from svc.worker import IWorker
+
+SIGN_PATH = "/control/sign-server-cert"
+KEY_FILE = "server-key.pem"
+CERT_FILE = "server-cert.pem"
+ROOT_FILE = "org-root.pem"
+RENEW_FRACTION = 2 / 3
+"""Renew once this fraction of the leaf's lifetime has passed."""
+
+MAX_ANSWER_BYTES = 64 * 1024
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
+NewCertificate = Callable[[x509.Certificate, Ed25519PrivateKey, x509.Certificate], object]
+"""C{on_new_certificate(cert, key, root)}."""
+
+
+class ServerCertificateError(Exception):
+    """The control plane's answer (or a stored certificate) is unusable."""
+
+
+class SigningFailed(Exception):
+    """
+    C{POST /control/sign-server-cert} did not produce a certificate;
+    C{retry_after} is the server's C{Retry-After} in seconds, if any.
+    """
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+@attrs.frozen
+class ServerCredentials:
+    """
+    The server leaf, its key and the org root. The key is kept out of
+    C{repr} and out of equality (key objects do not compare; the leaf,
+    checked to match it, stands for it).
+    """
+
+    cert: x509.Certificate
+    key: Ed25519PrivateKey = attrs.field(repr=False, eq=False)
+    root: x509.Certificate
+
+    def __attrs_post_init__(self) -> None:
+        if self.cert.public_key() != self.key.public_key():
+            raise ServerCertificateError("the certificate does not belong to the key")
+
+
+def renewal_time(cert: x509.Certificate) -> datetime:
+    """When to renew C{cert}: two thirds of the way from NotBefore to NotAfter."""
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    return start + (end - start) * RENEW_FRACTION
+
+
+def check_credentials(credentials: ServerCredentials, fqdn: str, now: datetime) -> None:
+    """
+    Refuse credentials that would not serve C{fqdn} at C{now}: the leaf must
+    verify directly to the self-signed root, be valid now, and carry C{fqdn}
+    as a DNS SAN.
+
+    @raise ServerCertificateError: otherwise.
+    """
+    root = credentials.root
+    if root.issuer != root.subject:
+        raise ServerCertificateError("the org root is not self-issued")
+    try:
+        verify_chain(credentials.cert, [], root, now)
+    except PKIError as e:
+        raise ServerCertificateError(f"the leaf does not verify to the root: {e}") from None
+    try:
+        sans = credentials.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        raise ServerCertificateError("the leaf has no DNS SAN") from None
+    if names.check_fqdn(fqdn) not in sans.value.get_values_for_type(x509.DNSName):
+        raise ServerCertificateError(f"the leaf does not name {fqdn}")
+
+
+def new_csr(key: Ed25519PrivateKey, fqdn: str) -> x509.CertificateSigningRequest:
+    """A CSR for C{fqdn} (CN and DNS SAN) signed by C{key}."""
+    host = names.check_fqdn(fqdn)
+    return (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+        .sign(key, None)
+    )
+
+
+@attrs.frozen
+class Registration:
+    """
+    What the server tells the control plane about itself: its FQDN, the
+    frame address agents dial, its HTTPS address, and optionally how many
+    tenants it takes.
+    """
+
+    fqdn: str = attrs.field(converter=names.check_fqdn)
+    advertise_addr: str
+    http_addr: str
+    capacity: int | None = None
+
+    def body(self, csr: x509.CertificateSigningRequest) -> dict[str, object]:
+        """The C{POST /control/sign-server-cert} body for C{csr}."""
+        body: dict[str, object] = {
+            "csr_pem": csr.public_bytes(serialization.Encoding.PEM).decode("ascii"),
+            "fqdn": self.fqdn,
+            "advertise_addr": self.advertise_addr,
+            "http_addr": self.http_addr,
+        }
+        if self.capacity is not None:
+            body["capacity"] = self.capacity
+        return body
+
+
+def parse_signing_answer(body: bytes, key: Ed25519PrivateKey) -> ServerCredentials:
+    """
+    The credentials in a 200 answer (C{cert_pem}, C{root_ca_pem}) for C{key}.
+
+    @raise ServerCertificateError: malformed, or for another key.
+    """
+    try:
+        answer = json.loads(body)
+        cert = cert_from_pem(answer["cert_pem"].encode("ascii"))
+        root = cert_from_pem(answer["root_ca_pem"].encode("ascii"))
+    except (ValueError, KeyError, TypeError, AttributeError, PKIError) as e:
+        raise ServerCertificateError(f"malformed signing answer: {e}") from None
+    return ServerCredentials(cert, key, root)
+
+
+@attrs.frozen
+class RetryPolicy:
+    """
+    Backoff after a failed attempt: C{initial * factor**attempt} seconds,
+    capped at C{maximum}, then reduced by up to C{jitter} of itself at random
+    (so a fleet restarted together spreads out), and never below a server's
+    C{Retry-After}.
+    """
+
+    initial: float = 5.0
+    factor: float = 2.0
+    maximum: float = 900.0
+    jitter: float = 0.5
+
+    def delay(self, attempt: int, draw: float, retry_after: float | None = None) -> float:
+        """The delay before retry number C{attempt + 1}; C{draw} is in [0, 1)."""
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        delay = base * (1 - self.jitter * draw)
+        return max(delay, retry_after or 0.0)
+
+
+class CredentialFiles:
+    """
+    The key, leaf and root in a state directory (blocking I/O: use a
+    worker). The key is written with mode 0600, certificates 0644, each
+    atomically; the directory is created with mode 0700.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def load(self) -> ServerCredentials | None:
+        """The stored credentials, or L{None} if absent or inconsistent."""
+        paths = [self.state_dir / n for n in (KEY_FILE, CERT_FILE, ROOT_FILE)]
+        try:
+            key_pem, cert_pem, root_pem = (p.read_bytes() for p in paths)
+            return ServerCredentials(
+                cert_from_pem(cert_pem), key_from_pem(key_pem), cert_from_pem(root_pem)
+            )
+        except FileNotFoundError:
+            return None
+        except (PKIError, ServerCertificateError) as e:
+            _log.warn(
+                "ignoring stored server certificate in {dir}: {error}",
+                dir=str(self.state_dir),
+                error=str(e),
+            )
+            return None
+
+    def store(self, credentials: ServerCredentials) -> None:
+        """Write the credentials (root, key, then leaf)."""
+        make_directories(self.state_dir)
+        write_file_atomically(self.state_dir / ROOT_FILE, cert_to_pem(credentials.root), 0o644)
+        write_file_atomically(self.state_dir / KEY_FILE, key_to_pem(credentials.key), 0o600)
+        write_file_atomically(self.state_dir / CERT_FILE, cert_to_pem(credentials.cert), 0o644)
+
+
+def load_static_credentials(cert_path: Path, key_path: Path, root_path: Path) -> ServerCredentials:
+    """
+    Credentials from operator-given files (blocking).
+
+    @raise PKIError: a file is malformed.
+    @raise ServerCertificateError: the leaf and key do not match.
+    """
+    return ServerCredentials(
+        cert_from_pem(cert_path.read_bytes()),
+        key_from_pem(key_path.read_bytes()),
+        cert_from_pem(root_path.read_bytes()),
+    )
+
+
+def control_plane_http_client(reactor: Any, ca_file: Path | None) -> Any:
+    """
+    A treq client for calls to the control plane. With C{ca_file} (PEM,
+    C{SVC_CA_FILE}) HTTPS trusts only the certificates in it; without, the
+    platform's trust store. A plain C{http://} control URL (the local
+    development stack) works with either.
+    """
+    if ca_file is None:
+        agent: Any = Agent(reactor)  # type: ignore[no-untyped-call]
+        return HTTPClient(agent)
+    anchors = [
+        Certificate(crypto.X509.from_cryptography(c))  # type: ignore[no-untyped-call]
+        for c in certs_from_pem(ca_file.read_bytes())
+    ]
+    trust = trustRootFromCertificates(anchors)  # type: ignore[no-untyped-call]
+    policy = BrowserLikePolicyForHTTPS(trustRoot=trust)  # type: ignore[no-untyped-call]
+    agent = Agent(reactor, contextFactory=policy)  # type: ignore[no-untyped-call]
+    return HTTPClient(agent)
+
+
+class PostsJson(Protocol):
+    """The part of C{treq.client.HTTPClient} (or C{StubTreq}) used here."""
+
+    def post(self, url: str, *, data: bytes, headers: dict[bytes, list[bytes]]) -> Deferred[Any]:
+        """Send a POST; fires with an C{IResponse}."""
+
+
+class TimerCall(Protocol):
+    """The part of C{IDelayedCall} used here."""
+
+    def active(self) -> bool:
+        """Whether the call is still pending."""
+
+    def getTime(self) -> float:
+        """When the call will run."""
+
+    def cancel(self) -> None:
+        """Stop the pending call."""
+
+
+class TimerClock(Protocol):
+    """What the renewal needs of a reactor (or a C{Clock}): the time and
+    delayed calls, which return a L{TimerCall}."""
+
+    def seconds(self) -> float:
+        """Now, in seconds since the epoch."""
+
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule a call."""
+
+
+async def _read_bounded(response: Any, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+
+    def collect(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise SigningFailed("the answer is too large")
+        parts.append(data)
+
+    await treq.collect(response, collect)
+    return b"".join(parts)
+
+
+class SignServerCertCall:
+    """
+    C{POST <control_url>/control/sign-server-cert} with the service token
+    over C{http} (a treq client; HTTPS trust is the client's business).
+    """
+
+    def __init__(
+        self,
+        http: PostsJson,
+        control_url: str,
+        token: str,
+        clock: TimerClock,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> None:
+        self._http = http
+        self._url = control_url.rstrip("/") + SIGN_PATH
+        self._token = token
+        self._clock = clock
+        self._timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"<SignServerCertCall {self._url}>"
+
+    async def sign(self, registration: Registration, key: Ed25519PrivateKey) -> ServerCredentials:
+        """
+        Have the control plane sign a CSR for C{key}.
+
+        @raise SigningFailed: no answer in time, a non-200 status (with its
+            C{Retry-After}), or an unusable answer.
+        """
+        body = json.dumps(registration.body(new_csr(key, registration.fqdn))).encode()
+        headers = {
+            b"Authorization": [b"Bearer " + self._token.encode("ascii")],
+            b"Content-Type": [b"application/json"],
+        }
+        request = self._http.post(self._url, data=body, headers=headers)
+        request.addTimeout(self._timeout, self._clock)  # type: ignore[arg-type]
+        try:
+            response = await request
+            content = await _read_bounded(response, MAX_ANSWER_BYTES)
+        except SigningFailed:
+            raise
+        except CancelledError:
+            raise
+        except Exception as e:
+            raise SigningFailed(f"no answer: {type(e).__name__}: {e}") from None
+        if response.code != 200:
+            raise SigningFailed(
+                f"status {response.code}: {_error_code(content)}", _retry_after(response)
+            )
+        try:
+            return parse_signing_answer(content, key)
+        except ServerCertificateError as e:
+            raise SigningFailed(str(e)) from None
+
+
+def _error_code(content: bytes) -> str:
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return "no JSON error body"
+    return str(error)
+
+
+def _retry_after(response: Any) -> float | None:
+    values = response.headers.getRawHeaders(b"retry-after") or []
+    if values and values[0].strip().isdigit():
+        return float(values[0].strip())
+    return None
+
+
+_log = Logger()
+
+
+class ServerCertificate(Service):
+    """
+    Keeps the server leaf current: loads or obtains it at start, installs
+    it through C{on_new_certificate}, renews it at two thirds of its life,
+    and retries failures with L{RetryPolicy}. See the module docstring.
+
+    @param registration: the server's names and addresses.
+    @param signer: the control-plane call.
+    @param files: the state directory.
+    @param clock: time and delayed calls.
+    @param io: runs the file reads and writes.
+    @param on_new_certificate: installs new credentials on the listeners.
+    @param draw: a random number in [0, 1) for the jitter.
+    """
+
+    def __init__(
+        self,
+        *,
+        registration: Registration,
+        signer: SignServerCertCall,
+        files: CredentialFiles,
+        clock: TimerClock,
+        io: IWorker,
+        on_new_certificate: NewCertificate,
+        retry: RetryPolicy | None = None,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        self._registration = registration
+        self._signer = signer
+        self._files = files
+        self._clock = clock
+        self._io = io
+        self._on_new_certificate = on_new_certificate
+        self._retry = retry or RetryPolicy()
+        self._draw = draw
+        self.current: ServerCredentials | None = None
+        self.failures = 0
+        """Consecutive failed attempts (0 after a success)."""
+        self._waiting: list[Deferred[ServerCredentials]] = []
+        self._timer: TimerCall | None = None
+        self._work: Deferred[None] | None = None
+
+    def ready(self) -> Deferred[ServerCredentials]:
+        """Fires with the first credentials installed (at once if there are some)."""
+        if self.current is not None:
+            return succeed(self.current)
+        waiting: Deferred[ServerCredentials] = Deferred()
+        self._waiting.append(waiting)
+        return waiting
+
+    def next_attempt_at(self) -> float | None:
+        """When the next renewal or retry is scheduled (seconds), if any."""
+        if self._timer is None or not self._timer.active():
+            return None
+        return self._timer.getTime()
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self._run(self._start())
+
+    def stopService(self) -> Deferred[None] | None:
+        super().stopService()  # type: ignore[no-untyped-call]
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        if self._work is not None:
+            self._work.cancel()
+        return None
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock.seconds(), UTC)
+
+    def _run(self, work: Any) -> None:
+        work_done: Deferred[None] = Deferred.fromCoroutine(work)
+        self._work = work_done
+
+        def done(result: object) -> None:
+            if self._work is work_done:
+                self._work = None
+            if isinstance(result, Failure) and not isinstance(result.value, CancelledError):
+                _log.failure("server certificate renewal failed unexpectedly", result)
+
+        work_done.addBoth(done)
+
+    async def _start(self) -> None:
+        try:
+            stored = await self._io.submit(self._files.load)
+        except OSError as e:
+            _log.warn("cannot read the stored server certificate: {error}", error=str(e))
+            stored = None
+        if stored is not None:
+            try:
+                check_credentials(stored, self._registration.fqdn, self._now())
+            except ServerCertificateError as e:
+                _log.info("stored server certificate not usable: {error}", error=str(e))
+            else:
+                _log.info(
+                    "using stored server certificate, valid until {not_after}",
+                    not_after=stored.cert.not_valid_after_utc.isoformat(),
+                )
+                self._install(stored)
+                return
+        await self._attempt()
+
+    async def _attempt(self) -> None:
+        self._timer = None
+        key = Ed25519PrivateKey.generate()
+        try:
+            credentials = await self._signer.sign(self._registration, key)
+            check_credentials(credentials, self._registration.fqdn, self._now())
+            await self._io.submit(lambda: self._files.store(credentials))
+        except CancelledError:
+            raise
+        except Exception as e:
+            retry_after = e.retry_after if isinstance(e, SigningFailed) else None
+            delay = self._retry.delay(self.failures, self._draw(), retry_after)
+            self.failures += 1
+            _log.warn(
+                "server certificate request failed ({failures} in a row): {error};"
+                " retrying in {delay:.0f}s",
+                failures=self.failures,
+                error=str(e),
+                delay=delay,
+            )
+            self._schedule(delay)
+            return
+        self.failures = 0
+        _log.info(
+            "new server certificate for {fqdn}, valid until {not_after}",
+            fqdn=self._registration.fqdn,
+            not_after=credentials.cert.not_valid_after_utc.isoformat(),
+        )
+        self._install(credentials)
+
+    def _install(self, credentials: ServerCredentials) -> None:
+        previous = self.current
+        if previous is not None and previous.root != credentials.root:
+            _log.warn("the control plane delivered a different org root")
+        self.current = credentials
+        try:
+            self._on_new_certificate(credentials.cert, credentials.key, credentials.root)
+        except Exception:
+            _log.failure("installing the new server certificate failed")
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            d.callback(credentials)
+        renew_at = renewal_time(credentials.cert).timestamp()
+        self._schedule(max(0.0, renew_at - self._clock.seconds()))
+
+    def _schedule(self, delay: float) -> None:
+        if not self.running:
+            return
+        self._timer = self._clock.callLater(delay, lambda: self._run(self._attempt()))
+
+
+class StaticServerCertificate(Service):
+    """
+    Fixed credentials from operator-given files, installed once at start
+    and never renewed (the operator replaces the files and restarts).
+    """
+
+    def __init__(self, credentials: ServerCredentials, on_new_certificate: NewCertificate) -> None:
+        self.current = credentials
+        self._on_new_certificate = on_new_certificate
+
+    def ready(self) -> Deferred[ServerCredentials]:
+        """Fires at once with the credentials."""
+        return succeed(self.current)
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        c = self.current
+        self._on_new_certificate(c.cert, c.key, c.root)
