@@ -16,18 +16,20 @@ from twisted.test.iosim import ConnectionCompleter, IOPump
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.client import (
+    DataPlaneClient,
+    DataPlaneClientProtocol,
+    Reply,
+    connect_dataplane,
+)
+from svc.dataplane.client_errors import (
     AdmissionFailed,
     CallTimedOut,
     ConnectionGoingAway,
-    DataPlaneClient,
-    DataPlaneClientProtocol,
     NotExecuted,
     OutcomeUnknown,
     ProtocolViolation,
     RemoteError,
-    Reply,
     VersionUnsupported,
-    connect_dataplane,
 )
 from svc.dataplane.factory import ServerLimits, listen_dataplane
 from svc.dataplane.interfaces import OpReply

@@ -14,7 +14,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import AdmissionFailed
+from svc.dataplane.client_errors import AdmissionFailed
 from svc.dataplane.factory import DataPlaneListenerService, ServerLimits
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.protocol import DataPlaneServerProtocol
