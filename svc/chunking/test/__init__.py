@@ -1,0 +1,3 @@
+"""
+Tests for L{svc.chunking}.
+"""
