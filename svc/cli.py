@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules that contribute subcommands, in help order.
-SUBCOMMAND_MODULES = ("svc.chunking.cli", "svc.audit.cli")
+SUBCOMMAND_MODULES = ("svc.chunking.cli", "svc.audit.cli", "svc.control.operator_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,31 +1,434 @@
 """
-``twist svc-control``: options and service construction.
+C{twist svc-control}: options and service construction.
 
-This part is not built yet: its options refuse to run rather than pretend.
+    twist svc-control [--listen STRPORT ...] [--tls-listen STRPORT ...]
+
+C{--listen} serves plain HTTP (default C{tcp:8080:interface=127.0.0.1}; TLS
+is terminated at the edge in a hosted deployment). C{--tls-listen} serves
+HTTPS on a stream endpoint with the control plane's own server leaf
+(C{SVC_CONTROL_FQDN}, signed by the org root at start) and I{asks} for, but
+does not require, a client certificate verified against the org root: an
+agent presenting its leaf there is identified by it on the mount routes.
+Everything else comes from the environment (L{ControlSettings} and
+L{TapSettings}); a bad value refuses to start naming the variable.
+
+L{ControlPlaneService} opens the store (applying migrations), opens the agent
+CA, builds the app with every route, listens, and runs the push loop; a
+failure to start stops the process with exit status 1. Stopping closes the
+listeners, waits for the push round in progress and closes the store.
 """
 
 from __future__ import annotations
 
-from twisted.application.service import IService
-from twisted.python import usage
+import os
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
-NOT_BUILT = (
-    "svc-control is not built yet in this release; "
-    "see README.md for what currently works."
+import attrs
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
+from OpenSSL import SSL
+from twisted.application.service import IService, MultiService
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IOpenSSLContextFactory
+from twisted.internet.ssl import CertificateOptions, TLSVersion
+from twisted.internet.task import LoopingCall
+from twisted.internet.testing import MemoryReactor
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python import usage
+from twisted.web.server import Site
+from zope.interface import implementer  # type: ignore[import-untyped]
+
+from svc.config import ConfigError, env_int, env_str
+from svc.control.app import build_control_app
+from svc.control.ca import AgentCAProvider
+from svc.control.dataplane_client import (
+    DEFAULT_CALL_TIMEOUT_SECONDS,
+    ControlCertificateIssuer,
+    ControlCertificateKeeper,
+    ControlCertificateUnavailable,
+    DataPlaneClient,
+    mtls_http_client,
 )
+from svc.control.enrollment import EnrollmentDeps
+from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
+from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
+from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_mounts import DEFAULT_MOUNT_LEASE_TTL_SECONDS, MountDeps, mount_routes
+from svc.control.routing import Feature, Route
+from svc.control.settings import ControlSettings
+from svc.control.store import open_store
+from svc.control.store.interface import ControlStore
+from svc.pki import names
+from svc.pki.errors import InvalidName
+from svc.pki.issuance import CertifiedKey
+from svc.pki.tls import org_root_trust
+from svc.worker import ThreadWorker
+
+DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
+DEFAULT_CONTROL_FQDN = "localhost"
+START_FAILED_STATUS = 1
+TLS_RENEWAL_CHECK_SECONDS = 3600
+
+_log = Logger()
+
+
+@attrs.frozen
+class TapSettings:
+    """
+    The process settings L{ControlSettings} does not cover (see
+    C{docs/control-tap-configuration.md}).
+    """
+
+    mount_lease_ttl_seconds: int = DEFAULT_MOUNT_LEASE_TTL_SECONDS
+    push_interval_seconds: int = DEFAULT_PUSH_INTERVAL_SECONDS
+    dataplane_timeout_seconds: int = int(DEFAULT_CALL_TIMEOUT_SECONDS)
+    control_fqdn: str = DEFAULT_CONTROL_FQDN
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> TapSettings:
+        """
+        Read and check the variables.
+
+        @raise ConfigError: naming the variable at fault.
+        """
+        fqdn = env_str(environ, "SVC_CONTROL_FQDN", DEFAULT_CONTROL_FQDN)
+        try:
+            fqdn = names.check_fqdn(fqdn)
+        except InvalidName as e:
+            raise ConfigError("SVC_CONTROL_FQDN", str(e)) from None
+        return cls(
+            mount_lease_ttl_seconds=env_int(
+                environ,
+                "SVC_MOUNT_LEASE_TTL_SECONDS",
+                DEFAULT_MOUNT_LEASE_TTL_SECONDS,
+                minimum=10,
+                maximum=3600,
+            ),
+            push_interval_seconds=env_int(
+                environ,
+                "SVC_REVOCATION_PUSH_INTERVAL_SECONDS",
+                DEFAULT_PUSH_INTERVAL_SECONDS,
+                minimum=1,
+                maximum=3600,
+            ),
+            dataplane_timeout_seconds=env_int(
+                environ,
+                "SVC_DATAPLANE_CALL_TIMEOUT_SECONDS",
+                int(DEFAULT_CALL_TIMEOUT_SECONDS),
+                minimum=1,
+                maximum=300,
+            ),
+            control_fqdn=fqdn,
+        )
 
 
 class Options(usage.Options):
     """
-    Command-line options for ``twist svc-control``.
+    Command-line options for C{twist svc-control}; configuration is read
+    from the environment here, so a bad value is a usage error.
     """
 
+    synopsis = "[--listen STRPORT ...] [--tls-listen STRPORT ...]"
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._environ = os.environ if environ is None else environ
+        self["listen"] = []
+        self["tls_listen"] = []
+
+    def opt_listen(self, description: str) -> None:
+        """
+        Serve plain HTTP on this endpoint (repeatable; default
+        tcp:8080:interface=127.0.0.1).
+        """
+        self["listen"].append(_endpoint(description, "--listen"))
+
+    def opt_tls_listen(self, description: str) -> None:
+        """
+        Serve HTTPS on this stream endpoint, asking agents for their client
+        certificate (repeatable; needs an agent CA).
+        """
+        self["tls_listen"].append(_endpoint(description, "--tls-listen"))
+
+    opt_l = opt_listen
+
     def postOptions(self) -> None:
-        raise usage.UsageError(NOT_BUILT)
+        if not self["listen"] and not self["tls_listen"]:
+            self["listen"] = [DEFAULT_LISTEN]
+        try:
+            self["settings"] = settings = ControlSettings.from_environ(self._environ)
+            self["tap_settings"] = TapSettings.from_environ(self._environ)
+        except ConfigError as e:
+            raise usage.UsageError(str(e)) from None
+        if self["tls_listen"] and not (
+            settings.agent_ca_configured and settings.database_url is not None
+        ):
+            raise usage.UsageError(
+                "--tls-listen needs DATABASE_URL and an agent CA (SVC_SECRETS_DIR or "
+                "SVC_SECRETS_BACKEND=postgres) to issue the control plane's server certificate"
+            )
+
+
+def _endpoint(description: str, option: str) -> str:
+    try:
+        serverFromString(MemoryReactor(), description)  # type: ignore[no-untyped-call]
+    except Exception as e:
+        raise usage.UsageError(f"{option}: not a server endpoint: {description!r} ({e})") from None
+    return description
 
 
 def makeService(options: Options) -> IService:
+    """The control plane as one service on the global reactor."""
+    from twisted.internet import reactor  # noqa: PLC0415 (installed by twist by now)
+
+    service: Any = ControlPlaneService(
+        options["settings"],
+        options["tap_settings"],
+        options["listen"],
+        options["tls_listen"],
+        reactor,
+    )
+    return cast(IService, service)
+
+
+class QuietSite(Site):
+    """A C{Site} without its own access log (the app logs every request)."""
+
+    def log(self, request: Any) -> None:
+        """Log nothing."""
+
+
+@implementer(IOpenSSLContextFactory)
+class OptionalClientCertificateOptions:
     """
-    Refuse: the part is not built yet.
+    Server TLS context factory: present C{leaf}, I{request} a client
+    certificate and verify any that is sent against C{org_root} alone (a
+    client without one still connects). The agent-identity authenticator
+    re-verifies the chain and applies the admission rules itself.
     """
-    raise SystemExit(NOT_BUILT)
+
+    def __init__(self, leaf: CertifiedKey, org_root: x509.Certificate) -> None:
+        self._org_root = org_root
+        self.replace(leaf)
+
+    def replace(self, leaf: CertifiedKey) -> None:
+        """Present C{leaf} on new connections (live ones keep theirs)."""
+        settings: dict[str, Any] = {
+            "privateKey": leaf.key,
+            "certificate": leaf.cert,
+            "trustRoot": org_root_trust(self._org_root),
+            "raiseMinimumTo": TLSVersion.TLSv1_2,
+            "verifyDepth": 1,
+        }
+        context = CertificateOptions(**settings).getContext()
+        context.set_verify(SSL.VERIFY_PEER)
+        self._context = context
+        self.leaf = leaf
+
+    @property
+    def renew_at(self) -> datetime:
+        """When two thirds of the current leaf's life have passed."""
+        start = self.leaf.cert.not_valid_before_utc
+        return start + (self.leaf.cert.not_valid_after_utc - start) * 2 / 3
+
+    def getContext(self) -> SSL.Context:
+        """The OpenSSL context, with the client certificate made optional."""
+        return self._context
+
+
+def control_server_leaf(ca: Any, fqdn: str, now: datetime) -> Deferred[CertifiedKey]:
+    """
+    A server leaf for the control plane's own TLS listener: a fresh key and
+    a CSR signed by the org root through C{ca} (so the signing is audited).
+    """
+
+    async def issuing() -> CertifiedKey:
+        key = Ed25519PrivateKey.generate()
+        csr = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, fqdn)]))
+            .sign(key, None)
+        )
+        cert = await ca.sign_server_csr(csr, fqdn, now)
+        return CertifiedKey(cert, key)
+
+    return Deferred.fromCoroutine(issuing())
+
+
+class ControlPlaneService(MultiService):
+    """
+    The whole control plane; see the module docstring.
+
+    @param reactor: the reactor (time, threads, listening, TLS clients).
+    """
+
+    def __init__(
+        self,
+        settings: ControlSettings,
+        tap_settings: TapSettings,
+        listen: list[str],
+        tls_listen: list[str],
+        reactor: Any,
+        *,
+        exit_on_failure: bool = True,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._settings = settings
+        self._tap = tap_settings
+        self._listen = listen
+        self._tls_listen = tls_listen
+        self._reactor = reactor
+        self._worker = ThreadWorker(reactor, "svc-control-ca", threads=1)
+        self._store: ControlStore | None = None
+        self._provider: AgentCAProvider | None = None
+        self._tls_options: OptionalClientCertificateOptions | None = None
+        self._tls_renewal = LoopingCall(lambda: Deferred.fromCoroutine(self._renew_tls_leaf()))
+        self._exit_on_failure = exit_on_failure
+        self._ports: list[Any] = []
+        self.started: Deferred[None] | None = None
+        """Fires once listening (fails if the start failed); set by C{startService}."""
+        self.keeper: ControlCertificateKeeper | None = None
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        self.started = Deferred.fromCoroutine(self._start())
+        if self._exit_on_failure:
+            self.started.addErrback(self._start_failed)
+
+    @property
+    def addresses(self) -> list[Any]:
+        """The addresses listened on (plain listeners first)."""
+        return [port.getHost() for port in self._ports]
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._reactor.seconds(), UTC)
+
+    async def _start(self) -> None:
+        settings, reactor = self._settings, self._reactor
+        routes: list[Route] = []
+        authenticators: dict[Any, Any] = {}
+        if settings.database_url is not None:
+            store = self._store = await open_store(settings.database_url, reactor)
+            routes, authenticators = await self._database_routes(store)
+        app = build_control_app(
+            settings,
+            reactor.seconds,
+            routes,
+            authenticators,
+            ready=self._ready,
+        )
+        site = QuietSite(app.resource())  # type: ignore[no-untyped-call]
+        for description in self._listen:
+            endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
+            port = await endpoint.listen(site)
+            self._listened(port, "http")
+        if self._tls_listen:
+            await self._listen_tls(site)
+        _log.info("svc-control ready", svc_control_ready=True)
+
+    async def _database_routes(self, store: ControlStore) -> tuple[list[Route], dict[Any, Any]]:
+        settings, reactor = self._settings, self._reactor
+        provider = await AgentCAProvider.opened(settings, store, self._worker)
+        self._provider = provider
+        keeper = None
+        if settings.agent_ca_configured:
+            issuer = ControlCertificateIssuer(provider, settings, store, self._worker)
+            keeper = self.keeper = ControlCertificateKeeper(issuer, self._now)
+        client = DataPlaneClient(
+            keeper.current if keeper is not None else lambda: None,
+            mtls_http_client(reactor),
+            reactor,
+            float(self._tap.dataplane_timeout_seconds),
+        )
+        pushes = ControlPushLoop(
+            store, reactor, client, keeper, interval=self._tap.push_interval_seconds
+        )
+        enrollment = EnrollmentDeps.build(store, provider, settings, reactor.seconds)
+        routes = [
+            *entity_routes(EntityDeps(store, settings, reactor, client, pushes)),
+            *mount_routes(
+                MountDeps(
+                    store,
+                    reactor,
+                    pushes,
+                    timedelta(seconds=self._tap.mount_lease_ttl_seconds),
+                )
+            ),
+            *enrollment_routes(enrollment),
+        ]
+        pushes.setServiceParent(self)  # type: ignore[no-untyped-call]
+        return routes, dict(enrollment_authenticators(enrollment))
+
+    def _ready(self, feature: Feature) -> bool:
+        if feature is Feature.AGENT_CA:
+            return self.keeper is not None and self.keeper.current() is not None
+        return True
+
+    async def _listen_tls(self, site: Site) -> None:
+        ca = None if self._provider is None else await self._provider.get()
+        if ca is None:
+            raise ControlCertificateUnavailable(
+                "--tls-listen needs the org root: run 'svc ca init' first"
+            )
+        leaf = await control_server_leaf(ca, self._tap.control_fqdn, self._now())
+        options = self._tls_options = OptionalClientCertificateOptions(leaf, ca.root)
+        wrapped: Any = site
+        factory = TLSMemoryBIOFactory(cast(Any, options), False, wrapped)
+        for description in self._tls_listen:
+            endpoint: Any = serverFromString(self._reactor, description)  # type: ignore[no-untyped-call]
+            port = await endpoint.listen(factory)
+            self._listened(port, "https")
+        self._tls_renewal.clock = self._reactor
+        self._tls_renewal.start(TLS_RENEWAL_CHECK_SECONDS, now=False)
+
+    async def _renew_tls_leaf(self) -> None:
+        options = self._tls_options
+        if options is None or self._now() < options.renew_at or self._provider is None:
+            return
+        try:
+            ca = await self._provider.get()
+            if ca is not None:
+                leaf = await control_server_leaf(ca, self._tap.control_fqdn, self._now())
+                options.replace(leaf)
+                _log.info("control-plane TLS certificate renewed")
+        except Exception:
+            _log.failure("control-plane TLS certificate renewal failed; retrying later")
+
+    def _listened(self, port: Any, scheme: str) -> None:
+        self._ports.append(port)
+        address = port.getHost()
+        _log.info(
+            "listening on {scheme}://{host}:{port}",
+            scheme=scheme,
+            host=getattr(address, "host", address),
+            port=getattr(address, "port", ""),
+        )
+
+    def _start_failed(self, failure: Any) -> None:
+        _log.failure("svc-control failed to start", failure)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)
+        self._reactor.stop()
+
+    def stopService(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        if self.started is not None and not self.started.called:
+            self.started.cancel()
+        if self._tls_renewal.running:
+            self._tls_renewal.stop()
+        ports, self._ports = self._ports, []
+        await DeferredList([port.stopListening() for port in ports], consumeErrors=True)
+        await super().stopService()  # type: ignore[no-untyped-call]
+        if self._store is not None:
+            store, self._store = self._store, None
+            await store.close()
+        self._worker.stop()

@@ -1,0 +1,198 @@
+"""
+The enrollment routes of the control plane, declared for
+L{svc.control.app.build_control_app}:
+
+  - C{POST /agent/enroll} (enroll token): mint a 1-hour agent leaf;
+  - C{POST /agent/renew} (agent identity with proof of possession): mint a
+    fresh leaf for a live one;
+  - C{POST /control/sign-server-cert} (service token): sign a data-plane
+    server's CSR with the org root and register the server for placement
+    (C{docs/specifications/control-dataplane.md}).
+
+All three need the database and an agent CA (mounting rule 4) and answer
+503 with C{Retry-After: 60} while the CA has no org root. The decisions are
+in L{svc.control.enrollment}; this module parses and renders.
+
+Wiring (C{tap.py})::
+
+    provider = await AgentCAProvider.opened(settings, store, worker)
+    deps = EnrollmentDeps.build(store, provider, settings, reactor.seconds)
+    build_control_app(settings, reactor.seconds,
+                      routes=[*enrollment_routes(deps), ...],
+                      authenticators=enrollment_authenticators(deps))
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from cryptography import x509
+from twisted.logger import Logger
+
+from svc.control.agent_auth import AgentIdentityAuthenticator, AgentPrincipal
+from svc.control.ca import AgentCAProvider
+from svc.control.enrollment import (
+    CA_NOT_READY,
+    ENROLL_RETRY_AFTER,
+    Enrollment,
+    EnrollmentDeps,
+    EnrollTokenAuthenticator,
+    EnrollTokenCredential,
+    format_timestamp,
+)
+from svc.control.errors import InvalidRequest, JsonValue, ServiceUnavailable
+from svc.control.http import Authenticator, Call
+from svc.control.routing import AuthKind, Feature, HandlerResult, Route
+from svc.pki import names
+from svc.pki.errors import InvalidName, IssuanceError
+from svc.pki.pem import cert_to_pem
+
+__all__ = [
+    "AgentCAProvider",
+    "EnrollmentDeps",
+    "enrollment_authenticators",
+    "enrollment_routes",
+    "parse_host_port",
+]
+
+MAX_SERVER_CAPACITY = 1_000_000
+_HOST = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+_PORT = re.compile(r"[0-9]{1,5}")
+
+_ENROLLMENT_FEATURES = frozenset({Feature.DATABASE, Feature.AGENT_CA})
+_log = Logger()
+
+
+def parse_host_port(text: str) -> str:
+    """
+    C{text} if it is C{host:port}: a DNS name (at most 253 characters), an
+    IPv4 address or a bracketed IPv6 address, and a port 1-65535. Returned
+    with the host lower-cased and the IPv6 address compressed.
+
+    @raise ValueError: otherwise.
+    """
+    host, colon, port = text.rpartition(":")
+    if not colon or _PORT.fullmatch(port) is None or not 1 <= int(port) <= 65535:
+        raise ValueError("expected host:port with a port 1-65535")
+    if host.startswith("[") and host.endswith("]"):
+        return f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]:{int(port)}"
+    if len(host) > 253 or _HOST.fullmatch(host) is None:
+        raise ValueError("host must be a DNS name or an IP address")
+    return f"{host.lower()}:{int(port)}"
+
+
+def enrollment_authenticators(deps: EnrollmentDeps) -> dict[AuthKind, Authenticator]:
+    """
+    The authenticators these routes need: C{ENROLL_TOKEN} and
+    C{AGENT_IDENTITY} (which the mount-lease routes share).
+    """
+    return {
+        AuthKind.ENROLL_TOKEN: EnrollTokenAuthenticator(),
+        AuthKind.AGENT_IDENTITY: AgentIdentityAuthenticator(
+            deps.store, deps.ca, deps.now, deps.settings.max_body_bytes
+        ),
+    }
+
+
+def enrollment_routes(deps: EnrollmentDeps) -> list[Route]:
+    """The route declarations, bound to C{deps}."""
+    enrollment = Enrollment(deps)
+
+    async def enroll(call: Call) -> HandlerResult:
+        credential = call.principal_as(EnrollTokenCredential)
+        return await enrollment.enroll(credential.token_hash)
+
+    async def renew(call: Call) -> HandlerResult:
+        return await enrollment.renew(call.principal_as(AgentPrincipal))
+
+    async def sign_server_cert(call: Call) -> HandlerResult:
+        return await _sign_server_cert(deps, call.json_body())
+
+    return [
+        Route("POST", "/agent/enroll", AuthKind.ENROLL_TOKEN, enroll, _ENROLLMENT_FEATURES),
+        Route("POST", "/agent/renew", AuthKind.AGENT_IDENTITY, renew, _ENROLLMENT_FEATURES),
+        Route(
+            "POST",
+            "/control/sign-server-cert",
+            AuthKind.SERVICE_TOKEN,
+            sign_server_cert,
+            _ENROLLMENT_FEATURES,
+        ),
+    ]
+
+
+async def _sign_server_cert(
+    deps: EnrollmentDeps, body: dict[str, JsonValue]
+) -> dict[str, JsonValue]:
+    csr_pem = _text(body, "csr_pem")
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem.encode("utf-8"))
+    except ValueError:
+        raise InvalidRequest("bad_csr") from None
+    try:
+        fqdn = names.check_fqdn(_text(body, "fqdn"))
+    except InvalidName:
+        raise InvalidRequest("bad_fqdn") from None
+    advertise_addr = _address(body, "advertise_addr")
+    http_addr = _address(body, "http_addr")
+    capacity = body.get("capacity", deps.default_server_capacity)
+    if (
+        isinstance(capacity, bool)
+        or not isinstance(capacity, int)
+        or not 0 <= capacity <= MAX_SERVER_CAPACITY
+    ):
+        raise InvalidRequest("bad_capacity")
+    ca = await deps.ca.get()
+    if ca is None:
+        raise ServiceUnavailable(CA_NOT_READY, retry_after=ENROLL_RETRY_AFTER)
+    now = deps.utc_now()
+    try:
+        cert = await ca.sign_server_csr(csr, fqdn, now)
+    except IssuanceError:
+        raise InvalidRequest("bad_csr") from None
+    server = await deps.store.register_server(
+        fqdn,
+        advertise_addr,
+        capacity,
+        now,
+        cert_serial=names.format_serial(cert.serial_number),
+        cert_not_after=cert.not_valid_after_utc,
+    )
+    _log_registration(server.server_id, fqdn, advertise_addr, http_addr, capacity)
+    return {
+        "cert_pem": cert_to_pem(cert).decode("ascii"),
+        "root_ca_pem": cert_to_pem(ca.root).decode("ascii"),
+        "not_after": format_timestamp(cert.not_valid_after_utc),
+        "server_id": server.server_id,
+    }
+
+
+def _log_registration(
+    server_id: str, fqdn: str, advertise_addr: str, http_addr: str, capacity: int
+) -> None:
+    _log.info(
+        "server_registered {fqdn} id={server_id} advertise={advertise_addr}"
+        " http={http_addr} capacity={capacity}",
+        fqdn=fqdn,
+        server_id=server_id,
+        advertise_addr=advertise_addr,
+        http_addr=http_addr,
+        capacity=capacity,
+    )
+
+
+def _text(body: dict[str, JsonValue], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"bad_{name}")
+    return value
+
+
+def _address(body: dict[str, JsonValue], name: str) -> str:
+    try:
+        return parse_host_port(_text(body, name))
+    except ValueError:
+        raise InvalidRequest(f"bad_{name}") from None

@@ -1,0 +1,488 @@
+"""
+Tests for C{POST /agent/enroll} (L{svc.control.enrollment},
+L{svc.control.routes_enrollment}) through the HTTP app: every enroll-token
+state, readiness (503), the rate limit, the minted leaf's profile and the
+audit of signing events.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, cast
+
+import attrs
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from treq.testing import StubTreq
+from twisted.internet.defer import Deferred, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.control.app import build_control_app
+from svc.control.enrollment import (
+    EnrollTokenCredential,
+    format_timestamp,
+    hash_token,
+    new_secret_token,
+    refusal_error,
+)
+from svc.control.errors import ApiError
+from svc.control.routes_enrollment import enrollment_routes
+from svc.control.settings import ControlSettings
+from svc.control.store.interface import ControlStore
+from svc.control.store.outcomes import EnrollOutcome, EnrollRefusal, EnrollRefusalReason
+from svc.control.store.values import CertificateKind
+from svc.control.test.support import request
+from svc.control.test.test_enrollment_support import (
+    NOW,
+    SERVER_ADDR,
+    SERVER_FQDN,
+    TRUST_DOMAIN,
+    Enrolled,
+    EnrollmentWorld,
+    capture_logs,
+)
+from svc.pki import names
+from svc.pki.chain import verify_chain
+from svc.pki.identity import DenyList, admit_agent
+from svc.pki.test.profiles import END_ENTITY_EXTENSIONS, ProfileAssertions
+
+
+class EnrollTests(ProfileAssertions):
+    """A good enroll token yields a leaf, its key, the chain and the server."""
+
+    def setUp(self) -> None:
+        self.world = EnrollmentWorld(self)
+
+    def test_response_fields(self) -> None:
+        """200 carries the spec's fields plus allocation id, serial, fingerprint and server name."""
+        allocation = self.world.provision()
+        answer = self.world.enroll(self.world.token(allocation))
+        self.assertEqual(answer.status, 200, answer.body)
+        body = answer.json()
+        self.assertEqual(
+            set(body),
+            {
+                "client_cert_pem",
+                "client_key_pem",
+                "ca_chain_pem",
+                "server_addr",
+                "server_name",
+                "expires_at",
+                "allocation_id",
+                "serial",
+                "agent_fingerprint",
+            },
+        )
+        self.assertEqual(body["server_addr"], SERVER_ADDR)
+        self.assertEqual(body["server_name"], SERVER_FQDN)
+        self.assertEqual(body["allocation_id"], allocation.allocation_id)
+
+    def test_key_belongs_to_leaf(self) -> None:
+        """client_key_pem is the unencrypted ed25519 key of client_cert_pem."""
+        enrolled = self.world.enrolled()
+        self.assertIn("-----BEGIN PRIVATE KEY-----", enrolled.body["client_key_pem"])
+        raw = (Encoding.Raw, PublicFormat.Raw)
+        leaf_public = enrolled.leaf.public_key()
+        self.assertEqual(
+            leaf_public.public_bytes(*raw), enrolled.key.public_key().public_bytes(*raw)
+        )
+
+    def test_leaf_profile(self) -> None:
+        """The leaf: CN owner, OU tenant, SPIFFE tenant+agent SANs, clientAuth, 1 h, back-dated."""
+        enrolled = self.world.enrolled()
+        leaf = enrolled.leaf
+        self.assertEqual(
+            leaf.subject,
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "tenant=acme"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, "alice"),
+                ]
+            ),
+        )
+        self.assertSans(
+            leaf,
+            [
+                x509.UniformResourceIdentifier(f"spiffe://{TRUST_DOMAIN}/tenant/acme"),
+                x509.UniformResourceIdentifier(f"spiffe://{TRUST_DOMAIN}/agent/agent-1"),
+            ],
+        )
+        self.assertBasics(leaf, ca=False, path_length=None)
+        self.assertUsage(leaf, {"digital_signature"})
+        self.assertPurpose(leaf, ExtendedKeyUsageOID.CLIENT_AUTH)
+        self.assertExtensions(leaf, END_ENTITY_EXTENSIONS)
+        self.assertSki(leaf)
+        self.assertLinked(leaf, enrolled.intermediate)
+        self.assertEqual(leaf.not_valid_before_utc, NOW - timedelta(minutes=5))
+        self.assertEqual(leaf.not_valid_after_utc, NOW + timedelta(hours=1))
+
+    def test_leaf_is_admitted_by_the_data_plane_rules(self) -> None:
+        """The leaf chains to the org root and passes the data-plane admission rules."""
+        enrolled = self.world.enrolled()
+        intermediate, root = enrolled.chain
+        verify_chain(enrolled.leaf, [intermediate], root, NOW)
+        identity = admit_agent(enrolled.leaf, intermediate, TRUST_DOMAIN, DenyList())
+        self.assertEqual(
+            (identity.tenant_id, identity.agent_id, identity.user_id),
+            ("acme", "agent-1", "alice"),
+        )
+        self.assertEqual(identity.serial, enrolled.serial)
+
+    def test_chain_order(self) -> None:
+        """ca_chain_pem is the tenant intermediate followed by the org root, nothing else."""
+        enrolled = self.world.enrolled()
+        self.assertEqual(len(enrolled.chain), 2)
+        intermediate, root = enrolled.chain
+        ca = self.world.result(self.world.provider.get())
+        assert ca is not None
+        self.assertEqual(root, ca.root)
+        self.assertEqual(root.issuer, root.subject)
+        intermediate.verify_directly_issued_by(root)
+        ou = intermediate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+        self.assertEqual([a.value for a in ou], ["tenant=acme"])
+
+    def test_expires_at_format(self) -> None:
+        """expires_at is the leaf's NotAfter as RFC 3339 UTC with Z and whole seconds."""
+        enrolled = self.world.enrolled()
+        self.assertEqual(enrolled.body["expires_at"], "2026-11-01T13:00:00Z")
+        self.assertRegex(enrolled.body["expires_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+    def test_serial_and_fingerprint(self) -> None:
+        """serial is the leaf's canonical serial; agent_fingerprint the SHA-256 of its DER."""
+        enrolled = self.world.enrolled()
+        self.assertEqual(enrolled.serial, names.format_serial(enrolled.leaf.serial_number))
+        self.assertRegex(enrolled.body["agent_fingerprint"], r"^[0-9a-f]{64}$")
+        self.assertEqual(
+            enrolled.body["agent_fingerprint"],
+            hashlib.sha256(enrolled.leaf.public_bytes(Encoding.DER)).hexdigest(),
+        )
+
+    def test_signing_events_recorded(self) -> None:
+        """The leaf and the new intermediate are recorded as issued; the token names the leaf."""
+        token = self.world.token()
+        enrolled = Enrolled(self.world.enroll(token).json())
+        leaf = self.world.result(self.world.store.find_certificate(enrolled.serial))
+        self.assertEqual(leaf.kind, CertificateKind.AGENT_LEAF)
+        self.assertEqual(
+            (leaf.tenant_id, leaf.agent_id, leaf.subject), ("acme", "agent-1", "alice")
+        )
+        self.assertEqual(leaf.fingerprint, enrolled.body["agent_fingerprint"])
+        self.assertEqual(leaf.not_after, NOW + timedelta(hours=1))
+        intermediate = self.world.result(
+            self.world.store.find_certificate(
+                names.format_serial(enrolled.intermediate.serial_number)
+            )
+        )
+        self.assertEqual(intermediate.kind, CertificateKind.TENANT_INTERMEDIATE)
+        self.assertEqual(intermediate.tenant_id, "acme")
+        self.assertEqual(self.world.token_row(token).leaf_serial, enrolled.serial)
+
+    def test_signing_events_logged(self) -> None:
+        """Each signing logs one ca_signed line with kind, serial, tenant, agent and not_after."""
+        events = capture_logs(self)
+        enrolled = self.world.enrolled()
+        signed = [e for e in events if e.get("ca_signed")]
+        self.assertEqual([e["kind"] for e in signed], ["tenant_intermediate", "agent_leaf"])
+        leaf_line = signed[1]
+        self.assertEqual(leaf_line["serial"], enrolled.serial)
+        self.assertEqual((leaf_line["tenant"], leaf_line["agent"]), ("acme", "agent-1"))
+        self.assertEqual(leaf_line["not_after"], (NOW + timedelta(hours=1)).isoformat())
+
+    def test_intermediate_created_once_per_tenant(self) -> None:
+        """A second agent of the tenant gets the same intermediate; no second one is signed."""
+        first = self.world.enrolled()
+        second_allocation = self.world.provision(agent_id="agent-2")
+        second = Enrolled(self.world.enroll(self.world.token(second_allocation)).json())
+        self.assertEqual(first.intermediate, second.intermediate)
+        rows = self.world.store._connection.execute(
+            "SELECT count(*) FROM issued_certificates WHERE kind = 'tenant_intermediate'"
+        ).fetchone()
+        self.assertEqual(rows[0], 1)
+
+    def test_other_tenant_other_intermediate(self) -> None:
+        """Another tenant's leaf is signed by its own intermediate."""
+        first = self.world.enrolled()
+        other = self.world.provision(agent_id="agent-9", owner_id="bob", tenant_id="beta")
+        second = Enrolled(self.world.enroll(self.world.token(other)).json())
+        self.assertNotEqual(first.intermediate, second.intermediate)
+        self.assertEqual(second.leaf.subject.rfc4514_string(), "CN=bob,OU=tenant=beta")
+
+    def test_no_api_alias(self) -> None:
+        """/agent/enroll is not served under /api."""
+        token = self.world.token()
+        answer = self.world.post_json(
+            "/api/agent/enroll", None, {"Authorization": f"Bearer {token}"}
+        )
+        self.assertEqual(answer.status, 404)
+        self.assertFalse(self.world.token_spent(token))
+
+
+class EnrollTokenStateTests(SynchronousTestCase):
+    """Every enroll-token state other than issued is refused and leaves state unchanged."""
+
+    def setUp(self) -> None:
+        self.world = EnrollmentWorld(self)
+
+    def assertError(self, token: str | None, status: int, code: str, description: str = "") -> None:
+        answer = self.world.enroll(token)
+        self.assertEqual(answer.status, status, answer.body)
+        body = answer.json()
+        self.assertEqual(body["error"], code)
+        self.assertEqual(body.get("error_description", ""), description)
+
+    def test_missing_token(self) -> None:
+        """No Authorization header: 401 invalid_token with WWW-Authenticate."""
+        answer = self.world.enroll(None)
+        self.assertEqual(answer.status, 401)
+        self.assertEqual(answer.json(), {"error": "invalid_token"})
+        self.assertEqual(answer.header("WWW-Authenticate"), "Bearer")
+
+    def test_unknown_token(self) -> None:
+        """A token nobody issued: 401 invalid_token."""
+        self.assertError(new_secret_token(), 401, "invalid_token")
+
+    def test_consumed_token(self) -> None:
+        """A token already spent: 401 invalid_token, and no second leaf."""
+        token = self.world.token()
+        self.assertEqual(self.world.enroll(token).status, 200)
+        self.assertError(token, 401, "invalid_token")
+        count = self.world.store._connection.execute(
+            "SELECT count(*) FROM issued_certificates WHERE kind = 'agent_leaf'"
+        ).fetchone()
+        self.assertEqual(count[0], 1)
+
+    def test_expired_token(self) -> None:
+        """A token past its expiry: 401 invalid_token."""
+        token = self.world.token(ttl=timedelta(seconds=60))
+        self.world.clock.advance(60)
+        self.assertError(token, 401, "invalid_token")
+        self.assertFalse(self.world.token_spent(token))
+
+    def test_revoked_token(self) -> None:
+        """A revoked token: 401 invalid_token."""
+        token = self.world.token()
+        self.world.result(
+            self.world.store.revoke_enroll_token(self.world.token_row(token).token_id, NOW)
+        )
+        self.assertError(token, 401, "invalid_token")
+
+    def test_suspended_user(self) -> None:
+        """The allocation's owner is suspended: 403 user_suspended, token unspent."""
+        token = self.world.token()
+        self.world.result(self.world.store.set_user_suspended("alice", True))
+        self.assertError(token, 403, "access_denied", "user_suspended")
+        self.assertFalse(self.world.token_spent(token))
+
+    def test_suspended_tenant(self) -> None:
+        """The allocation's tenant is suspended: 403 tenant_suspended, token unspent."""
+        token = self.world.token()
+        self.world.result(self.world.store.set_tenant_suspended("acme", True))
+        self.assertError(token, 403, "access_denied", "tenant_suspended")
+        self.assertFalse(self.world.token_spent(token))
+
+    def test_owner_scoped_allocation(self) -> None:
+        """A token bound to an allocation without an agent: 403 agent_scope_required."""
+        token = self.world.token(self.world.provision(agent_id=None))
+        self.assertError(token, 403, "access_denied", "agent_scope_required")
+        self.assertFalse(self.world.token_spent(token))
+
+    def test_revoking_the_allocation_revokes_its_tokens(self) -> None:
+        """After the allocation is revoked its unspent token is revoked too: 401."""
+        allocation = self.world.provision()
+        token = self.world.token(allocation)
+        self.world.result(self.world.store.revoke_allocation(allocation.allocation_id, NOW))
+        self.assertError(token, 401, "invalid_token")
+
+    def test_allocation_revoked_refusal(self) -> None:
+        """A store refusal allocation_revoked is 410 revoked."""
+        token = self.world.token()
+        real = self.world.store
+
+        class Refusing:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def peek_enroll_token(self, token_hash: str, now: Any) -> Deferred[EnrollOutcome]:
+                return succeed(EnrollRefusal(EnrollRefusalReason.ALLOCATION_REVOKED))
+
+        self.world.serve(attrs.evolve(self.world.deps, store=cast(ControlStore, Refusing())))
+        self.assertError(token, 410, "revoked")
+
+    def test_tenant_not_on_allowlist(self) -> None:
+        """A tenant off the allowlist: 403 tenant_not_allowed, token unspent, no intermediate."""
+        world = EnrollmentWorld(self, SVC_TENANT_ALLOWLIST="other")
+        token = world.token()
+        answer = world.enroll(token)
+        self.assertEqual(answer.status, 403)
+        self.assertEqual(
+            answer.json(), {"error": "access_denied", "error_description": "tenant_not_allowed"}
+        )
+        self.assertFalse(world.token_spent(token))
+        self.assertFalse((world.secrets / "ca" / "tenant" / "acme").exists())
+
+    def test_allowlisted_tenant(self) -> None:
+        """A tenant on SVC_TENANT_ALLOWLIST enrolls."""
+        world = EnrollmentWorld(self, SVC_TENANT_ALLOWLIST="other,acme")
+        self.assertEqual(world.enroll(world.token()).status, 200)
+
+
+class RefusalMappingTests(SynchronousTestCase):
+    """L{refusal_error} maps each store refusal to the spec's status and code."""
+
+    def test_every_reason(self) -> None:
+        """Token reasons are 401, allocation revoked 410, the others 403 with a description."""
+        expected = {
+            EnrollRefusalReason.UNKNOWN: (401, "invalid_token", ""),
+            EnrollRefusalReason.CONSUMED: (401, "invalid_token", ""),
+            EnrollRefusalReason.REVOKED: (401, "invalid_token", ""),
+            EnrollRefusalReason.EXPIRED: (401, "invalid_token", ""),
+            EnrollRefusalReason.ALLOCATION_REVOKED: (410, "revoked", ""),
+            EnrollRefusalReason.USER_SUSPENDED: (403, "access_denied", "user_suspended"),
+            EnrollRefusalReason.TENANT_SUSPENDED: (403, "access_denied", "tenant_suspended"),
+            EnrollRefusalReason.AGENT_SCOPE_REQUIRED: (
+                403,
+                "access_denied",
+                "agent_scope_required",
+            ),
+        }
+        self.assertEqual(set(expected), set(EnrollRefusalReason))
+        for reason, answer in expected.items():
+            error: ApiError = refusal_error(reason)
+            self.assertEqual((error.status, error.code, error.description), answer, reason)
+
+
+class ReadinessTests(SynchronousTestCase):
+    """503 with Retry-After: 60 while CA material or placement is missing; the token survives."""
+
+    def assertNotReady(self, world: EnrollmentWorld, token: str, description: str) -> None:
+        answer = world.enroll(token)
+        self.assertEqual(answer.status, 503, answer.body)
+        self.assertEqual(answer.header("Retry-After"), "60")
+        self.assertEqual(
+            answer.json(),
+            {"error": "temporarily_unavailable", "error_description": description},
+        )
+        self.assertFalse(world.token_spent(token))
+
+    def test_no_org_root_yet(self) -> None:
+        """Without an org root: 503; after 'svc ca init' the same token enrolls, no restart."""
+        world = EnrollmentWorld(self, with_root=False)
+        token = world.token()
+        self.assertNotReady(world, token, "agent_ca_not_ready")
+        world.init_root()
+        self.assertEqual(world.enroll(token).status, 200)
+
+    def test_no_server_registered(self) -> None:
+        """Without a data-plane server: 503; once one registers the same token enrolls."""
+        world = EnrollmentWorld(self, with_server=False)
+        token = world.token()
+        self.assertNotReady(world, token, "placement_not_ready")
+        world.register_server()
+        answer = world.enroll(token)
+        self.assertEqual(answer.status, 200)
+        self.assertEqual(answer.json()["server_addr"], SERVER_ADDR)
+
+    def test_servers_full(self) -> None:
+        """Every server at capacity: 503 placement_not_ready."""
+        world = EnrollmentWorld(self, with_server=False)
+        world.register_server(capacity=1)
+        world.enrolled()
+        other = world.provision(agent_id="agent-b", owner_id="bob", tenant_id="beta")
+        self.assertNotReady(world, world.token(other), "placement_not_ready")
+
+    def test_not_mounted_without_agent_ca(self) -> None:
+        """Without an agent CA configured the enrollment routes do not exist (404)."""
+        world = EnrollmentWorld(self)
+        settings = ControlSettings.from_environ(
+            {"DATABASE_URL": "sqlite:////x/db", "SVC_CONTROL_PLANE_TOKEN": "s" * 40}
+        )
+        app = build_control_app(settings, world.clock.seconds, routes=enrollment_routes(world.deps))
+        for path in ("/agent/enroll", "/agent/renew", "/control/sign-server-cert"):
+            self.assertEqual(request(self, app.resource(), "POST", path).status, 404, path)
+
+
+class RateLimitTests(SynchronousTestCase):
+    """Enrollment is limited per token: SVC_ENROLL_RATE_LIMIT (count/seconds)."""
+
+    def test_limit_then_retry_after(self) -> None:
+        """The sixth attempt in 60 s is 429 with Retry-After; after the window it is judged anew."""
+        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="5/60")
+        token = new_secret_token()
+        for _ in range(5):
+            self.assertEqual(world.enroll(token).status, 401)
+        world.clock.advance(20)
+        answer = world.enroll(token)
+        self.assertEqual(answer.status, 429)
+        self.assertEqual(answer.json(), {"error": "rate_limited"})
+        self.assertEqual(answer.header("Retry-After"), "40")
+        world.clock.advance(40)
+        self.assertEqual(world.enroll(token).status, 401)
+
+    def test_per_token(self) -> None:
+        """Another token is not limited by the first one's attempts."""
+        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="1/60")
+        self.assertEqual(world.enroll(new_secret_token()).status, 401)
+        self.assertEqual(world.enroll(world.token()).status, 200)
+
+    def test_limited_token_is_not_spent(self) -> None:
+        """A rate-limited attempt does not touch the token; it enrolls once the window passes."""
+        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="1/60", with_root=False)
+        token = world.token()
+        self.assertEqual(world.enroll(token).status, 503)
+        world.init_root()
+        self.assertEqual(world.enroll(token).status, 429)
+        self.assertFalse(world.token_spent(token))
+        world.clock.advance(60)
+        self.assertEqual(world.enroll(token).status, 200)
+
+
+class ConcurrentEnrollTests(SynchronousTestCase):
+    """Two requests with one token fired before either completes mint one leaf."""
+
+    def test_two_requests_in_flight(self) -> None:
+        """Of two in-flight enrollments with the same token one is 200, the other 401."""
+        world = EnrollmentWorld(self)
+        token = world.token()
+        stub: Any = StubTreq(world.resource)
+        headers = {"Authorization": [f"Bearer {token}"]}
+        first = stub.post("http://control.test/agent/enroll", headers=headers)
+        second = stub.post("http://control.test/agent/enroll", headers=headers)
+        stub.flush()
+        codes = sorted(self.successResultOf(d).code for d in (first, second))
+        self.assertEqual(codes, [200, 401])
+
+
+class TokenHelperTests(SynchronousTestCase):
+    """Minted tokens are >= 128 bits, token68-safe, and only their hash is kept."""
+
+    def test_token_shape(self) -> None:
+        """A token is 43 base64url characters without padding (256 random bits)."""
+        token = new_secret_token()
+        self.assertRegex(token, r"^[A-Za-z0-9_-]{43}$")
+        self.assertEqual(len(base64.urlsafe_b64decode(token + "=")), 32)
+        self.assertNotEqual(token, new_secret_token())
+
+    def test_deterministic_source(self) -> None:
+        """The random source is injectable."""
+        self.assertEqual(new_secret_token(lambda n: b"\0" * n), "A" * 43)
+
+    def test_hash(self) -> None:
+        """hash_token is the SHA-256 as 64 lowercase hex digits."""
+        self.assertEqual(
+            hash_token("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        )
+
+    def test_credential_repr_hides_hash(self) -> None:
+        """The enroll-token principal keeps the hash out of its repr."""
+        credential = EnrollTokenCredential(hash_token("secret"))
+        self.assertNotIn(credential.token_hash, repr(credential))
+
+    def test_format_timestamp(self) -> None:
+        """format_timestamp converts to UTC and drops sub-seconds."""
+        moment = datetime(2026, 1, 2, 5, 4, 5, 999, tzinfo=timezone(timedelta(hours=2)))
+        self.assertEqual(format_timestamp(moment), "2026-01-02T03:04:05Z")
+        self.assertTrue(re.fullmatch(r"\S+Z", format_timestamp(NOW)))

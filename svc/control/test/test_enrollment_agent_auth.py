@@ -1,0 +1,346 @@
+"""
+Tests for L{svc.control.agent_auth}: the C{AGENT_IDENTITY} authenticator's
+three proofs (TLS client certificate, signed request, fingerprint), the
+proof message format and the replay guard.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any, cast
+
+from cryptography import x509
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import ISSLTransport
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.server import Request
+from zope.interface import implementer  # type: ignore[import-untyped]
+
+from svc.control.agent_auth import (
+    AgentIdentityAuthenticator,
+    AgentPrincipal,
+    AgentProof,
+    ReplayGuard,
+    proof_message,
+    route_path,
+    sign_request,
+)
+from svc.control.ca import AgentCAProvider
+from svc.control.errors import ApiError
+from svc.control.store.values import MountHolder
+from svc.control.test.test_enrollment_support import NOW, TRUST_DOMAIN, EnrollmentWorld
+from svc.pki import names
+from svc.pki.filesystem import FilesystemCA
+from svc.testing.pki import forge_leaf
+from svc.testing.worker import ImmediateWorker
+
+
+class FakeHandle:
+    """The peer-certificate part of a pyOpenSSL connection (server side)."""
+
+    def __init__(self, leaf: x509.Certificate | None, chain: list[x509.Certificate]) -> None:
+        self.leaf = leaf
+        self.chain = chain
+
+    def get_peer_certificate(self, *, as_cryptography: bool) -> x509.Certificate | None:
+        assert as_cryptography
+        return self.leaf
+
+    def get_peer_cert_chain(self, *, as_cryptography: bool) -> list[x509.Certificate] | None:
+        assert as_cryptography
+        return self.chain
+
+
+@implementer(ISSLTransport)
+class FakeTLSTransport:
+    """A TLS transport whose peer presented C{leaf} and C{chain}."""
+
+    def __init__(self, leaf: x509.Certificate | None, chain: list[x509.Certificate]) -> None:
+        self.handle = FakeHandle(leaf, chain)
+
+    def getHandle(self) -> FakeHandle:
+        return self.handle
+
+
+class FakeRequest:
+    """The parts of a request the authenticator reads."""
+
+    def __init__(
+        self,
+        *,
+        transport: object = None,
+        body: Mapping[str, Any] | None = None,
+        path: bytes = b"/allocations/a1/mount",
+    ) -> None:
+        self.transport = transport
+        self.method = b"POST"
+        self.path = path
+        raw = b"" if body is None else json.dumps(body).encode()
+        self.content = io.BytesIO(raw)
+        self.headers = {b"content-type": b"application/json"} if body is not None else {}
+
+    def getHeader(self, name: bytes) -> bytes | None:
+        return self.headers.get(name.lower())
+
+
+class AuthenticatorTests(SynchronousTestCase):
+    """The authenticator over an enrolled agent."""
+
+    def setUp(self) -> None:
+        self.world = EnrollmentWorld(self)
+        self.enrolled = self.world.enrolled()
+        self.authenticator = AgentIdentityAuthenticator(
+            self.world.store, self.world.provider, self.world.clock.seconds, 65536
+        )
+
+    def authenticate(self, request: FakeRequest) -> Deferred[AgentPrincipal]:
+        return Deferred.fromCoroutine(self.authenticator.authenticate(cast(Request, request)))
+
+    def principal(self, request: FakeRequest) -> AgentPrincipal:
+        return self.successResultOf(self.authenticate(request))
+
+    def refused(self, request: FakeRequest) -> ApiError:
+        error = self.failureResultOf(self.authenticate(request), ApiError).value
+        assert isinstance(error, ApiError)
+        return error
+
+    def tls(self, leaf: x509.Certificate, *chain: x509.Certificate) -> FakeRequest:
+        return FakeRequest(transport=FakeTLSTransport(leaf, list(chain)))
+
+    def acme_intermediate(self) -> Any:
+        ca = FilesystemCA(self.world.secrets, TRUST_DOMAIN, self.world.settings.ca_kek)
+        return ca.tenant_intermediate("acme", NOW)
+
+    def test_tls_client_certificate(self) -> None:
+        """A verified peer chain gives the leaf's tenant, agent, owner, serial and fingerprint."""
+        principal = self.principal(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
+        self.assertEqual(
+            principal,
+            AgentPrincipal(
+                tenant_id="acme",
+                agent_id="agent-1",
+                user_id="alice",
+                serial=self.enrolled.serial,
+                not_after=NOW + timedelta(hours=1),
+                fingerprint=self.enrolled.body["agent_fingerprint"],
+                proof=AgentProof.TLS_CLIENT_CERT,
+            ),
+        )
+        self.assertTrue(principal.possession_proven)
+        self.assertEqual(
+            principal.mount_holder(),
+            MountHolder(
+                "agent-1",
+                self.enrolled.serial,
+                NOW + timedelta(hours=1),
+                self.enrolled.body["agent_fingerprint"],
+            ),
+        )
+
+    def test_tls_chain_including_leaf(self) -> None:
+        """A peer chain that repeats the leaf (client-side order) is accepted too."""
+        request = self.tls(self.enrolled.leaf, self.enrolled.leaf, self.enrolled.intermediate)
+        self.assertEqual(self.principal(request).serial, self.enrolled.serial)
+
+    def test_tls_without_intermediate(self) -> None:
+        """A leaf without its intermediate: 401 invalid_client."""
+        error = self.refused(self.tls(self.enrolled.leaf))
+        self.assertEqual((error.status, error.code), (401, "invalid_client"))
+
+    def test_tls_expired(self) -> None:
+        """An expired leaf over TLS: 401 invalid_client."""
+        self.world.clock.advance(3601)
+        error = self.refused(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
+        self.assertEqual(error.code, "invalid_client")
+
+    def test_tls_retired_intermediate(self) -> None:
+        """A leaf whose intermediate serial is revoked (rotation): 401."""
+        intermediate = self.enrolled.intermediate
+        self.world.result(
+            self.world.store.add_revocation(
+                names.format_serial(intermediate.serial_number),
+                intermediate.not_valid_after_utc,
+                NOW,
+            )
+        )
+        error = self.refused(self.tls(self.enrolled.leaf, intermediate))
+        self.assertEqual(error.code, "invalid_client")
+
+    def test_tenant_only_certificate(self) -> None:
+        """A leaf with a tenant SAN but no agent SAN: 403 agent_scope_required."""
+        intermediate = self.acme_intermediate()
+        leaf = forge_leaf(
+            intermediate,
+            NOW,
+            uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme"],
+            common_name="alice",
+            ou="tenant=acme",
+        )
+        error = self.refused(self.tls(leaf.cert, intermediate.cert))
+        self.assertEqual(
+            (error.status, error.code, error.description),
+            (403, "access_denied", "agent_scope_required"),
+        )
+
+    def test_unrecorded_leaf(self) -> None:
+        """A well-formed leaf under our intermediate that was never recorded as issued: 401."""
+        intermediate = self.acme_intermediate()
+        leaf = forge_leaf(
+            intermediate,
+            NOW,
+            uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme", f"spiffe://{TRUST_DOMAIN}/agent/agent-1"],
+            common_name="alice",
+            ou="tenant=acme",
+        )
+        error = self.refused(self.tls(leaf.cert, intermediate.cert))
+        self.assertEqual(error.code, "invalid_client")
+
+    def test_tls_without_client_certificate_falls_back_to_body(self) -> None:
+        """A TLS connection without a client certificate may still use the body fields."""
+        request = FakeRequest(
+            transport=FakeTLSTransport(None, []),
+            body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]},
+        )
+        self.assertEqual(self.principal(request).proof, AgentProof.FINGERPRINT)
+
+    def test_tls_without_ca(self) -> None:
+        """With no open CA a certificate cannot be checked: 503 Retry-After 60."""
+        authenticator = AgentIdentityAuthenticator(
+            self.world.store, AgentCAProvider.fixed(None), self.world.clock.seconds, 65536
+        )
+        request = self.tls(self.enrolled.leaf, self.enrolled.intermediate)
+        d = Deferred.fromCoroutine(authenticator.authenticate(cast(Request, request)))
+        error = self.failureResultOf(d, ApiError).value
+        assert isinstance(error, ApiError)
+        self.assertEqual((error.status, error.headers["Retry-After"]), (503, "60"))
+
+    def test_signed_request_via_api_prefix(self) -> None:
+        """A signed request sent under /api verifies against the bare path."""
+        body = sign_request(
+            self.enrolled.key,
+            self.enrolled.leaf,
+            "POST",
+            "/allocations/a1/mount",
+            int(self.world.clock.seconds() * 1000),
+        )
+        body["ca_chain_pem"] = self.enrolled.body["ca_chain_pem"]
+        principal = self.principal(FakeRequest(body=body, path=b"/api/allocations/a1/mount"))
+        self.assertEqual(principal.proof, AgentProof.SIGNED_REQUEST)
+        self.assertEqual(principal.serial, self.enrolled.serial)
+
+    def test_fingerprint(self) -> None:
+        """agent_fingerprint finds the recorded leaf; it proves no possession."""
+        fingerprint = self.enrolled.body["agent_fingerprint"]
+        principal = self.principal(FakeRequest(body={"agent_fingerprint": fingerprint}))
+        self.assertEqual(
+            (principal.tenant_id, principal.agent_id, principal.user_id, principal.serial),
+            ("acme", "agent-1", "alice", self.enrolled.serial),
+        )
+        self.assertEqual(principal.not_after, NOW + timedelta(hours=1))
+        self.assertFalse(principal.possession_proven)
+
+    def test_fingerprint_refusals(self) -> None:
+        """Unknown, malformed, non-leaf fingerprints are 401 invalid_client."""
+        intermediate_fingerprint = self.world.result(
+            self.world.store.find_certificate(
+                names.format_serial(self.enrolled.intermediate.serial_number)
+            )
+        ).fingerprint
+        for fingerprint in (
+            "0" * 64,
+            self.enrolled.body["agent_fingerprint"].upper(),
+            "abc",
+            intermediate_fingerprint,
+        ):
+            error = self.refused(FakeRequest(body={"agent_fingerprint": fingerprint}))
+            self.assertEqual((error.status, error.code), (401, "invalid_client"), fingerprint)
+
+    def test_fingerprint_of_expired_leaf(self) -> None:
+        """The fingerprint of an expired leaf: 401."""
+        self.world.clock.advance(3600)
+        error = self.refused(
+            FakeRequest(body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
+        )
+        self.assertEqual(error.code, "invalid_client")
+
+    def test_fingerprint_of_revoked_leaf(self) -> None:
+        """The fingerprint of a revoked leaf: 401."""
+        self.world.result(
+            self.world.store.add_revocation(self.enrolled.serial, NOW + timedelta(hours=1), NOW)
+        )
+        error = self.refused(
+            FakeRequest(body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
+        )
+        self.assertEqual(error.code, "invalid_client")
+
+    def test_nothing(self) -> None:
+        """No certificate and no body field: 401 invalid_client without WWW-Authenticate."""
+        error = self.refused(FakeRequest(body={"force": True}))
+        self.assertEqual((error.status, error.code), (401, "invalid_client"))
+        self.assertNotIn("WWW-Authenticate", error.headers)
+
+    def test_body_left_readable(self) -> None:
+        """The handler can still read the body the authenticator looked at."""
+        request = FakeRequest(
+            body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"], "force": True}
+        )
+        self.principal(request)
+        self.assertEqual(json.loads(request.content.read())["force"], True)
+
+
+class ProofFormatTests(SynchronousTestCase):
+    """The signed-request format is fixed: clients in other languages build it."""
+
+    def test_message(self) -> None:
+        """The message is the context, method, path, serial and timestamp, newline-separated."""
+        self.assertEqual(
+            proof_message("post", "/agent/renew", "1f3a", 1767225600000),
+            b"svc-agent-proof-v1\nPOST\n/agent/renew\n1f3a\n1767225600000",
+        )
+
+    def test_route_path(self) -> None:
+        """The signed path drops an /api prefix and nothing else."""
+        self.assertEqual(route_path(b"/api/agent/renew"), "/agent/renew")
+        self.assertEqual(route_path(b"/agent/renew"), "/agent/renew")
+        self.assertEqual(route_path(b"/apiary"), "/apiary")
+
+
+class ReplayGuardTests(SynchronousTestCase):
+    """Each signature is accepted once within the window; memory is bounded."""
+
+    def test_once(self) -> None:
+        """The second use of a signature is refused."""
+        guard = ReplayGuard(window_seconds=120)
+        self.assertTrue(guard.first_use(b"a", 0))
+        self.assertFalse(guard.first_use(b"a", 119))
+        self.assertTrue(guard.first_use(b"b", 119))
+
+    def test_forgets_after_window(self) -> None:
+        """After the window a signature is forgotten (its timestamp is stale anyway)."""
+        guard = ReplayGuard(window_seconds=120)
+        guard.first_use(b"a", 0)
+        self.assertTrue(guard.first_use(b"a", 120))
+
+    def test_capacity(self) -> None:
+        """At most capacity signatures are kept; the oldest goes first."""
+        guard = ReplayGuard(window_seconds=120, capacity=2)
+        for signature in (b"a", b"b", b"c"):
+            guard.first_use(signature, 0)
+        self.assertTrue(guard.first_use(b"a", 1))
+        self.assertFalse(guard.first_use(b"c", 1))
+
+
+class WorkerUseTests(SynchronousTestCase):
+    """The fixture's CA runs its blocking work on the injected worker."""
+
+    def test_worker_used(self) -> None:
+        """Opening the CA and creating an intermediate go through the worker."""
+        world = EnrollmentWorld(self)
+        worker = world.worker
+        assert isinstance(worker, ImmediateWorker)
+        before = worker.calls
+        world.enrolled()
+        self.assertGreater(worker.calls, before)

@@ -1,0 +1,340 @@
+"""
+Tests for L{svc.control.routes_mounts}: the mount-lease flows through the
+real app assembly and an in-memory store, with a stand-in agent-identity
+authenticator (and once with the real one, by fingerprint).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import attrs
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.resource import Resource
+from twisted.web.server import Request
+
+from svc.control.agent_auth import AgentIdentityAuthenticator
+from svc.control.app import build_control_app
+from svc.control.ca import AgentCAProvider
+from svc.control.errors import INVALID_CLIENT, InvalidCredential
+from svc.control.http import Authenticator
+from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_mounts import MountDeps, mount_routes
+from svc.control.routing import AuthKind
+from svc.control.settings import ControlSettings
+from svc.control.store.values import CertificateKind, IssuedCertificate
+from svc.control.test.support import Answer, request
+from svc.control.test.test_dataplane_client import fake_client
+from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
+from svc.sessions import PREFIX
+from svc.testing.control_store import memory_control_store
+
+NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
+LEAF_EXPIRY = NOW + timedelta(hours=1)
+TTL = 120
+SERVER_ADDR = "dp1.test:7443"
+
+
+@attrs.frozen
+class Caller:
+    """A stand-in agent principal (the attributes of AgentPrincipal)."""
+
+    tenant_id: str
+    agent_id: str
+    user_id: str
+    serial: str
+    not_after: datetime
+    fingerprint: str | None = None
+
+
+class StubAgentAuthenticator:
+    """Returns the test's current caller, or refuses with 401 invalid_client."""
+
+    def __init__(self) -> None:
+        self.caller: Caller | None = None
+
+    async def authenticate(self, request: Request) -> Caller:
+        if self.caller is None:
+            raise InvalidCredential(INVALID_CLIENT)
+        return self.caller
+
+
+ENROLLMENT_1 = Caller("acme", "a1", "acme", "a1a1", LEAF_EXPIRY)
+ENROLLMENT_2 = Caller("acme", "a1", "acme", "b2b2", LEAF_EXPIRY)
+
+
+class MountRouteCase(SynchronousTestCase):
+    """An app with entity and mount routes, one agent provisioned, one server."""
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(NOW.timestamp())
+        self.store = memory_control_store()
+        self.pushes = RecordedPushes()
+        self.auth = StubAgentAuthenticator()
+        settings = ControlSettings.from_environ(ENVIRON)
+        entities = EntityDeps(
+            store=self.store,
+            settings=settings,
+            clock=self.clock,
+            client=fake_client({}, self.clock),
+            pushes=self.pushes,
+        )
+        mounts = MountDeps(
+            store=self.store,
+            clock=self.clock,
+            pushes=self.pushes,
+            lease_ttl=timedelta(seconds=TTL),
+        )
+        self.resource: Resource = build_control_app(
+            settings,
+            self.clock.seconds,
+            [*entity_routes(entities), *mount_routes(mounts)],
+            {AuthKind.AGENT_IDENTITY: self.authenticator()},
+        ).resource()
+        body = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 10}
+        self.allocation_id = self.post_json("/v1/entities", body, SERVICE).json()["allocation_id"]
+        self.register_server()
+
+    def authenticator(self) -> Authenticator:
+        return self.auth
+
+    def register_server(self) -> None:
+        self.successResultOf(self.store.register_server("dp1.test", SERVER_ADDR, 10, NOW))
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock.seconds(), UTC)
+
+    def post_json(self, path: str, body: object, headers: dict[str, str]) -> Answer:
+        return request(
+            self, self.resource, "POST", path, headers=headers, body=json.dumps(body).encode()
+        )
+
+    def mount(
+        self,
+        caller: Caller | None = ENROLLMENT_1,
+        body: object = None,
+        *,
+        path: str = "",
+        method: str = "POST",
+        allocation_id: str | None = None,
+    ) -> Answer:
+        self.auth.caller = caller
+        target = f"/allocations/{allocation_id or self.allocation_id}/mount{path}"
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data else {}
+        return request(self, self.resource, method, target, headers=headers, body=data)
+
+    def refresh(self, caller: Caller = ENROLLMENT_1) -> Answer:
+        return self.mount(caller, path="/refresh")
+
+    def release(self, caller: Caller = ENROLLMENT_1) -> Answer:
+        return self.mount(caller, method="DELETE")
+
+    def assertError(self, answer: Answer, status: int, code: str) -> None:
+        self.assertEqual((answer.status, answer.json()["error"]), (status, code), answer.body)
+
+
+class AcquireTests(MountRouteCase):
+    """POST /allocations/{id}/mount."""
+
+    def test_granted(self) -> None:
+        """A first mount is granted with the lease times, a mount session id and the server."""
+        answer = self.mount()
+        self.assertEqual(answer.status, 200)
+        body = answer.json()
+        self.assertTrue(body.pop("session_id").startswith(PREFIX))
+        self.assertEqual(
+            body,
+            {
+                "allocation_id": self.allocation_id,
+                "agent_id": "a1",
+                "bound_at": "2026-11-22T19:00:00Z",
+                "lease_expires_at": "2026-11-22T19:02:00Z",
+                "ttl_seconds": TTL,
+                "server_addr": SERVER_ADDR,
+            },
+        )
+        self.assertEqual(answer.header("Svc-API-Version"), "1")
+        self.assertIsNotNone(answer.header("X-Request-ID"))
+
+    def test_already_mounted(self) -> None:
+        """The same enrollment mounting again is 409 already_mounted with the lease times."""
+        self.mount()
+        answer = self.mount()
+        self.assertEqual(
+            (answer.status, answer.json()),
+            (
+                409,
+                {
+                    "error": "already_mounted",
+                    "bound_at": "2026-11-22T19:00:00Z",
+                    "lease_expires_at": "2026-11-22T19:02:00Z",
+                },
+            ),
+        )
+
+    def test_lease_live(self) -> None:
+        """Another enrollment is 409 lease_live with the incumbent's bound_at and expiry."""
+        self.mount()
+        self.clock.advance(30)
+        answer = self.mount(ENROLLMENT_2)
+        self.assertEqual(
+            (answer.status, answer.json()),
+            (
+                409,
+                {
+                    "error": "lease_live",
+                    "bound_at": "2026-11-22T19:00:00Z",
+                    "lease_expires_at": "2026-11-22T19:02:00Z",
+                },
+            ),
+        )
+
+    def test_force_takes_over(self) -> None:
+        """With force true another enrollment takes the live lease with a new session."""
+        first = self.mount().json()
+        self.clock.advance(30)
+        answer = self.mount(ENROLLMENT_2, {"force": True})
+        self.assertEqual(answer.status, 200)
+        self.assertNotEqual(answer.json()["session_id"], first["session_id"])
+        self.assertEqual(answer.json()["bound_at"], "2026-11-22T19:00:30Z")
+        self.assertError(self.refresh(ENROLLMENT_1), 410, "lease_lost")
+        self.assertEqual(self.refresh(ENROLLMENT_2).status, 200)
+
+    def test_force_false_is_default(self) -> None:
+        """force false behaves as no force."""
+        self.mount()
+        self.assertError(self.mount(ENROLLMENT_2, {"force": False}), 409, "lease_live")
+
+    def test_expired_lease_free(self) -> None:
+        """Once the incumbent's lease expires another enrollment mounts without force."""
+        self.mount()
+        self.clock.advance(TTL)
+        self.assertEqual(self.mount(ENROLLMENT_2).status, 200)
+
+    def test_wrong_agent(self) -> None:
+        """A leaf of another agent, or of the agent in another tenant, is 409 wrong_agent."""
+        other_agent = Caller("acme", "a2", "acme", "c3", LEAF_EXPIRY)
+        other_tenant = Caller("globex", "a1", "acme", "d4", LEAF_EXPIRY)
+        self.assertError(self.mount(other_agent), 409, "wrong_agent")
+        self.assertError(self.mount(other_tenant, {"force": True}), 409, "wrong_agent")
+
+    def test_insufficient_capacity(self) -> None:
+        """With no server room for the tenant the mount is 409 insufficient_capacity."""
+        body = {"type": "agent", "id": "z1", "owner": "zeta", "grant_bytes": 1}
+        allocation = self.post_json("/v1/entities", body, SERVICE).json()["allocation_id"]
+        self.successResultOf(self.store.register_server("dp1.test", SERVER_ADDR, 1, NOW))
+        self.mount()  # places acme: the server is now full
+        caller = Caller("zeta", "z1", "zeta", "e5", LEAF_EXPIRY)
+        self.assertError(self.mount(caller, allocation_id=allocation), 409, "insufficient_capacity")
+
+    def test_unknown_and_revoked(self) -> None:
+        """An unknown allocation is 404; a revoked one 410 revoked."""
+        self.assertEqual(self.mount(allocation_id="0" * 32).status, 404)
+        request(self, self.resource, "DELETE", "/v1/entities/agent/a1", headers=SERVICE)
+        self.assertError(self.mount(), 410, "revoked")
+        self.assertError(self.refresh(), 410, "revoked")
+        self.assertError(self.release(), 410, "revoked")
+
+    def test_bad_force(self) -> None:
+        """A non-boolean force is 400."""
+        answer = self.mount(body={"force": "yes"})
+        self.assertEqual(
+            (answer.status, answer.json()["error_description"]), (400, "invalid_force")
+        )
+
+    def test_no_identity(self) -> None:
+        """Without an agent identity the routes are 401 invalid_client."""
+        self.assertError(self.mount(None), 401, "invalid_client")
+
+    def test_not_under_api(self) -> None:
+        """The mount routes are not aliased under /api."""
+        self.auth.caller = ENROLLMENT_1
+        answer = request(
+            self, self.resource, "POST", f"/api/allocations/{self.allocation_id}/mount"
+        )
+        self.assertEqual(answer.status, 404)
+
+
+class RefreshTests(MountRouteCase):
+    """POST /allocations/{id}/mount/refresh."""
+
+    def test_extends(self) -> None:
+        """The holder's refresh moves the expiry to now + TTL and keeps the session."""
+        session = self.mount().json()["session_id"]
+        self.clock.advance(100)
+        answer = self.refresh()
+        self.assertEqual(answer.status, 200)
+        self.assertEqual(answer.json()["lease_expires_at"], "2026-11-22T19:03:40Z")
+        self.assertEqual(answer.json()["bound_at"], "2026-11-22T19:00:00Z")
+        self.assertEqual(answer.json()["session_id"], session)
+
+    def test_not_holder(self) -> None:
+        """A caller that never held the lease, or after release, gets 410 lease_lost."""
+        self.assertError(self.refresh(), 410, "lease_lost")
+        self.mount()
+        self.assertError(self.refresh(ENROLLMENT_2), 410, "lease_lost")
+        self.release()
+        self.assertError(self.refresh(), 410, "lease_lost")
+
+
+class ReleaseTests(MountRouteCase):
+    """DELETE /allocations/{id}/mount."""
+
+    def test_release_revokes_leaf(self) -> None:
+        """Release is 204, records the leaf serial in cert_revocations and pushes at once."""
+        self.mount()
+        answer = self.release()
+        self.assertEqual((answer.status, answer.body), (204, b""))
+        active = self.successResultOf(self.store.active_revocations(self.now()))
+        self.assertEqual([(r.serial, r.not_after) for r in active], [("a1a1", LEAF_EXPIRY)])
+        self.assertEqual(self.pushes.revocations, 1)
+        self.assertIsNone(self.successResultOf(self.store.get_mount_lease(self.allocation_id)))
+
+    def test_not_holder(self) -> None:
+        """Releasing a lease one does not hold is 410 lease_lost and revokes nothing."""
+        self.mount()
+        self.assertError(self.release(ENROLLMENT_2), 410, "lease_lost")
+        self.assertEqual(self.successResultOf(self.store.active_revocations(self.now())), ())
+        self.assertEqual(self.pushes.revocations, 0)
+
+    def test_mount_after_release(self) -> None:
+        """After a release a new enrollment mounts without force."""
+        self.mount()
+        self.release()
+        self.assertEqual(self.mount(ENROLLMENT_2).status, 200)
+
+
+class FingerprintIdentityTests(MountRouteCase):
+    """The mount routes with the real agent-identity authenticator."""
+
+    def authenticator(self) -> Authenticator:
+        return AgentIdentityAuthenticator(
+            self.store, AgentCAProvider.fixed(None), self.clock.seconds, 65536
+        )
+
+    def test_mount_by_fingerprint(self) -> None:
+        """An agent_fingerprint of a recorded leaf mounts, and the leaf is revoked on release."""
+        fingerprint = "f" * 64
+        leaf = IssuedCertificate(
+            serial="abc123",
+            kind=CertificateKind.AGENT_LEAF,
+            subject="acme",
+            not_after=LEAF_EXPIRY,
+            issued_at=NOW,
+            tenant_id="acme",
+            agent_id="a1",
+            fingerprint=fingerprint,
+        )
+        self.successResultOf(self.store.record_certificate(leaf))
+        answer = self.mount(body={"agent_fingerprint": fingerprint, "force": False})
+        self.assertEqual(answer.status, 200)
+        answer = self.mount(body={"agent_fingerprint": fingerprint}, method="DELETE")
+        self.assertEqual(answer.status, 204)
+        active = self.successResultOf(self.store.active_revocations(self.now()))
+        self.assertEqual([r.serial for r in active], ["abc123"])
+        answer = self.mount(body={"agent_fingerprint": fingerprint})
+        self.assertError(answer, 401, "invalid_client")

@@ -1,0 +1,308 @@
+"""
+Tests for L{svc.control.tap}: options and configuration errors, the
+optional-client-certificate TLS listener, and the service started in
+process on the real reactor (loopback only).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from treq.client import HTTPClient
+from twisted.internet import reactor as global_reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import SSL4ClientEndpoint, connectProtocol
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.ssl import CertificateOptions, TLSVersion
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python import usage
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
+
+from svc.config import ConfigError
+from svc.control.tap import (
+    DEFAULT_LISTEN,
+    ControlPlaneService,
+    OptionalClientCertificateOptions,
+    Options,
+    TapSettings,
+    makeService,
+)
+from svc.pki.filesystem import FilesystemCA
+from svc.testing.pki import TestPKI, shared_test_pki
+
+TOKEN = "service-token-" + "y" * 30
+KEK = base64.b64encode(b"k" * 32).decode()
+_reactor: Any = global_reactor
+HEADERS: Any = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def options(argv: list[str], environ: dict[str, str] | None = None) -> Options:
+    """Parsed options for C{argv} in C{environ}."""
+    parsed = Options(environ or {})
+    parsed.parseOptions(argv)
+    return parsed
+
+
+class OptionsTests(SynchronousTestCase):
+    """Command line and environment checks, all before anything starts."""
+
+    def test_default_listen(self) -> None:
+        """Without listeners the default loopback HTTP listener is used."""
+        self.assertEqual(options([])["listen"], [DEFAULT_LISTEN])
+        self.assertEqual(options([])["tls_listen"], [])
+
+    def test_repeatable_listen(self) -> None:
+        """--listen may be given several times."""
+        parsed = options(["--listen", "tcp:1", "-l", "tcp:2:interface=127.0.0.1"])
+        self.assertEqual(parsed["listen"], ["tcp:1", "tcp:2:interface=127.0.0.1"])
+
+    def test_bad_endpoint(self) -> None:
+        """A malformed endpoint description is a usage error naming the option."""
+        error = self.assertRaises(usage.UsageError, options, ["--listen", "nonsense:1"])
+        self.assertIn("--listen", str(error))
+
+    def test_config_error_names_variable(self) -> None:
+        """A bad variable is a usage error naming it."""
+        error = self.assertRaises(usage.UsageError, options, [], {"DATABASE_URL": "mysql://x/y"})
+        self.assertIn("DATABASE_URL", str(error))
+        error = self.assertRaises(
+            usage.UsageError, options, [], {"SVC_MOUNT_LEASE_TTL_SECONDS": "5"}
+        )
+        self.assertIn("SVC_MOUNT_LEASE_TTL_SECONDS", str(error))
+
+    def test_tls_listen_needs_ca(self) -> None:
+        """--tls-listen without a database and an agent CA is refused."""
+        error = self.assertRaises(usage.UsageError, options, ["--tls-listen", "tcp:0"])
+        self.assertIn("--tls-listen", str(error))
+
+    def test_make_service(self) -> None:
+        """makeService builds the control-plane service without starting it."""
+        service = makeService(options(["--listen", "tcp:0"]))
+        self.assertIsInstance(service, ControlPlaneService)
+        self.assertFalse(service.running)
+
+
+class TapSettingsTests(SynchronousTestCase):
+    """The variables only the tap reads."""
+
+    def test_defaults(self) -> None:
+        """Unset variables take the documented defaults."""
+        self.assertEqual(TapSettings.from_environ({}), TapSettings(120, 60, 15, "localhost"))
+
+    def test_values(self) -> None:
+        """Set variables are read."""
+        settings = TapSettings.from_environ(
+            {
+                "SVC_MOUNT_LEASE_TTL_SECONDS": "300",
+                "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": "5",
+                "SVC_DATAPLANE_CALL_TIMEOUT_SECONDS": "3",
+                "SVC_CONTROL_FQDN": "Control.Example",
+            }
+        )
+        self.assertEqual(settings, TapSettings(300, 5, 3, "control.example"))
+
+    def test_refused(self) -> None:
+        """Out-of-range numbers and bad host names are refused naming the variable."""
+        for name, value in (
+            ("SVC_MOUNT_LEASE_TTL_SECONDS", "9"),
+            ("SVC_REVOCATION_PUSH_INTERVAL_SECONDS", "0"),
+            ("SVC_DATAPLANE_CALL_TIMEOUT_SECONDS", "x"),
+            ("SVC_CONTROL_FQDN", "bad_name!"),
+        ):
+            error = self.assertRaises(ConfigError, TapSettings.from_environ, {name: value})
+            self.assertIn(name, str(error))
+
+
+class _PeerRecorder(Resource):
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peers: list[Any] = []
+
+    def render(self, request: Request) -> bytes:
+        handle = request.transport.getHandle()  # type: ignore[union-attr]
+        self.peers.append(handle.get_peer_certificate(as_cryptography=True))
+        return b"ok"
+
+
+class OptionalClientCertificateTests(TestCase):
+    """The TLS listener asks for, but does not require, a client certificate."""
+
+    def setUp(self) -> None:
+        self.pki: TestPKI = shared_test_pki()
+        self.recorder = _PeerRecorder()
+        server_options: Any = OptionalClientCertificateOptions(self.pki.server, self.pki.root.cert)
+        site: Any = Site(self.recorder)
+        factory = TLSMemoryBIOFactory(server_options, False, site)
+        port = _reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.port = port.getHost().port
+
+    async def get(self, client_options: Any) -> bytes:
+        endpoint = SSL4ClientEndpoint(_reactor, "127.0.0.1", self.port, client_options)
+        done: Deferred[bytes] = Deferred()
+        received: list[bytes] = []
+
+        class Client(Protocol):
+            def connectionMade(self) -> None:
+                transport: Any = self.transport
+                transport.write(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+
+            def dataReceived(self, data: bytes) -> None:
+                received.append(data)
+
+            def connectionLost(self, reason: Failure = connectionDone) -> None:
+                done.callback(b"".join(received))
+
+        await connectProtocol(endpoint, Client())
+        return await done
+
+    async def test_with_agent_certificate(self) -> None:
+        """An agent's leaf (with its intermediate) is seen by the application."""
+        agent = self.pki.agent("tenant-a", "agent-1")
+        settings: dict[str, Any] = {
+            "privateKey": agent.leaf.key,
+            "certificate": agent.leaf.cert,
+            "extraCertChain": list(agent.chain),
+            "trustRoot": self.pki.trust_root(),
+            "raiseMinimumTo": TLSVersion.TLSv1_3,
+        }
+        client = CertificateOptions(**settings)
+        answer = await self.get(client)
+        self.assertTrue(answer.endswith(b"ok"))
+        self.assertEqual(self.recorder.peers, [agent.leaf.cert])
+
+    async def test_without_certificate(self) -> None:
+        """A client with no certificate is served too."""
+        client = CertificateOptions(trustRoot=self.pki.trust_root())
+        answer = await self.get(client)
+        self.assertTrue(answer.endswith(b"ok"))
+        self.assertEqual(self.recorder.peers, [None])
+
+    async def test_foreign_certificate_refused(self) -> None:
+        """A client certificate from another org's root fails the handshake."""
+        agent = self.pki.foreign_agent("tenant-a", "agent-1")
+        settings: dict[str, Any] = {
+            "privateKey": agent.leaf.key,
+            "certificate": agent.leaf.cert,
+            "extraCertChain": list(agent.chain),
+            "trustRoot": self.pki.trust_root(),
+        }
+        client = CertificateOptions(**settings)
+        answer = await self.get(client)
+        self.assertEqual(answer, b"")
+        self.assertEqual(self.recorder.peers, [])
+
+
+class CertificateRotationTests(SynchronousTestCase):
+    """The TLS listener's leaf can be replaced for new connections."""
+
+    def test_replace(self) -> None:
+        """replace() swaps the leaf and context; renewal falls at two thirds of its life."""
+        pki = shared_test_pki()
+        options = OptionalClientCertificateOptions(pki.server, pki.root.cert)
+        first = options.getContext()
+        self.assertIs(options.getContext(), first)
+        other = pki.server_leaf("other.test")
+        options.replace(other)
+        self.assertIs(options.leaf, other)
+        self.assertIsNot(options.getContext(), first)
+        start, end = other.cert.not_valid_before_utc, other.cert.not_valid_after_utc
+        self.assertEqual(options.renew_at, start + (end - start) * 2 / 3)
+
+
+class ControlPlaneServiceTests(TestCase):
+    """The service started in process on loopback with SQLite and a filesystem CA."""
+
+    def setUp(self) -> None:
+        pool = HTTPConnectionPool(_reactor, persistent=False)
+        agent: Any = Agent(_reactor, pool=pool)
+        self.http = HTTPClient(agent)
+
+    def environ(self, **extra: str) -> dict[str, str]:
+        base = Path(self.mktemp())
+        (base / "secrets").mkdir(parents=True)
+        return {
+            "DATABASE_URL": f"sqlite:///{base.absolute()}/control.db",
+            "SVC_CONTROL_PLANE_TOKEN": TOKEN,
+            "SVC_SECRETS_DIR": str(base / "secrets"),
+            "SVC_CA_KEK": KEK,
+            "SVC_TRUST_DOMAIN": "svc.test",
+            **extra,
+        }
+
+    async def start(self, environ: dict[str, str], argv: list[str]) -> ControlPlaneService:
+        parsed = options(argv, environ)
+        service = ControlPlaneService(
+            parsed["settings"],
+            parsed["tap_settings"],
+            parsed["listen"],
+            parsed["tls_listen"],
+            _reactor,
+            exit_on_failure=False,
+        )
+        service.startService()
+        self.addCleanup(service.stopService)
+        assert service.started is not None
+        await service.started
+        return service
+
+    async def test_serves_and_stops(self) -> None:
+        """It serves provisioning and usage (control certificate issued), then stops cleanly."""
+        environ = self.environ()
+        FilesystemCA(Path(environ["SVC_SECRETS_DIR"]), "svc.test", b"k" * 32).init_root(
+            "Test Org", datetime.now(UTC)
+        )
+        service = await self.start(environ, ["--listen", "tcp:0:interface=127.0.0.1"])
+        base = f"http://127.0.0.1:{service.addresses[0].port}"
+        body = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 1}
+        response = await self.http.post(base + "/v1/entities", json=body, headers=HEADERS)
+        self.assertEqual(response.code, 200)
+        self.assertEqual(json.loads(await response.content())["virtual_path"], "/mnt/svc/agents/a1")
+        response = await self.http.get(base + "/v1/tenants/acme/usage", headers=HEADERS)
+        self.assertEqual(response.code, 200, await response.content())
+        assert service.keeper is not None
+        self.assertIsNotNone(service.keeper.current())
+        await service.stopService()
+        self.assertEqual(service.addresses, [])
+
+    async def test_without_root_usage_unavailable(self) -> None:
+        """Before 'svc ca init' the CA routes answer 503 and the rest works."""
+        service = await self.start(self.environ(), ["--listen", "tcp:0:interface=127.0.0.1"])
+        base = f"http://127.0.0.1:{service.addresses[0].port}"
+        response = await self.http.get(base + "/v1/tenants/acme/usage", headers=HEADERS)
+        self.assertEqual(response.code, 503)
+        await response.content()
+        response = await self.http.get(base + "/healthz")
+        self.assertEqual(response.code, 200)
+        await response.content()
+
+    async def test_start_failure(self) -> None:
+        """A database that cannot be opened fails the start."""
+        environ = self.environ(DATABASE_URL="sqlite:////nonexistent-dir/x/control.db")
+        parsed = options(["--listen", "tcp:0:interface=127.0.0.1"], environ)
+        service = ControlPlaneService(
+            parsed["settings"],
+            parsed["tap_settings"],
+            parsed["listen"],
+            [],
+            _reactor,
+            exit_on_failure=False,
+        )
+        service.startService()
+        assert service.started is not None
+        failures: list[Failure] = []
+        service.started.addErrback(failures.append)
+        await service.started
+        self.assertEqual(len(failures), 1)
+        await service.stopService()
+        self.flushLoggedErrors()
