@@ -7,6 +7,7 @@ collection and quotas read.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from svc.store.errors import InvalidArgument, NotADirectory
 from svc.store.manifest_paths import check_path, name_of
@@ -76,3 +77,22 @@ def usage_by_top(connection: sqlite3.Connection) -> dict[str, int]:
         top: int(used)
         for top, used in connection.execute("SELECT top, bytes FROM subtree_usage WHERE chunks > 0")
     }
+
+
+_QUERY_BATCH = 500
+
+
+def referenced_under(connection: sqlite3.Connection, top: str, hashes: Sequence[str]) -> set[str]:
+    """
+    Those of ``hashes`` that a live file under ``/<top>`` references.
+    """
+    found: set[str] = set()
+    for start in range(0, len(hashes), _QUERY_BATCH):
+        batch = hashes[start : start + _QUERY_BATCH]
+        marks = ",".join("?" * len(batch))
+        rows = connection.execute(
+            f"SELECT hash FROM chunk_refs WHERE top = ? AND hash IN ({marks})",  # noqa: S608
+            (top, *(bytes.fromhex(h) for h in batch)),
+        )
+        found.update(digest.hex() for (digest,) in rows)
+    return found

@@ -152,6 +152,14 @@ class ManifestStore:
         """
         return self._read(manifest_reads.usage_by_top)
 
+    def referenced_hashes(self, top: str, hashes: Sequence[str]) -> Deferred[frozenset[str]]:
+        """
+        Those of ``hashes`` a live file under ``/<top>`` references (through
+        the queue, so every change submitted before is reflected).
+        """
+        wanted = list(hashes)
+        return self._read(lambda c: frozenset(manifest_reads.referenced_under(c, top, wanted)))
+
     def live_hashes(self) -> Deferred[frozenset[str]]:
         """
         The hashes referenced by any live file.

@@ -1,0 +1,54 @@
+"""
+One request as the data-plane operations see it (L{Call}), what a
+successful one produces (L{Outcome}), and small helpers they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from svc.audit.events import ExtraValue
+from svc.dataplane.interfaces import OpReply
+from svc.dataplane.ops import Request
+from svc.wire.errors import CodecError
+from svc.wire.ops import Op
+from svc.wire.payload import pack_payload
+
+Release = Callable[[], None]
+"""Lets the connection's later requests start (lease requests call it once issued)."""
+
+
+@attrs.define
+class Call:
+    """One request being handled: what its audit line needs to know so far."""
+
+    op: Op
+    request: Request
+    session_id: str | None = None
+
+
+@attrs.frozen
+class Outcome:
+    """
+    A successful operation's reply and what its audit line carries beyond
+    the envelope (C{size}, event-specific C{extra}).
+    """
+
+    reply: OpReply
+    size: int | None = None
+    extra: Mapping[str, ExtraValue] = attrs.field(factory=dict)
+
+
+def payload_size(payload: Mapping[str, object]) -> int:
+    """The msgpack-encoded size of a payload map (0 if it cannot be encoded)."""
+    try:
+        return len(pack_payload(payload))
+    except CodecError:
+        return 0
+
+
+def empty_outcome() -> Outcome:
+    """The outcome of an operation that answers an empty map."""
+    return Outcome(OpReply({}))

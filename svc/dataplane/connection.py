@@ -1,0 +1,493 @@
+"""
+One admitted connection's view of the data plane: L{AgentConnection}
+implements L{svc.dataplane.interfaces.IConnectionHandler}.
+
+For every request it, in order: resolves the op (ENOSYS), parses the payload
+(L{svc.dataplane.ops}), takes its place in the connection's order, confines
+every path to C{/<agent_id>} (EACCES, a C{list}/C{stat}/... denial line and
+C{svc_agent_path_denied_total}), applies the agent's path policy (EACCES,
+the op's own event with C{allowed: false}), verifies a presented
+C{session_id} (EPERM, C{svc_session_forgery_rejected_total}), runs the
+operation (L{svc.dataplane.handlers}) and writes one audit line with the
+outcome. Every op is timed into C{svc_dataplane_op_duration_seconds}.
+
+Ordering (wire section 5: a request sees the effects of every earlier
+request of its connection): namespace, journal, lease and C{close} requests
+run one at a time in arrival order; C{chunk_get} and C{chunk_has} wait for
+the earlier ones but do not hold up later ones; C{chunk_put} starts at once,
+and any later request naming its hash waits for it; C{ping} waits for
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredLock, gatherResults, succeed
+from twisted.logger import Logger
+
+from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
+from svc.audit.names import Origin, event_for_op, shape_of
+from svc.audit.server_events import path_denied_event
+from svc.dataplane.calls import Call, Outcome, payload_size
+from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
+from svc.dataplane.confinement import (
+    PathOutsideSubtree,
+    confine,
+    disk_root,
+    is_confined,
+    relative_to_disk,
+)
+from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
+from svc.dataplane.handlers import perform
+from svc.dataplane.interfaces import IConnectionSink, OpReply
+from svc.dataplane.ops import (
+    ChunkGetRequest,
+    ChunkHasRequest,
+    ChunkPutRequest,
+    ManifestPutRequest,
+    Request,
+    first_path,
+    parse_request,
+    path_uses,
+    request_op,
+    session_of,
+)
+from svc.dataplane.session_epochs import SessionEpochs
+from svc.metrics import DataPlaneMetrics, op_label
+from svc.pki.identity import AgentIdentity
+from svc.policy import PathPolicy
+from svc.sessions import SessionRejected, verify_session_id
+from svc.store.errors import StoreError
+from svc.store.layout import TenantLocation
+from svc.store.lease_values import LeaseHolder
+from svc.store.manifest_values import Writer
+from svc.store.tenant import TenantStorage
+from svc.wire.ops import Op
+
+AUDIT_PATH_LIMIT = 4096
+"""A refused path longer than this (in characters) is logged truncated."""
+
+_UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
+_AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS})
+_PATH_EMPTY_OPS = frozenset(
+    {Op.CHUNK_GET, Op.CHUNK_PUT, Op.CHUNK_HAS, Op.JOURNAL_QUERY, Op.JOURNAL_REVERT_PATH}
+)
+_AUDITED_OPS = frozenset(Op) - {
+    Op.LEASE_GRANT,
+    Op.LEASE_REFRESH,
+    Op.LEASE_RELEASE,
+    Op.LEASE_REVOKE,
+    Op.PING,
+    Op.CLOSE,
+}
+
+
+class Seconds(Protocol):
+    """The part of C{IReactorTime} the data plane uses."""
+
+    def seconds(self) -> float:
+        """Now, in seconds since the epoch."""
+
+
+@attrs.frozen
+class DiskHandle:
+    """An agent's opened storage: its location, tenant storage and session epochs."""
+
+    location: TenantLocation
+    storage: TenantStorage
+    epochs: SessionEpochs
+
+
+@attrs.frozen
+class ConnectionContext:
+    """What every connection of one service shares."""
+
+    clock: Seconds
+    metrics: DataPlaneMetrics
+    audit_emit: Callable[[AuditEvent], object]
+    session_key: bytes
+    policy_for: Callable[[str, str], PathPolicy | None]
+    open_disk: Callable[[AgentIdentity], Deferred[DiskHandle]]
+    forget: Callable[[AgentConnection], None]
+    visible_memory: int
+
+
+class _Turn:
+    """A request's place in the connection's order; L{release} is idempotent."""
+
+    def __init__(self, ready: Deferred[Any], release: Callable[[], object] | None) -> None:
+        self.ready = ready
+        self._release = release
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class _Upload:
+    """A C{chunk_put} in flight on this connection; later requests wait for it."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._waiters: list[Deferred[None]] = []
+
+    def wait(self) -> Deferred[None]:
+        if self.done:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._waiters.append(waiter)
+        return waiter
+
+    def finish(self) -> None:
+        self.done = True
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+
+class AgentConnection:
+    """
+    One connection of one agent; see the module docstring.
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        context: ConnectionContext,
+        identity: AgentIdentity,
+        connection_id: str,
+        sink: IConnectionSink,
+    ) -> None:
+        self._context = context
+        self._clock = context.clock
+        self.metrics = context.metrics
+        self.identity = identity
+        self.connection_id = connection_id
+        self.sink = sink
+        self.agent_id = identity.agent_id
+        self.root = disk_root(identity.agent_id)
+        self.cert = CertFields.of_agent(identity)
+        self.visible = VisibleChunks(context.visible_memory)
+        self.session_id: str | None = None
+        self.closing = False
+        self._seen_sessions: set[str] = set()
+        self._disk: DiskHandle | None = None
+        self._open_lock = DeferredLock()
+        self._order = DeferredLock()
+        self._uploads: dict[str, list[_Upload]] = {}
+
+    # Properties the handlers use.
+
+    @property
+    def location(self) -> TenantLocation | None:
+        """The tenant location, once the storage is open."""
+        return None if self._disk is None else self._disk.location
+
+    @property
+    def allocation(self) -> str:
+        """The C{allocation_id} metric label: C{<tenant>/<agent>}."""
+        return f"{self.identity.tenant_id}/{self.agent_id}"
+
+    def now(self) -> float:
+        """The service clock."""
+        return self._clock.seconds()
+
+    def policy(self) -> PathPolicy | None:
+        """The agent's path policy now (L{None}: unrestricted)."""
+        return self._context.policy_for(self.identity.tenant_id, self.agent_id)
+
+    def writer(self, call: Call) -> Writer:
+        """The author of a change: the agent and the request's verified session."""
+        return Writer(self.agent_id, call.session_id)
+
+    def holder(self) -> LeaseHolder:
+        """This connection as a lease holder (with its newest verified session)."""
+        return LeaseHolder(self.agent_id, self.connection_id, self.session_id)
+
+    async def storage(self) -> TenantStorage:
+        """The tenant's storage, opened (and the disk root created) on first use."""
+        if self._disk is None:
+            await self._open_lock.acquire()
+            try:
+                if self._disk is None:
+                    self._disk = await self._context.open_disk(self.identity)
+            finally:
+                self._open_lock.release()
+        return self._disk.storage
+
+    async def visible_of(self, storage: TenantStorage, hashes: list[str]) -> set[str]:
+        """Those of C{hashes} the agent may see (see L{svc.dataplane.chunk_visibility})."""
+        unknown = self.visible.unknown(hashes)
+        if unknown:
+            found = await referenced_by_disk(storage, self.agent_id, unknown)
+            self.visible.add(found)
+        return {h for h in hashes if h in self.visible}
+
+    def wait_uploads(self, hashes: list[str]) -> Deferred[object]:
+        """Fires once every C{chunk_put} in flight for C{hashes} has finished."""
+        waits = [u.wait() for h in dict.fromkeys(hashes) for u in self._uploads.get(h, ())]
+        if not waits:
+            return succeed(None)
+        return gatherResults(waits).addCallback(lambda _: None)
+
+    # IConnectionHandler
+
+    def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
+        """Run one request (see the module docstring)."""
+        return Deferred.fromCoroutine(self._handle(op, payload, raw))
+
+    def closed(self, reason: str) -> Deferred[None]:
+        """
+        Release the connection's leases (reason C{conn_closed}) and forget
+        it; refused lease requests afterwards.
+        """
+        self.closing = True
+        self._context.forget(self)
+        self._log.info(
+            "connection {connection_id} of {agent} closed: {reason}",
+            connection_id=self.connection_id,
+            agent=self.agent_id,
+            reason=reason,
+        )
+
+        async def closing() -> None:
+            await self._open_lock.acquire()
+            self._open_lock.release()
+            if self._disk is not None:
+                await self._disk.storage.leases.release_connection(self.connection_id)
+
+        return Deferred.fromCoroutine(closing())
+
+    # Sessions
+
+    async def verify_session(self, call: Call) -> None:
+        """
+        Verify the request's C{session_id}, if any: HMAC for this tenant and
+        agent, then fencing by epoch (persisting a newer epoch). A session
+        first seen on this connection whose epoch was already known is a
+        rebind. Sets C{call.session_id}.
+
+        @raise SessionRefused: EPERM, counted by reason.
+        """
+        presented = session_of(call.request)
+        if presented is None:
+            return
+        await self.storage()
+        assert self._disk is not None
+        epochs = self._disk.epochs
+        try:
+            session = verify_session_id(
+                self._context.session_key,
+                presented,
+                tenant_id=self.identity.tenant_id,
+                agent_id=self.agent_id,
+            )
+            raised = epochs.admit(session)
+        except SessionRejected as e:
+            self.metrics.count_session_forgery(e.reason.value)
+            self._log.info(
+                "session refused for {agent}: {reason}", agent=self.agent_id, reason=e.reason.value
+            )
+            raise SessionRefused(e.reason) from None
+        if presented not in self._seen_sessions:
+            self._seen_sessions.add(presented)
+            if not raised:
+                self.metrics.count_session_rebind()
+        call.session_id = presented
+        self.session_id = presented
+        if raised:
+            await epochs.save()
+
+    # The request pipeline
+
+    def _enter(self, op: Op) -> _Turn:
+        if op in _UNORDERED:
+            return _Turn(succeed(None), None)
+        acquired = self._order.acquire()
+        if op in _AFTER_EARLIER:
+            ready = acquired.addCallback(lambda lock: lock.release())
+            return _Turn(ready, None)
+        return _Turn(acquired, self._order.release)
+
+    def _begin_upload(self, request: Request) -> _Upload | None:
+        if not isinstance(request, ChunkPutRequest):
+            return None
+        upload = _Upload()
+        self._uploads.setdefault(request.hash, []).append(upload)
+        return upload
+
+    def _end_upload(self, request: Request, upload: _Upload | None) -> None:
+        if upload is None or not isinstance(request, ChunkPutRequest):
+            return
+        pending = self._uploads.get(request.hash, [])
+        if upload in pending:
+            pending.remove(upload)
+        if not pending:
+            self._uploads.pop(request.hash, None)
+        upload.finish()
+
+    async def _handle(
+        self, op_name: str, payload: Mapping[str, object], raw: memoryview
+    ) -> OpReply:
+        op = request_op(op_name)
+        started = self.now()
+        try:
+            return await self._run(op, payload, raw)
+        finally:
+            self.metrics.observe_op(op_label(op), self.now() - started)
+
+    async def _run(self, op: Op, payload: Mapping[str, object], raw: memoryview) -> OpReply:
+        if op is Op.CHUNK_PUT:
+            self.metrics.count_bytes("in", op.value, len(raw))
+        elif op is Op.MANIFEST_PUT:
+            self.metrics.count_bytes("in", op.value, payload_size(payload))
+        try:
+            request = parse_request(op, payload)
+        except OpFailed:
+            self._audit_failure(op, _raw_path(payload), None)
+            raise
+        call = Call(op, request)
+        upload = self._begin_upload(request)
+        turn = self._enter(op)
+        try:
+            await turn.ready
+            outcome = await self._checked(call, raw, turn)
+        except PathOutsideSubtree:
+            raise
+        except StoreError as e:
+            self._audit_failure(op, first_path(request), call)
+            raise from_store_error(e) from None
+        except Exception:
+            self._audit_failure(op, first_path(request), call)
+            raise
+        finally:
+            turn.release()
+            self._end_upload(request, upload)
+        self._audit_success(call, outcome)
+        return outcome.reply
+
+    async def _checked(self, call: Call, raw: memoryview, turn: _Turn) -> Outcome:
+        uses = path_uses(call.op, call.request)
+        for use in uses:
+            if not is_confined(use.path, self.agent_id):
+                self._deny_path(call.op, use.path)
+                raise PathOutsideSubtree()
+        for use in uses:
+            confine(use.path, self.agent_id)
+        policy = self.policy()
+        if policy is not None:
+            self._apply_policy(call, policy)
+        await self.verify_session(call)
+        if isinstance(call.request, ManifestPutRequest | ChunkGetRequest | ChunkHasRequest):
+            hashes = _named_hashes(call.request)
+            await self.wait_uploads(hashes)
+        return await perform(self, call, raw, turn.release)
+
+    def _apply_policy(self, call: Call, policy: PathPolicy) -> None:
+        if call.op in (Op.LEASE_GRANT,):
+            return  # a lease grants no access by itself
+        if call.op is Op.CHUNK_PUT and policy.readonly:
+            raise PolicyDenied("readonly")
+        for use in path_uses(call.op, call.request):
+            relative = relative_to_disk(use.path, self.agent_id)
+            if use.traverse:
+                decision = policy.check_traverse(relative)
+            else:
+                decision = policy.check(relative, use.write)
+            if not decision.allowed:
+                assert decision.reason is not None
+                raise PolicyDenied(decision.reason.value)
+
+    # Audit
+
+    def _deny_path(self, op: Op, path: str) -> None:
+        """A path-confinement refusal: its line (if the op has one) and the counter."""
+        self.metrics.count_path_denied(op_label(op))
+        if op in _AUDITED_OPS:
+            self._context.audit_emit(
+                path_denied_event(
+                    ts=self.now(),
+                    op=op,
+                    cert=self.cert,
+                    path="" if op in _PATH_EMPTY_OPS else _audit_path(path),
+                )
+            )
+        else:
+            self._log.info(
+                "{op} refused for {agent}: path outside agent subtree",
+                op=op.value,
+                agent=self.agent_id,
+            )
+
+    def _line(
+        self,
+        op: Op,
+        path: str | None,
+        allowed: bool,
+        session_id: str | None,
+        size: int | None = None,
+        extra: Mapping[str, ExtraValue] | None = None,
+    ) -> AuditEvent:
+        event = event_for_op(op)
+        if not shape_of(Origin.SERVER, event).session_id:
+            session_id = None
+        return server_event(
+            event,
+            ts=self.now(),
+            cert=self.cert,
+            path="" if op in _PATH_EMPTY_OPS else _audit_path(path or ""),
+            allowed=allowed,
+            size=size,
+            session_id=session_id,
+            **dict(extra or {}),
+        )
+
+    def _audit_success(self, call: Call, outcome: Outcome) -> None:
+        if call.op in _AUDITED_OPS:
+            self._context.audit_emit(
+                self._line(
+                    call.op,
+                    first_path(call.request),
+                    True,
+                    call.session_id,
+                    outcome.size,
+                    outcome.extra,
+                )
+            )
+
+    def _audit_failure(self, op: Op, path: str | None, call: Call | None) -> None:
+        if op not in _AUDITED_OPS:
+            return
+        extra: dict[str, ExtraValue] = {}
+        if call is not None:
+            request = call.request
+            if isinstance(request, ChunkGetRequest | ChunkPutRequest):
+                extra["hash"] = request.hash
+            elif isinstance(request, ChunkHasRequest):
+                extra["count"] = len(request.hashes)
+        session_id = None if call is None else call.session_id
+        self._context.audit_emit(self._line(op, path, False, session_id, None, extra))
+
+
+def _named_hashes(request: Request) -> list[str]:
+    if isinstance(request, ManifestPutRequest):
+        return [chunk.hash for chunk in request.chunks]
+    if isinstance(request, ChunkGetRequest):
+        return [request.hash]
+    if isinstance(request, ChunkHasRequest):
+        return list(request.hashes)
+    return []
+
+
+def _raw_path(payload: Mapping[str, object]) -> str | None:
+    path = payload.get("path")
+    return path if isinstance(path, str) else None
+
+
+def _audit_path(path: str) -> str:
+    return path[:AUDIT_PATH_LIMIT]

@@ -1,0 +1,236 @@
+"""
+The data-plane logic object: L{DataPlaneService} implements
+L{svc.dataplane.interfaces.IDataPlaneService} over the storage engine.
+
+It owns what all connections share: the storage engine (built by the factory
+it is given, with this service's lease callbacks), the live connections by
+id (lease revokes are pushed to the holder's connection, deny-list updates
+disconnect the connections they name), the session epochs of each tenant,
+the path policies, the audit emitter and the metrics. Each admitted
+connection gets an L{svc.dataplane.connection.AgentConnection}, which runs
+its operations. No sockets, TLS or frames here. The operations are
+specified in ``docs/specifications/dataplane-ops.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.logger import Logger
+
+from svc.audit.events import AuditEvent
+from svc.audit.server_events import lease_line
+from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
+from svc.dataplane.confinement import disk_root
+from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle, Seconds
+from svc.dataplane.errors import OpFailed
+from svc.dataplane.interfaces import IConnectionSink
+from svc.dataplane.replies import lease_revoke_push
+from svc.dataplane.session_epochs import SESSIONS_FILE, SessionEpochs
+from svc.metrics import DataPlaneMetrics
+from svc.pki.identity import AgentIdentity, DenyList
+from svc.policy import PathPolicy
+from svc.store.engine import StorageEngine
+from svc.store.errors import AlreadyExists
+from svc.store.layout import TenantLocation, metadata_dir
+from svc.store.lease_values import LeaseEvent, LeaseRevoke
+from svc.store.manifest_values import Writer
+from svc.wire.errno import WireErrno
+from svc.wire.ops import Op
+from svc.worker import IWorker
+
+RevokeCallback = Callable[[TenantLocation, LeaseRevoke], object]
+EventCallback = Callable[[TenantLocation, LeaseEvent], object]
+EngineFactory = Callable[[RevokeCallback, EventCallback], StorageEngine]
+"""Builds the storage engine with the service's lease callbacks."""
+
+PolicyLookup = Callable[[str, str], PathPolicy | None]
+"""C{(tenant_id, agent_id)} to that agent's path policy (L{None}: unrestricted)."""
+
+DISK_ROOT_MODE = 0o755
+"""Mode of an agent's disk root when the server creates it."""
+
+DENIED_GOAWAY_REASON = "credentials_expired"
+"""The GOAWAY reason (wire section 4.6) of a connection whose serial is deny-listed."""
+
+
+def location_of(identity: AgentIdentity) -> TenantLocation:
+    """
+    Where an identity's data lives: owner = user id (the leaf CN), tenant =
+    tenant id (the tenant level exists only when they differ).
+    """
+    return TenantLocation(owner=identity.user_id, tenant=identity.tenant_id)
+
+
+def allocation_label(identity: AgentIdentity) -> str:
+    """
+    The C{allocation_id} label of the journal metrics: C{<tenant>/<agent>},
+    the agent's disk (the data plane does not know control-plane allocation
+    ids).
+    """
+    return f"{identity.tenant_id}/{identity.agent_id}"
+
+
+def _no_policy(tenant_id: str, agent_id: str) -> PathPolicy | None:
+    return None
+
+
+class DataPlaneService:
+    """
+    The data-plane logic; see the module docstring.
+
+    @ivar engine: the storage engine, built by C{engine_factory} with
+        L{on_lease_revoke} and L{on_lease_event} (so the HTTP surface and the
+        GC loop use the same engine).
+    """
+
+    _log = Logger()
+
+    def __init__(
+        self,
+        engine_factory: EngineFactory,
+        *,
+        audit_emit: Callable[[AuditEvent], object],
+        metrics: DataPlaneMetrics,
+        clock: Seconds,
+        session_key: bytes,
+        io_worker: IWorker,
+        policy_for: PolicyLookup = _no_policy,
+        deny_list: DenyList | None = None,
+        visible_memory: int = DEFAULT_MEMORY,
+    ) -> None:
+        self._context = ConnectionContext(
+            clock=clock,
+            metrics=metrics,
+            audit_emit=audit_emit,
+            session_key=session_key,
+            policy_for=policy_for,
+            open_disk=self._open_disk,
+            forget=self._forget,
+            visible_memory=visible_memory,
+        )
+        self._clock = clock
+        self._metrics = metrics
+        self._audit_emit = audit_emit
+        self._io = io_worker
+        self._deny_list = deny_list if deny_list is not None else DenyList()
+        self._connections: dict[str, AgentConnection] = {}
+        self._epochs: dict[TenantLocation, SessionEpochs] = {}
+        self._epochs_lock = DeferredLock()
+        self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
+
+    # IDataPlaneService
+
+    def connect(
+        self, identity: AgentIdentity, connection_id: str, sink: IConnectionSink
+    ) -> AgentConnection:
+        """
+        A new admitted connection. Nothing is opened yet: the tenant's
+        storage is resolved on the connection's first operation.
+        """
+        if connection_id in self._connections:
+            raise ValueError(f"connection id {connection_id!r} is already live")
+        connection = AgentConnection(self._context, identity, connection_id, sink)
+        self._connections[connection_id] = connection
+        return connection
+
+    def connection(self, connection_id: str) -> AgentConnection | None:
+        """The live connection with C{connection_id}, if any."""
+        return self._connections.get(connection_id)
+
+    # Deny-list
+
+    @property
+    def deny_list(self) -> DenyList:
+        """The deny-list the protocol's admission checks new connections against."""
+        return self._deny_list
+
+    def set_deny_list(self, deny_list: DenyList) -> None:
+        """
+        Replace the deny-list and disconnect (GOAWAY C{credentials_expired})
+        every live connection whose leaf serial it names.
+        """
+        self._deny_list = deny_list
+        for connection in list(self._connections.values()):
+            if connection.identity.serial in deny_list:
+                self._log.info(
+                    "disconnecting {connection_id}: serial {serial} is deny-listed",
+                    connection_id=connection.connection_id,
+                    serial=connection.identity.serial,
+                )
+                connection.sink.disconnect(DENIED_GOAWAY_REASON)
+
+    # Lease callbacks (given to the storage engine)
+
+    def on_lease_revoke(self, location: TenantLocation, revoke: LeaseRevoke) -> None:
+        """
+        Push C{lease_revoke} to the connection holding the lease; a holder
+        whose connection is gone is left to the lease's deadline.
+        """
+        started = self._clock.seconds()
+        connection = self._connections.get(revoke.holder.connection_id)
+        if connection is None or connection.location != location:
+            self._log.info(
+                "lease revoke for {lease_id} has no live connection {connection_id}",
+                lease_id=revoke.lease_id,
+                connection_id=revoke.holder.connection_id,
+            )
+            return
+        connection.sink.push(Op.LEASE_REVOKE.value, lease_revoke_push(revoke, started))
+        self._metrics.observe_op(Op.LEASE_REVOKE.value, self._clock.seconds() - started)
+
+    def on_lease_event(self, location: TenantLocation, event: LeaseEvent) -> None:
+        """
+        A lease event: its audit line (reduced envelope) and the
+        C{svc_lease_held} gauge of its path.
+        """
+        self._audit_emit(lease_line(event, ts=self._clock.seconds()))
+        try:
+            self._metrics.set_lease_held(event.path, event.leases_on_path)
+        except KeyError:
+            pass  # the series was never set (a lease restored from a previous run)
+
+    # Used by connections
+
+    def _forget(self, connection: AgentConnection) -> None:
+        if self._connections.get(connection.connection_id) is connection:
+            del self._connections[connection.connection_id]
+
+    def _open_disk(self, identity: AgentIdentity) -> Deferred[DiskHandle]:
+        async def opening() -> DiskHandle:
+            try:
+                location = location_of(identity)
+            except ValueError:
+                self._log.warn(
+                    "no storage location for tenant {tenant} user {user}",
+                    tenant=identity.tenant_id,
+                    user=identity.user_id,
+                )
+                raise OpFailed(WireErrno.EIO, "tenant storage unavailable") from None
+            storage = await self.engine.tenant(location)
+            epochs = await self._session_epochs(location)
+            root = disk_root(identity.agent_id)
+            try:
+                await storage.dir_create(
+                    root, mode=DISK_ROOT_MODE, uid=0, gid=0, writer=Writer(identity.agent_id)
+                )
+            except AlreadyExists:
+                pass
+            else:
+                self._metrics.count_journal_write("mkdir", allocation_label(identity))
+            return DiskHandle(location, storage, epochs)
+
+        return Deferred.fromCoroutine(opening())
+
+    async def _session_epochs(self, location: TenantLocation) -> SessionEpochs:
+        await self._epochs_lock.acquire()
+        try:
+            epochs = self._epochs.get(location)
+            if epochs is None:
+                path = metadata_dir(self.engine.roots.metadata_root, location) / SESSIONS_FILE
+                epochs = await SessionEpochs.load(location.tenant, path, self._io)
+                self._epochs[location] = epochs
+            return epochs
+        finally:
+            self._epochs_lock.release()

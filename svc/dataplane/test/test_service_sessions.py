@@ -1,0 +1,282 @@
+"""
+Tests for L{svc.dataplane.service}: mount sessions (verification, fencing,
+rebinds, persistence across restarts), path policy and the deny-list.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.dataplane.service import DENIED_GOAWAY_REASON
+from svc.dataplane.session_epochs import (
+    SESSIONS_FILE,
+    SessionFileError,
+    parse_epochs,
+    render_epochs,
+)
+from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
+from svc.pki.identity import DenyList
+from svc.policy import PathPolicy
+from svc.wire.errno import WireErrno
+
+ALICE = identity()
+
+
+class SessionTests(SynchronousTestCase):
+    """
+    C{session_id} on writes: verified, fenced by epoch, counted, persisted.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = ServiceFixture(self)
+        self.addCleanup(self.fixture.close)
+        self.agent = self.fixture.agent()
+
+    def forgeries(self, reason: str) -> float | None:
+        return self.fixture.sample("svc_session_forgery_rejected_total", reason=reason)
+
+    def test_valid_session(self) -> None:
+        """A valid session is recorded as the writer and on the write's audit line."""
+        session = self.fixture.session(ALICE, 1)
+        self.agent.put_file("f", b"x", session_id=session)
+        self.assertEqual(self.fixture.last().session_id, session)
+        got = self.agent.ok("manifest_get", path="/agent-1/f")
+        self.assertEqual(got["last_writer_session_id"], session)
+        self.assertIsNone(self.fixture.last().session_id)
+        self.assertEqual(self.fixture.sample("svc_session_rebind_total"), 0.0)
+
+    def test_rejections(self) -> None:
+        """Each kind of bad session is EPERM with its reason, counted, and audited without it."""
+        cases = {
+            "bad_format": "mount:abc",
+            "bad_hex": "mount:" + "g" * 64,
+            "unknown_or_wrong_holder": self.fixture.session(identity(agent="agent-2"), 1),
+        }
+        for reason, session in cases.items():
+            error = self.agent.error(
+                "dir_create", path="/agent-1/d", mode=0o755, session_id=session
+            )
+            self.assertEqual(
+                (error.errno, dict(error.details)), (WireErrno.EPERM, {"reason": reason})
+            )
+            self.assertEqual(self.forgeries(reason), 1.0)
+            line = self.fixture.last()
+            self.assertEqual(
+                (line.event, line.allowed, line.session_id), ("dir_create", False, None)
+            )
+        self.agent.ok(
+            "dir_create", path="/agent-1/d", mode=0o755, session_id=self.fixture.session(ALICE, 5)
+        )
+        fenced = self.agent.error(
+            "dir_remove", path="/agent-1/d", session_id=self.fixture.session(ALICE, 4)
+        )
+        self.assertEqual(dict(fenced.details), {"reason": "fenced"})
+        self.assertEqual(self.forgeries("fenced"), 1.0)
+        self.assertEqual(
+            self.agent.errno("chunk_put", b"x", hash=blob("z")[0], session_id="mount:"),
+            WireErrno.EPERM,
+        )
+
+    def test_writes_without_session(self) -> None:
+        """Writes without a session are allowed and audited without session_id."""
+        self.agent.put_file("f", b"x")
+        self.assertIsNone(self.fixture.last().session_id)
+
+    def test_rebind(self) -> None:
+        """A known session first seen on a new connection is a rebind; a newer epoch is not."""
+        session = self.fixture.session(ALICE, 3)
+        self.agent.ok("dir_create", path="/agent-1/a", mode=0o755, session_id=session)
+        self.agent.ok("dir_create", path="/agent-1/b", mode=0o755, session_id=session)
+        self.assertEqual(self.fixture.sample("svc_session_rebind_total"), 0.0)
+        again = self.fixture.agent()
+        again.ok("dir_create", path="/agent-1/c", mode=0o755, session_id=session)
+        again.ok("dir_create", path="/agent-1/d", mode=0o755, session_id=session)
+        self.assertEqual(self.fixture.sample("svc_session_rebind_total"), 1.0)
+        newer = self.fixture.agent()
+        newer.ok(
+            "dir_create", path="/agent-1/e", mode=0o755, session_id=self.fixture.session(ALICE, 4)
+        )
+        self.assertEqual(self.fixture.sample("svc_session_rebind_total"), 1.0)
+        self.assertEqual(
+            again.errno("dir_remove", path="/agent-1/a", session_id=session), WireErrno.EPERM
+        )
+
+    def test_agents_fenced_independently(self) -> None:
+        """A newer epoch of one agent does not fence another agent."""
+        bob = identity(agent="agent-2", serial="b2")
+        self.agent.ok(
+            "dir_create", path="/agent-1/a", mode=0o755, session_id=self.fixture.session(ALICE, 9)
+        )
+        other = self.fixture.agent(bob)
+        other.ok(
+            "dir_create", path="/agent-2/a", mode=0o755, session_id=self.fixture.session(bob, 1)
+        )
+
+    def test_fencing_survives_restart(self) -> None:
+        """The newest epoch is kept in sessions.json, so a restarted server still fences."""
+        self.agent.ok(
+            "dir_create", path="/agent-1/a", mode=0o755, session_id=self.fixture.session(ALICE, 7)
+        )
+        saved = json.loads(
+            (Path(self.fixture.root) / "user-1" / "tenant-a" / SESSIONS_FILE).read_text()
+        )
+        self.assertEqual(saved, {"version": 1, "agents": {"agent-1": 7}})
+        self.fixture.close()
+        restarted = ServiceFixture(self, self.fixture.root)
+        self.addCleanup(restarted.close)
+        agent = restarted.agent()
+        stale = agent.error(
+            "dir_create", path="/agent-1/b", mode=0o755, session_id=restarted.session(ALICE, 6)
+        )
+        self.assertEqual(dict(stale.details), {"reason": "fenced"})
+        agent.ok(
+            "dir_create", path="/agent-1/b", mode=0o755, session_id=restarted.session(ALICE, 7)
+        )
+        self.assertEqual(restarted.sample("svc_session_rebind_total"), 1.0)
+
+
+class PolicyTests(SynchronousTestCase):
+    """
+    The server-side path policy: deny, allow and readonly.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = ServiceFixture(self)
+        self.addCleanup(self.fixture.close)
+        self.agent = self.fixture.agent()
+        self.agent.put_file("secret.key", b"k")
+        self.agent.ok("dir_create", path="/agent-1/docs", mode=0o755)
+        self.agent.put_file("docs/a.md", b"a")
+        self.agent.put_file("notes.txt", b"n")
+
+    def names(self, path: str) -> list[str]:
+        entries = self.agent.ok("list", path=path)["entries"]
+        return [entry["name"] for entry in entries]
+
+    def test_deny(self) -> None:
+        """A denied path is EACCES under the op's own event, not counted as a confinement denial."""
+        self.fixture.policies[("tenant-a", "agent-1")] = PathPolicy(deny=("*.key",))
+        error = self.agent.error("manifest_get", path="/agent-1/secret.key")
+        self.assertEqual((error.errno, dict(error.details)), (WireErrno.EACCES, {"reason": "deny"}))
+        line = self.fixture.last()
+        self.assertEqual(
+            (line.event, line.path, line.allowed), ("manifest_get", "/agent-1/secret.key", False)
+        )
+        self.assertEqual(
+            self.agent.errno("head_file", path="/agent-1/secret.key"), WireErrno.EACCES
+        )
+        self.assertEqual(self.fixture.last().event, "head_file")
+        self.assertIsNone(self.fixture.sample("svc_agent_path_denied_total", op="manifest_get"))
+        self.assertEqual(self.names("/agent-1"), ["docs", "notes.txt"])
+        self.assertEqual(
+            self.agent.errno("link", path="/agent-1/secret.key", to_path="/agent-1/public"),
+            WireErrno.EACCES,
+        )
+        self.assertEqual(
+            self.agent.errno(
+                "manifest_rename", path="/agent-1/notes.txt", to_path="/agent-1/n.key"
+            ),
+            WireErrno.EACCES,
+        )
+        rows = self.agent.ok("journal_query")["entries"]
+        self.assertNotIn("/agent-1/secret.key", [r["path"] for r in rows])
+
+    def test_allow(self) -> None:
+        """With allow set only matching paths are usable; directories on the way are traversable."""
+        self.fixture.policies[("tenant-a", "agent-1")] = PathPolicy(allow=("docs/**",))
+        self.assertEqual(self.names("/agent-1"), ["docs"])
+        self.assertEqual(self.names("/agent-1/docs"), ["a.md"])
+        self.assertEqual(self.agent.ok("head_file", path="/agent-1")["kind"], "dir")
+        self.assertEqual(self.agent.errno("head_file", path="/agent-1/notes.txt"), WireErrno.EACCES)
+        self.assertEqual(
+            self.agent.errno("manifest_get", path="/agent-1/notes.txt"), WireErrno.EACCES
+        )
+        self.agent.put_file("docs/b.md", b"b")
+        self.assertEqual(
+            self.agent.errno("dir_create", path="/agent-1/src", mode=0o755), WireErrno.EACCES
+        )
+
+    def test_readonly(self) -> None:
+        """Readonly refuses every write, chunk uploads included, and keeps reads."""
+        self.fixture.policies[("tenant-a", "agent-1")] = PathPolicy(readonly=True)
+        chunk_hash, data = blob("ro")
+        error = self.agent.error("chunk_put", data, hash=chunk_hash)
+        self.assertEqual(
+            (error.errno, dict(error.details)), (WireErrno.EACCES, {"reason": "readonly"})
+        )
+        self.assertEqual(
+            (self.fixture.last().event, self.fixture.last().allowed), ("chunk_put", False)
+        )
+        for op, payload in (
+            ("manifest_delete", {"path": "/agent-1/notes.txt"}),
+            ("setattr", {"path": "/agent-1/notes.txt", "mode": 0o600}),
+            ("dir_create", {"path": "/agent-1/x", "mode": 0o755}),
+            ("symlink", {"path": "/agent-1/l", "target": "x"}),
+            ("journal_revert_path", {"path": "/agent-1/notes.txt", "seq": 2}),
+        ):
+            self.assertEqual(self.agent.errno(op, **payload), WireErrno.EACCES, op)
+        self.assertEqual(self.agent.ok("manifest_get", path="/agent-1/notes.txt")["size"], 1)
+        grant = self.agent.ok("lease_grant", path="/agent-1", mode="write")
+        self.assertTrue(grant["granted"])
+
+
+class DenyListTests(SynchronousTestCase):
+    """
+    C{set_deny_list}: the new list is kept and live connections it names are dropped.
+    """
+
+    def test_disconnects_named_serial_only(self) -> None:
+        """Only the connection whose serial is denied gets GOAWAY credentials_expired."""
+        fixture = ServiceFixture(self)
+        self.addCleanup(fixture.close)
+        alice = fixture.agent()
+        bob = fixture.agent(identity(agent="agent-2", serial="b2"))
+        self.assertEqual(len(fixture.service.deny_list), 0)
+        denied = DenyList.of([("b2", identity().not_after)])
+        fixture.service.set_deny_list(denied)
+        self.assertIs(fixture.service.deny_list, denied)
+        self.assertEqual(
+            (alice.sink.disconnects, bob.sink.disconnects), ([], [DENIED_GOAWAY_REASON])
+        )
+        self.successResultOf(bob.connection.closed("revoked"))
+        self.assertIsNone(fixture.service.connection(bob.connection.connection_id))
+        fixture.service.set_deny_list(denied)
+        self.assertEqual(bob.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+
+class SessionFileTests(SynchronousTestCase):
+    """
+    The C{sessions.json} format.
+    """
+
+    def test_round_trip(self) -> None:
+        """Rendered epochs parse back; the document is versioned and sorted."""
+        data = render_epochs({"b": 2, "a": 1})
+        self.assertEqual(data, b'{"version":1,"agents":{"a":1,"b":2}}\n')
+        self.assertEqual(parse_epochs(data, "f"), {"a": 1, "b": 2})
+
+    def test_corrupt(self) -> None:
+        """Anything but the documented format is refused, naming the file."""
+        for raw in (
+            b"{",
+            b"[]",
+            b'{"version":2,"agents":{}}',
+            b'{"version":1}',
+            b'{"version":1,"agents":{"a":-1}}',
+            b'{"version":1,"agents":{"a":true}}',
+        ):
+            error = self.assertRaises(SessionFileError, parse_epochs, raw, "sessions.json")
+            self.assertIn("sessions.json", str(error))
+
+    def test_corrupt_file_fails_requests(self) -> None:
+        """A corrupt sessions.json makes the tenant's requests fail rather than lose fencing."""
+        fixture = ServiceFixture(self)
+        self.addCleanup(fixture.close)
+        base = Path(fixture.root) / "user-1" / "tenant-a"
+        base.mkdir(parents=True)
+        (base / SESSIONS_FILE).write_text("{")
+        agent = fixture.agent()
+        self.assertIsInstance(agent.error("list", path="/agent-1"), SessionFileError)
