@@ -1,0 +1,326 @@
+"""
+The local demo stack behind C{scripts/demo}: a control plane on SQLite and a
+data-plane server as real C{twist} processes, a provisioned demo agent, its
+enrollment and mount lease, and a file written and read back over mutual TLS.
+
+State lives in one directory (default C{.svc-demo} in the checkout): secrets,
+databases, chunk store, logs, pid files and C{state.json}. C{stop} ends the
+processes and leaves the data for the next start.
+
+Usage::
+
+    python -m svc.quickstart start [--dir DIR]
+    python -m svc.quickstart stop [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+TRUST_DOMAIN = "svc.local"
+DEMO_OWNER = "demo-owner"
+DEMO_AGENT = "demo-agent"
+DEMO_GRANT = 1 << 30
+START_TIMEOUT = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+class Stack:
+    """
+    The demo's processes and files under ``root``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.state_file = self.root / "state.json"
+
+    # State
+
+    def load_state(self) -> dict[str, Any]:
+        if self.state_file.exists():
+            state: dict[str, Any] = json.loads(self.state_file.read_text())
+            return state
+        return {}
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        self.state_file.write_text(json.dumps(state, indent=2) + "\n")
+        self.state_file.chmod(0o600)
+
+    def first_time_state(self) -> dict[str, Any]:
+        state = self.load_state()
+        if "token" not in state:
+            state.update(
+                token=secrets.token_urlsafe(32),
+                kek=base64.b64encode(secrets.token_bytes(32)).decode(),
+            )
+        state.update(control_port=_free_port(), dataplane_port=_free_port())
+        state["dataplane_http_port"] = _free_port()
+        return state
+
+    # Environment
+
+    def control_environ(self, state: Mapping[str, Any]) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DATABASE_URL": f"sqlite://{self.root / 'control.db'}",
+            "SVC_CONTROL_PLANE_TOKEN": state["token"],
+            "SVC_SECRETS_DIR": str(self.root / "secrets"),
+            "SVC_CA_KEK": state["kek"],
+            "SVC_TRUST_DOMAIN": TRUST_DOMAIN,
+            "SVC_ORG_NAME": "svc demo",
+            "SVC_MOUNT_PREFIX": str(self.root / "mnt"),
+        }
+
+    def dataplane_environ(self, state: Mapping[str, Any]) -> dict[str, str]:
+        return {
+            **os.environ,
+            "SVC_TENANTS_ROOT": str(self.root / "tenants"),
+            "SVC_STATE_DIR": str(self.root / "dataplane-state"),
+            "SVC_AUDIT_LOG": str(self.root / "dataplane-audit.log"),
+            "SVC_TRUST_DOMAIN": TRUST_DOMAIN,
+            "SVC_CONTROL_URL": f"http://127.0.0.1:{state['control_port']}",
+            "SVC_CONTROL_PLANE_TOKEN": state["token"],
+            "SVC_ADVERTISE_ADDR": f"127.0.0.1:{state['dataplane_port']}",
+            "SVC_SERVER_FQDN": "localhost",
+        }
+
+    # Processes
+
+    def _bin(self, name: str) -> str:
+        return str(Path(sys.executable).with_name(name))
+
+    def spawn(self, name: str, argv: list[str], environ: Mapping[str, str]) -> int:
+        log = (self.root / f"{name}.log").open("ab")
+        process = subprocess.Popen(  # noqa: S603 (our own twist binary)
+            argv,
+            env=dict(environ),
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        (self.root / f"{name}.pid").write_text(str(process.pid))
+        return process.pid
+
+    def running(self, name: str) -> int | None:
+        pid_file = self.root / f"{name}.pid"
+        if not pid_file.exists():
+            return None
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        return pid
+
+    def stop(self) -> list[str]:
+        stopped = []
+        for name in ("dataplane", "control"):
+            pid = self.running(name)
+            if pid is None:
+                continue
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and self.running(name) is not None:
+                time.sleep(0.1)
+            if self.running(name) is not None:
+                os.kill(pid, signal.SIGKILL)
+            (self.root / f"{name}.pid").unlink(missing_ok=True)
+            stopped.append(name)
+        return stopped
+
+
+def http(
+    method: str,
+    url: str,
+    body: Mapping[str, Any] | None = None,
+    token: str | None = None,
+) -> tuple[int, Any]:
+    """
+    One JSON request with the standard library; returns (status, decoded body).
+    """
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
+    request.add_header("Svc-API-Version", "1")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        return error.code, json.loads(raw) if raw else None
+
+
+def wait_until(what: str, check: Any, timeout: float = START_TIMEOUT) -> Any:
+    """
+    Poll ``check`` until it returns something true, or fail naming ``what``.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+        except (OSError, urllib.error.URLError):
+            result = None
+        if result:
+            return result
+        time.sleep(0.25)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def start(stack: Stack) -> int:
+    """
+    Bring the stack up, provision and enroll the demo agent, write a file.
+    """
+    stack.root.mkdir(parents=True, exist_ok=True)
+    if stack.running("control") or stack.running("dataplane"):
+        _say("a demo stack is already running; stopping it first")
+        stack.stop()
+    state = stack.first_time_state()
+    stack.save_state(state)
+    control_env = stack.control_environ(state)
+    (stack.root / "secrets").mkdir(mode=0o700, exist_ok=True)
+    if not (stack.root / "secrets" / "ca" / "root" / "cert.pem").exists():
+        _say("creating the certificate authority (svc ca init)")
+        subprocess.run(  # noqa: S603 (our own svc binary)
+            [stack._bin("svc"), "ca", "init"], env=control_env, check=True, cwd=stack.root
+        )
+    control_url = f"http://127.0.0.1:{state['control_port']}"
+    _say(f"starting the control plane on {control_url} (log: {stack.root / 'control.log'})")
+    stack.spawn(
+        "control",
+        [
+            stack._bin("twist"),
+            "svc-control",
+            "--listen",
+            f"tcp:{state['control_port']}:interface=127.0.0.1",
+        ],
+        control_env,
+    )
+    wait_until("the control plane", lambda: http("GET", control_url + "/healthz")[0] == 200)
+    _say(
+        f"starting the data plane on 127.0.0.1:{state['dataplane_port']} "
+        f"(log: {stack.root / 'dataplane.log'})"
+    )
+    stack.spawn(
+        "dataplane",
+        [
+            stack._bin("twist"),
+            "svc-dataplane",
+            "--listen",
+            f"tcp:{state['dataplane_port']}:interface=127.0.0.1",
+            "--http-listen",
+            f"tcp:{state['dataplane_http_port']}:interface=127.0.0.1",
+        ],
+        stack.dataplane_environ(state),
+    )
+    token = state["token"]
+    _say(f"provisioning owner {DEMO_OWNER!r} and agent {DEMO_AGENT!r}")
+    status, entity = http(
+        "POST",
+        control_url + "/v1/entities",
+        {"type": "agent", "id": DEMO_AGENT, "owner": DEMO_OWNER, "grant_bytes": DEMO_GRANT},
+        token,
+    )
+    if status != 200:
+        raise SystemExit(f"provisioning failed: {status} {entity}")
+
+    def enrolled() -> Any:
+        status, minted = http(
+            "POST", control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token", {}, token
+        )
+        if status != 200:
+            raise SystemExit(f"enroll-token failed: {status} {minted}")
+        status, enrollment = http("POST", control_url + "/agent/enroll", None, minted["token"])
+        if status == 503:
+            return None  # the data plane has not registered yet
+        if status != 200:
+            raise SystemExit(f"enrollment failed: {status} {enrollment}")
+        return enrollment
+
+    _say("enrolling the agent (waits for the data plane to register)")
+    enrollment = wait_until("enrollment", enrolled)
+    credentials = stack.root / "agent"
+    credentials.mkdir(mode=0o700, exist_ok=True)
+    (credentials / "leaf.pem").write_text(enrollment["client_cert_pem"])
+    (credentials / "key.pem").write_text(enrollment["client_key_pem"])
+    (credentials / "key.pem").chmod(0o600)
+    (credentials / "chain.pem").write_text(enrollment["ca_chain_pem"])
+    _say(f"agent certificate serial {enrollment['serial']}, expires {enrollment['expires_at']}")
+    mount_url = control_url + f"/allocations/{entity['allocation_id']}/mount"
+    status, lease = http("POST", mount_url, {"agent_fingerprint": enrollment["agent_fingerprint"]})
+    if status != 200:
+        raise SystemExit(f"mount lease failed: {status} {lease}")
+    _say(f"mount lease held until {lease['lease_expires_at']} (session {lease['session_id']})")
+    state.update(
+        allocation_id=entity["allocation_id"],
+        server_addr=enrollment["server_addr"],
+        server_name=enrollment.get("server_name", "localhost"),
+        session_id=lease["session_id"],
+    )
+    stack.save_state(state)
+    _say("writing /demo-agent/hello.txt through the data plane and reading it back")
+    subprocess.run(  # noqa: S603 (this interpreter, our module)
+        [sys.executable, "-m", "svc.quickstart_write", str(stack.root)],
+        check=True,
+    )
+    print(
+        f"""
+The demo stack is running (state in {stack.root}):
+  control plane   {control_url}   (log {stack.root / 'control.log'})
+  data plane      {state['server_addr']}   (log {stack.root / 'dataplane.log'})
+  audit log       {stack.root / 'dataplane-audit.log'}
+Try:
+  .venv/bin/svc audit tail --file {stack.root / 'dataplane-audit.log'} --limit 20
+  curl -s {control_url}/healthz
+Not built yet: the FUSE mount (twist svc-mount), so the disk is not shown as a directory.
+Stop everything with: scripts/demo stop
+""",
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="svc.quickstart")
+    parser.add_argument("command", choices=["start", "stop"])
+    parser.add_argument("--dir", default=".svc-demo", help="state directory")
+    args = parser.parse_args(argv)
+    stack = Stack(Path(args.dir))
+    if args.command == "stop":
+        stopped = stack.stop()
+        _say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    return start(stack)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
