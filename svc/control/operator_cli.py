@@ -38,6 +38,7 @@ from svc.control.store.interface import ControlStore
 from svc.control.store.opening import open_store
 from svc.pki import names
 from svc.pki.errors import CAAlreadyInitialised, InvalidName, PKIError
+from svc.sessions import session_key
 from svc.worker import IWorker, ThreadWorker
 
 DEFAULT_SESSION_TTL_SECONDS = 12 * 3600
@@ -198,9 +199,14 @@ async def _with_store(
 ) -> None:
     if settings.database_url is None:
         raise ConfigError("DATABASE_URL", "is required for this command")
+    if settings.control_plane_token is None:
+        raise ConfigError("SVC_CONTROL_PLANE_TOKEN", "is required with DATABASE_URL")
     try:
         store = await open_store(
-            settings.database_url, context.reactor, worker=context.store_worker
+            settings.database_url,
+            context.reactor,
+            worker=context.store_worker,
+            session_key=session_key(settings.control_plane_token),
         )
     except (ConfigError, ControlStoreError):
         raise

@@ -160,6 +160,7 @@ async def _sign_server_cert(
         now,
         cert_serial=names.format_serial(cert.serial_number),
         cert_not_after=cert.not_valid_after_utc,
+        http_address=http_addr,
     )
     _log_registration(server.server_id, fqdn, advertise_addr, http_addr, capacity)
     return {

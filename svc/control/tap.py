@@ -68,6 +68,7 @@ from svc.pki import names
 from svc.pki.errors import InvalidName
 from svc.pki.issuance import CertifiedKey
 from svc.pki.tls import org_root_trust
+from svc.sessions import session_key
 from svc.worker import ThreadWorker
 
 DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
@@ -314,7 +315,13 @@ class ControlPlaneService(MultiService):
         routes: list[Route] = []
         authenticators: dict[Any, Any] = {}
         if settings.database_url is not None:
-            store = self._store = await open_store(settings.database_url, reactor)
+            if settings.control_plane_token is None:  # from_environ requires it with a database
+                raise ConfigError("SVC_CONTROL_PLANE_TOKEN", "is required with DATABASE_URL")
+            store = self._store = await open_store(
+                settings.database_url,
+                reactor,
+                session_key=session_key(settings.control_plane_token),
+            )
             routes, authenticators = await self._database_routes(store)
         app = build_control_app(
             settings,

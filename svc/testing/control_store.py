@@ -18,9 +18,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from svc.control.store.sqlite import SQLiteControlStore
+from svc.sessions import session_key
 from svc.testing.worker import ImmediateWorker
 
 MIGRATED_AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+TEST_SERVICE_TOKEN = "svc-test-service-token-0123456789abcdef"  # noqa: S105 - a test fixture
+"""The service token whose session key the test stores mint with."""
+
+TEST_SESSION_KEY = session_key(TEST_SERVICE_TOKEN)
+"""The fixed key of L{memory_control_store}: verify its session ids with it."""
 
 
 def counting_random_bytes() -> Callable[[int], bytes]:
@@ -31,10 +38,15 @@ def counting_random_bytes() -> Callable[[int], bytes]:
 
 def memory_control_store(
     random_bytes: Callable[[int], bytes] = os.urandom,
+    session_key: bytes = TEST_SESSION_KEY,
 ) -> SQLiteControlStore:
-    """A new, empty, migrated store whose operations complete synchronously."""
+    """
+    A new, empty, migrated store whose operations complete synchronously;
+    it mints mount session ids with C{session_key} (by default the fixed
+    L{TEST_SESSION_KEY}).
+    """
     opened: list[SQLiteControlStore] = []
-    SQLiteControlStore.open(":memory:", ImmediateWorker(), MIGRATED_AT, random_bytes).addCallback(
-        opened.append
-    )
+    SQLiteControlStore.open(
+        ":memory:", ImmediateWorker(), MIGRATED_AT, random_bytes, session_key=session_key
+    ).addCallback(opened.append)
     return opened[0]

@@ -204,7 +204,10 @@ class ControlStore(Protocol):
         """
         Acquire an allocation's exclusive mount lease: L{MountGranted} or
         L{MountConflict} (C{wrong_agent}, C{already_mounted}, C{lease_live});
-        L{NotFound}, L{Revoked}.
+        L{NotFound}, L{Revoked}. Every grant increments the allocation's
+        mount-lease epoch (kept across releases and restarts) and mints a
+        L{svc.sessions} session id at that epoch for the allocation's tenant
+        and agent.
         """
 
     def refresh_mount(
@@ -261,8 +264,13 @@ class ControlStore(Protocol):
         now: datetime,
         cert_serial: str | None = None,
         cert_not_after: datetime | None = None,
+        http_address: str | None = None,
     ) -> Deferred[Server]:
-        """Register a data-plane server by FQDN, or update it."""
+        """
+        Register a data-plane server by FQDN, or update it. A certificate or
+        C{http_address} (where the control plane reaches it over HTTPS) left
+        out keeps the stored one.
+        """
 
     def touch_server(self, fqdn: str, now: datetime) -> Deferred[Server]:
         """Note that a server was seen; L{NotFound}."""

@@ -34,7 +34,11 @@ from txpostgres.txpostgres import Connection, ConnectionPool
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.postgres import MIGRATIONS, PRELUDE
 from svc.control.store.sql import Rows, Transaction, postgres_text
-from svc.control.store.transactional import RandomBytes, TransactionalStore
+from svc.control.store.transactional import (
+    RandomBytes,
+    TransactionalStore,
+    check_session_key,
+)
 from svc.control.store.values import to_micros
 
 T = TypeVar("T")
@@ -118,8 +122,10 @@ class PostgresControlStore(TransactionalStore):
     with L{open}.
     """
 
-    def __init__(self, pool: _Pool, random_bytes: RandomBytes = os.urandom) -> None:
-        super().__init__(random_bytes)
+    def __init__(
+        self, pool: _Pool, random_bytes: RandomBytes = os.urandom, *, session_key: bytes
+    ) -> None:
+        super().__init__(session_key=session_key, random_bytes=random_bytes)
         self._pool = pool
 
     @classmethod
@@ -130,17 +136,24 @@ class PostgresControlStore(TransactionalStore):
         now: datetime,
         pool_size: int = DEFAULT_POOL_SIZE,
         random_bytes: RandomBytes = os.urandom,
+        *,
+        session_key: bytes,
     ) -> Deferred[PostgresControlStore]:
         """
         Connect C{pool_size} connections to C{dsn} (a libpq URL or key/value
         string) and migrate the database; C{now} is recorded as the time of
         any migration applied. Concurrent openers migrate one at a time.
+        C{session_key} keys the mount session ids
+        (L{svc.sessions.session_key}).
 
+        @raise ValueError: C{pool_size} below 1 or C{session_key} too short
+            (raised at once).
         @raise svc.control.store.errors.SchemaTooNew: the database was
             migrated by a newer svc.
         """
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
+        check_session_key(session_key)
         pool = _Pool(reactor, dsn, pool_size)
         now_us = to_micros(now)
 
@@ -150,7 +163,7 @@ class PostgresControlStore(TransactionalStore):
                     await pool.start()
                 except FirstError as error:
                     error.subFailure.raiseException()
-                store = cls(pool, random_bytes)
+                store = cls(pool, random_bytes, session_key=session_key)
                 await store._run(migrate(MIGRATIONS, PRELUDE, now_us), write=True)
             except BaseException:
                 _close_quietly(pool)

@@ -31,6 +31,7 @@ from svc.control.store.values import (
     Tenant,
     User,
 )
+from svc.sessions import mint_session_id
 
 #: Conflict codes of provisioning (HTTP 409).
 AGENT_OWNER_MISMATCH = "agent_owner_mismatch"
@@ -99,10 +100,14 @@ def mount_decision(
     now: datetime,
     ttl: timedelta,
     force: bool,
-    session_id: str,
+    *,
+    session_key: bytes,
+    mount_epoch: int,
+    nonce: bytes,
 ) -> MountOutcome:
     """
-    Decide a mount-lease acquisition by C{holder} at C{now}.
+    Decide a mount-lease acquisition by C{holder} at C{now}, the allocation's
+    mount-lease epoch being C{mount_epoch}.
 
       - the allocation must be live (else L{Revoked}) and belong to
         C{holder}'s agent (else C{wrong_agent});
@@ -112,12 +117,16 @@ def mount_decision(
       - a live lease of another enrollment: C{lease_live}, or with C{force}
         granted, the incumbent reported as displaced.
 
-    A grant binds a new lease at C{now} expiring at C{now + ttl} with
-    C{session_id}.
+    A grant binds a new lease at C{now} expiring at C{now + ttl}, at epoch
+    C{mount_epoch + 1}, with a session id minted
+    (L{svc.sessions.mint_session_id}, with C{session_key} and C{nonce}) for
+    the allocation's tenant and agent at that epoch. The caller stores the
+    new epoch on the allocation.
     """
     if not allocation.live:
         raise Revoked(allocation.allocation_id)
-    if allocation.agent_id != holder.agent_id:
+    agent_id = allocation.agent_id
+    if agent_id is None or agent_id != holder.agent_id:
         return MountConflict(MountConflictCode.WRONG_AGENT)
     displaced = None
     if incumbent is not None and incumbent.live(now):
@@ -126,7 +135,11 @@ def mount_decision(
             code = MountConflictCode.ALREADY_MOUNTED if same else MountConflictCode.LEASE_LIVE
             return MountConflict(code, incumbent)
         displaced = None if same else incumbent
-    lease = MountLease(allocation.allocation_id, holder, session_id, now, now + ttl)
+    epoch = mount_epoch + 1
+    session_id = mint_session_id(
+        session_key, tenant_id=allocation.tenant_id, agent_id=agent_id, epoch=epoch, nonce=nonce
+    )
+    lease = MountLease(allocation.allocation_id, holder, session_id, epoch, now, now + ttl)
     return MountGranted(lease, displaced)
 
 

@@ -28,7 +28,11 @@ from twisted.internet.defer import Deferred
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
 from svc.control.store.sql import Rows, Transaction
-from svc.control.store.transactional import RandomBytes, TransactionalStore
+from svc.control.store.transactional import (
+    RandomBytes,
+    TransactionalStore,
+    check_session_key,
+)
 from svc.control.store.values import to_micros
 from svc.worker import IWorker
 
@@ -94,8 +98,10 @@ class SQLiteControlStore(TransactionalStore):
         worker: IWorker,
         random_bytes: RandomBytes = os.urandom,
         stop_worker: Callable[[], object] | None = None,
+        *,
+        session_key: bytes,
     ) -> None:
-        super().__init__(random_bytes)
+        super().__init__(session_key=session_key, random_bytes=random_bytes)
         self._connection = connection
         self._worker = worker
         self._stop_worker = stop_worker
@@ -108,16 +114,21 @@ class SQLiteControlStore(TransactionalStore):
         now: datetime,
         random_bytes: RandomBytes = os.urandom,
         stop_worker: Callable[[], object] | None = None,
+        *,
+        session_key: bytes,
     ) -> Deferred[SQLiteControlStore]:
         """
         Open (creating if needed) and migrate the database at C{path} on
         C{worker}; C{now} is recorded as the time of any migration applied.
         C{stop_worker}, if given, is called once L{close} has closed the
-        connection (for a worker the store owns).
+        connection (for a worker the store owns). C{session_key} keys the
+        mount session ids (L{svc.sessions.session_key}).
 
+        @raise ValueError: C{session_key} is too short (raised at once).
         @raise svc.control.store.errors.SchemaTooNew: the file was migrated
             by a newer svc.
         """
+        check_session_key(session_key)
         now_us = to_micros(now)
 
         def blocking() -> sqlite3.Connection:
@@ -130,7 +141,9 @@ class SQLiteControlStore(TransactionalStore):
             return connection
 
         return worker.submit(blocking).addCallback(
-            lambda connection: cls(connection, worker, random_bytes, stop_worker)
+            lambda connection: cls(
+                connection, worker, random_bytes, stop_worker, session_key=session_key
+            )
         )
 
     def _run(self, transaction: Transaction[T], write: bool) -> Deferred[T]:

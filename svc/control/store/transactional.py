@@ -49,6 +49,9 @@ T = TypeVar("T")
 RandomBytes = Callable[[int], bytes]
 """Where the store's random ids come from (C{os.urandom} unless injected)."""
 
+#: The shortest key accepted for minting mount session ids.
+MIN_SESSION_KEY_BYTES = 16
+
 
 def _micros(ttl: timedelta) -> int:
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
@@ -62,19 +65,37 @@ def _holder(holder: MountHolder) -> MountHolder:
     return holder
 
 
+def _http_address(address: str) -> str:
+    if not isinstance(address, str) or not address or address != address.strip():
+        raise InvalidValue(f"an HTTPS address must be non-empty text: {address!r}")
+    return address
+
+
 def _certificate(certificate: IssuedCertificate) -> IssuedCertificate:
     check_serial(certificate.serial)
     return certificate
+
+
+def check_session_key(key: bytes) -> bytes:
+    """
+    Return C{key} if it can key mount session ids (L{svc.sessions.session_key}
+    of the service token: 32 bytes), else raise L{ValueError}.
+    """
+    if not isinstance(key, bytes) or len(key) < MIN_SESSION_KEY_BYTES:
+        raise ValueError(f"session_key must be at least {MIN_SESSION_KEY_BYTES} bytes")
+    return key
 
 
 class TransactionalStore:
     """
     A L{ControlStore} over any backend that can run a
     L{svc.control.store.sql.Transaction}: subclasses implement L{_run} and
-    L{close}.
+    L{close}. C{session_key} (L{svc.sessions.session_key} of the service
+    token) keys the mount session ids the store mints; it has no default.
     """
 
-    def __init__(self, random_bytes: RandomBytes = os.urandom) -> None:
+    def __init__(self, *, session_key: bytes, random_bytes: RandomBytes = os.urandom) -> None:
+        self._session_key = check_session_key(session_key)
         self._random_bytes = random_bytes
 
     def _run(self, transaction: Transaction[T], write: bool) -> Deferred[T]:
@@ -289,7 +310,8 @@ class TransactionalStore:
                 to_micros(now),
                 _micros(ttl),
                 bool(force),
-                "mount:" + self._new_id(),
+                self._session_key,
+                self._random_bytes(8),
             )
         )
 
@@ -347,6 +369,7 @@ class TransactionalStore:
         now: datetime,
         cert_serial: str | None = None,
         cert_not_after: datetime | None = None,
+        http_address: str | None = None,
     ) -> Deferred[Server]:
         return self._write(
             lambda: fleet.register_server(
@@ -357,6 +380,7 @@ class TransactionalStore:
                 to_micros(now),
                 None if cert_serial is None else check_serial(cert_serial),
                 None if cert_not_after is None else to_micros(cert_not_after),
+                None if http_address is None else _http_address(http_address),
             )
         )
 

@@ -87,6 +87,11 @@ def _aware(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise InvalidValue(f"{attribute.name} must be a timezone-aware datetime")
 
 
+def _epoch(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InvalidValue(f"{attribute.name} must be a non-negative integer: {value!r}")
+
+
 class AllocationState(enum.Enum):
     """Where an allocation is in its life."""
 
@@ -233,13 +238,17 @@ class MountHolder:
 @attrs.frozen
 class MountLease:
     """
-    The exclusive mount lease of one allocation. ``session_id`` is
-    C{mount:<32 hex>}, new for every acquisition and kept across refreshes.
+    The exclusive mount lease of one allocation. ``session_id`` is a
+    L{svc.sessions} id (C{mount:<epoch><nonce><tag>}) minted for the
+    allocation's tenant and agent at ``epoch``, the allocation's mount-lease
+    epoch: both are new for every grant and kept across refreshes. A lease
+    granted before migration 2 has epoch 0 and an older, unverifiable id.
     """
 
     allocation_id: str
     holder: MountHolder
     session_id: str
+    epoch: int = attrs.field(validator=_epoch)
     bound_at: datetime = attrs.field(validator=_aware)
     expires_at: datetime = attrs.field(validator=_aware)
 
@@ -281,7 +290,10 @@ class Revocation:
 class Server:
     """
     A registered data-plane server. ``capacity`` is the most tenants it may
-    be given; C{0} takes it out of new placements.
+    be given; C{0} takes it out of new placements. ``address`` is what mount
+    clients dial; ``http_address`` is where the control plane reaches the
+    server over HTTPS (L{None} for a server registered without one, as every
+    server registered before migration 2 was).
     """
 
     server_id: str
@@ -292,6 +304,7 @@ class Server:
     last_seen_at: datetime = attrs.field(validator=_aware)
     cert_serial: str | None = None
     cert_not_after: datetime | None = attrs.field(default=None, validator=_aware)
+    http_address: str | None = None
 
 
 @attrs.frozen

@@ -40,7 +40,7 @@ from svc.pki.chain import verify_chain
 from svc.pki.errors import CAAlreadyInitialised, CAInconsistent, KeyEncryptionError
 from svc.pki.issuance import issue_org_root, issue_tenant_intermediate
 from svc.pki.pem import cert_from_pem, certs_from_pem
-from svc.testing.control_store import memory_control_store
+from svc.testing.control_store import TEST_SESSION_KEY, memory_control_store
 from svc.testing.postgres import execute, schema_for_test
 from svc.testing.worker import ImmediateWorker
 
@@ -447,7 +447,7 @@ class PostgresCATests(TestCase):
     """The in-database CA on a real PostgreSQL (skipped without one, outside CI)."""
 
     async def open_store(self, url: str) -> ControlStore:
-        store = await PostgresControlStore.open(url, reactor, NOW)
+        store = await PostgresControlStore.open(url, reactor, NOW, session_key=TEST_SESSION_KEY)
         self.addCleanup(store.close)
         return store
 

@@ -26,6 +26,7 @@ from svc.control.routes_enrollment import enrollment_authenticators, enrollment_
 from svc.control.settings import ControlSettings
 from svc.control.store.opening import open_store
 from svc.control.test.test_enrollment_support import control_environ
+from svc.testing.control_store import TEST_SESSION_KEY
 from svc.worker import ThreadWorker
 
 CONCURRENT = 6
@@ -43,7 +44,7 @@ class ConcurrentEnrollmentTests(TestCase):
         settings = ControlSettings.from_environ(
             control_environ(base / "secrets", DATABASE_URL=url, SVC_ENROLL_RATE_LIMIT="100/60")
         )
-        store = await open_store(url, reactor)
+        store = await open_store(url, reactor, session_key=TEST_SESSION_KEY)
         self.addCleanup(store.close)
         worker = ThreadWorker(reactor, "test-ca", threads=2)
         self.addCleanup(worker.stop)

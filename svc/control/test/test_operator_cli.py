@@ -28,6 +28,7 @@ from svc.control.store.values import CertificateKind
 from svc.control.test.test_enrollment_support import NOW, control_environ
 from svc.pki import names
 from svc.pki.pem import cert_from_pem
+from svc.testing.control_store import TEST_SESSION_KEY
 from svc.testing.worker import ImmediateWorker
 
 
@@ -62,7 +63,12 @@ class OperatorCommandTests(SynchronousTestCase):
 
     def store(self) -> ControlStore:
         store = self.successResultOf(
-            open_store(f"sqlite:///{self.database}", self.clock, worker=ImmediateWorker())
+            open_store(
+                f"sqlite:///{self.database}",
+                self.clock,
+                worker=ImmediateWorker(),
+                session_key=TEST_SESSION_KEY,
+            )
         )
         self.addCleanup(store.close)
         return store

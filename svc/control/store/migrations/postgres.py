@@ -201,6 +201,28 @@ _INITIAL = (
     """,
 )
 
+_SESSIONS_AND_HTTPS = (
+    # The mount-lease epoch of an allocation: incremented by every grant of
+    # its mount lease, whose session id (svc.sessions) carries it. It lives
+    # on the allocation because lease rows are deleted on release.
+    """
+    ALTER TABLE allocations
+        ADD COLUMN mount_epoch BIGINT NOT NULL DEFAULT 0 CHECK (mount_epoch >= 0)
+    """,
+    # The epoch of a lease's session id (0 for leases granted before this
+    # migration, whose session ids were 'mount:' + 32 random hex).
+    """
+    ALTER TABLE mount_leases
+        ADD COLUMN session_epoch BIGINT NOT NULL DEFAULT 0 CHECK (session_epoch >= 0)
+    """,
+    # Where the control plane reaches a data-plane server over HTTPS
+    # (host:port); NULL for servers registered before this migration.
+    "ALTER TABLE servers ADD COLUMN http_address TEXT",
+)
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps. Keep
 #: the numbers and meanings in step with the SQLite list.
-MIGRATIONS = (Migration(1, "initial control-plane schema", _INITIAL),)
+MIGRATIONS = (
+    Migration(1, "initial control-plane schema", _INITIAL),
+    Migration(2, "mount-lease epochs and server HTTPS addresses", _SESSIONS_AND_HTTPS),
+)

@@ -10,7 +10,7 @@ from twisted.internet.defer import gatherResults
 from svc.control.store.errors import InvalidValue, NotFound
 from svc.control.store.outcomes import InsufficientCapacity
 from svc.control.store.test.contract_support import HOUR, NOW, StoreCase
-from svc.control.store.values import CaKind, CaMaterial, Placement
+from svc.control.store.values import CaKind, CaMaterial, Placement, to_micros
 
 
 class FleetContract(StoreCase):
@@ -49,6 +49,55 @@ class FleetContract(StoreCase):
         )
         await self.refused(self.store.touch_server("nobody.example.net", NOW), NotFound)
         await self.refused(self.store.register_server("dp2", "x", -1, NOW), InvalidValue)
+
+    async def test_http_address(self) -> None:
+        """A server's HTTPS address is stored, kept when left out, replaced when given."""
+        bare = await self.store.register_server("dp0.example.net", "10.0.0.2:7443", 1, NOW)
+        self.assertIsNone(bare.http_address)
+        first = await self.store.register_server(
+            "dp1.example.net", "10.0.0.1:7443", 10, NOW, http_address="10.0.0.1:8443"
+        )
+        self.assertEqual(first.http_address, "10.0.0.1:8443")
+        kept = await self.store.register_server("dp1.example.net", "10.0.0.1:7443", 10, NOW)
+        self.assertEqual(kept.http_address, "10.0.0.1:8443")
+        moved = await self.store.register_server(
+            "dp1.example.net", "10.0.0.1:7443", 10, NOW, http_address="dp1.example.net:9443"
+        )
+        self.assertEqual(moved.http_address, "dp1.example.net:9443")
+        self.assertEqual(
+            [s.http_address for s in await self.store.list_servers()],
+            [None, "dp1.example.net:9443"],
+        )
+        touched = await self.store.touch_server("dp1.example.net", NOW + HOUR)
+        self.assertEqual(touched.http_address, "dp1.example.net:9443")
+        await self._tenants("t1")
+        await self.store.register_server("dp0.example.net", "10.0.0.2:7443", 0, NOW)
+        placed = await self.store.place_tenant("t1", NOW)
+        assert isinstance(placed, Placement)
+        self.assertEqual(placed.server.http_address, "dp1.example.net:9443")
+        self.assertEqual(await self.store.get_placement("t1"), placed)
+        for bad in ("", " 10.0.0.1:8443"):
+            await self.refused(
+                self.store.register_server("dp2", "x", 1, NOW, http_address=bad), InvalidValue
+            )
+
+    async def test_previous_release_server_has_no_http_address(self) -> None:
+        """A server registered before migration 2 has no HTTPS address until it re-registers."""
+        store = await self.open_previous_release(
+            (
+                "INSERT INTO servers (server_id, fqdn, address, capacity, registered_us,"
+                f" last_seen_us) VALUES ('{'d' * 32}', 'dp1.example.net', '10.0.0.1:7443', 3,"
+                f" {to_micros(NOW)}, {to_micros(NOW)})",
+            )
+        )
+        (old,) = await store.list_servers()
+        self.assertEqual(
+            (old.server_id, old.address, old.http_address), ("d" * 32, "10.0.0.1:7443", None)
+        )
+        again = await store.register_server(
+            "dp1.example.net", "10.0.0.1:7443", 3, NOW + HOUR, http_address="10.0.0.1:8443"
+        )
+        self.assertEqual((again.server_id, again.http_address), ("d" * 32, "10.0.0.1:8443"))
 
     async def test_placement_is_least_loaded_and_sticky(self) -> None:
         """New tenants go to the least-loaded server; a placed tenant stays put."""

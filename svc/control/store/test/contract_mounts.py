@@ -10,8 +10,32 @@ from twisted.internet.defer import gatherResults
 
 from svc.control.store.errors import LeaseLost, NotFound, Revoked
 from svc.control.store.outcomes import MountConflict, MountConflictCode, MountGranted
-from svc.control.store.test.contract_support import HOUR, NOW, TTL, StoreCase, holder
-from svc.control.store.values import Revocation
+from svc.control.store.test.contract_support import (
+    HOUR,
+    NOW,
+    SESSION_KEY,
+    TTL,
+    StoreCase,
+    holder,
+)
+from svc.control.store.values import Revocation, to_micros
+from svc.sessions import SessionRejected, session_key, verify_session_id
+
+NOW_US = to_micros(NOW)
+
+
+#: The rows of a previous-release database: an allocation with a lease whose
+#: session id has the old form ('mount:' + 32 hex).
+_PREVIOUS_RELEASE_ROWS = (
+    f"INSERT INTO users (user_id, display_name, created_us) VALUES ('alice', 'Alice', {NOW_US})",
+    f"INSERT INTO tenants (tenant_id, owner_id, created_us) VALUES ('tenant-a', 'alice', {NOW_US})",
+    "INSERT INTO allocations (allocation_id, agent_id, owner_id, tenant_id, grant_bytes, state,"
+    f" created_us) VALUES ('{'f' * 32}', 'agent-1', 'alice', 'tenant-a', 1, 'provisioned',"
+    f" {NOW_US})",
+    "INSERT INTO mount_leases (allocation_id, agent_id, leaf_serial, leaf_not_after_us,"
+    f" session_id, bound_us, expires_us) VALUES ('{'f' * 32}', 'agent-1', 'a1',"
+    f" {to_micros(NOW + HOUR)}, 'mount:{'e' * 32}', {NOW_US}, {to_micros(NOW + TTL)})",
+)
 
 
 class MountsContract(StoreCase):
@@ -34,8 +58,88 @@ class MountsContract(StoreCase):
         self.assertIsNone(granted.displaced)
         self.assertEqual((lease.bound_at, lease.expires_at), (NOW, NOW + TTL))
         self.assertEqual(lease.holder, holder(serial="a1"))
-        self.assertRegex(lease.session_id, "^mount:[0-9a-f]{32}$")
+        self.assertRegex(lease.session_id, "^mount:[0-9a-f]{64}$")
+        self.assertEqual(lease.epoch, 1)
         self.assertEqual(await self.store.get_mount_lease(allocation.allocation_id), lease)
+
+    async def test_session_id_verifies_for_the_allocation(self) -> None:
+        """The session id is a svc.sessions id of the allocation's tenant and agent at its epoch."""
+        allocation = await self.provisioned(tenant_id="tenant-z")
+        lease = (await self._granted(allocation.allocation_id, "a1")).lease
+        session = verify_session_id(
+            SESSION_KEY, lease.session_id, tenant_id="tenant-z", agent_id="agent-1"
+        )
+        self.assertEqual(session.epoch, lease.epoch)
+        for tenant_id, agent_id in (("tenant-a", "agent-1"), ("tenant-z", "agent-2")):
+            self.assertRaises(
+                SessionRejected,
+                verify_session_id,
+                SESSION_KEY,
+                lease.session_id,
+                tenant_id=tenant_id,
+                agent_id=agent_id,
+            )
+        self.assertRaises(
+            SessionRejected,
+            verify_session_id,
+            session_key("another-service-token"),
+            lease.session_id,
+            tenant_id="tenant-z",
+            agent_id="agent-1",
+        )
+
+    async def test_epochs_increase_across_grants_and_survive_reopen(self) -> None:
+        """Each grant, forced or not, takes the next epoch; refusals, refreshes, reopens keep it."""
+        allocation = await self.provisioned()
+        allocation_id = allocation.allocation_id
+        epochs = [(await self._granted(allocation_id, "a1")).lease.epoch]
+        again = await self.store.acquire_mount(allocation_id, holder(serial="a1"), NOW, TTL)
+        self.assertIsInstance(again, MountConflict)
+        epochs.append((await self._granted(allocation_id, "a1", force=True)).lease.epoch)
+        epochs.append((await self._granted(allocation_id, "a2", force=True)).lease.epoch)
+        refreshed = await self.store.refresh_mount(allocation_id, holder(serial="a2"), NOW, TTL)
+        self.assertEqual(refreshed.epoch, epochs[-1])
+        await self.store.release_mount(allocation_id, holder(serial="a2"), NOW)
+        epochs.append((await self._granted(allocation_id, "a3")).lease.epoch)
+        epochs.append((await self._granted(allocation_id, "a4", TTL)).lease.epoch)
+        self.assertEqual(epochs, [1, 2, 3, 4, 5])
+        reopened = await self.reopen()
+        kept = await reopened.get_mount_lease(allocation_id)
+        assert kept is not None
+        self.assertEqual(kept.epoch, 5)
+        await reopened.force_unmount(allocation_id, "alice", NOW + TTL)
+        after = await reopened.acquire_mount(allocation_id, holder(serial="a5"), NOW + TTL, TTL)
+        assert isinstance(after, MountGranted)
+        self.assertEqual(after.lease.epoch, 6)
+        verify_session_id(
+            SESSION_KEY, after.lease.session_id, tenant_id="tenant-a", agent_id="agent-1"
+        )
+
+    async def test_epochs_are_per_allocation(self) -> None:
+        """Each allocation counts its own epochs from 1."""
+        one = await self.provisioned("agent-1")
+        two = await self.provisioned("agent-2")
+        await self._granted(one.allocation_id, "a1")
+        await self._granted(one.allocation_id, "a1", force=True)
+        granted = await self.store.acquire_mount(
+            two.allocation_id, holder("agent-2", "b1"), NOW, TTL
+        )
+        assert isinstance(granted, MountGranted)
+        self.assertEqual(granted.lease.epoch, 1)
+
+    async def test_previous_release_lease_survives_migration(self) -> None:
+        """A lease row of the previous release reads as epoch 0; the next grant is epoch 1."""
+        store = await self.open_previous_release(_PREVIOUS_RELEASE_ROWS)
+        old = await store.get_mount_lease("f" * 32)
+        assert old is not None
+        self.assertEqual((old.session_id, old.epoch), ("mount:" + "e" * 32, 0))
+        self.assertEqual(old.holder, holder(serial="a1"))
+        forced = await store.acquire_mount("f" * 32, holder(serial="a2"), NOW, TTL, force=True)
+        assert isinstance(forced, MountGranted)
+        self.assertEqual((forced.displaced, forced.lease.epoch), (old, 1))
+        verify_session_id(
+            SESSION_KEY, forced.lease.session_id, tenant_id="tenant-a", agent_id="agent-1"
+        )
 
     async def test_wrong_agent(self) -> None:
         """An enrollment of another agent is refused wrong_agent and the lease is untouched."""
@@ -57,6 +161,7 @@ class MountsContract(StoreCase):
         forced = await self._granted(allocation.allocation_id, "a1", TTL / 2, force=True)
         self.assertIsNone(forced.displaced)
         self.assertNotEqual(forced.lease.session_id, first.session_id)
+        self.assertEqual((first.epoch, forced.lease.epoch), (1, 2))
         self.assertEqual(forced.lease.bound_at, NOW + TTL / 2)
 
     async def test_live_lease_of_another_enrollment(self) -> None:
@@ -81,6 +186,7 @@ class MountsContract(StoreCase):
         forced = await self._granted(allocation.allocation_id, "a2", TTL / 2, force=True)
         self.assertEqual(forced.displaced, first)
         self.assertEqual(forced.lease.holder.leaf_serial, "a2")
+        self.assertGreater(forced.lease.epoch, first.epoch)
         await self.refused(
             self.store.refresh_mount(
                 allocation.allocation_id, holder(serial="a1"), NOW + TTL / 2, TTL
@@ -103,7 +209,10 @@ class MountsContract(StoreCase):
         refreshed = await self.store.refresh_mount(
             allocation.allocation_id, holder(serial="a1"), NOW + TTL / 2, TTL
         )
-        self.assertEqual((refreshed.session_id, refreshed.bound_at), (first.session_id, NOW))
+        self.assertEqual(
+            (refreshed.session_id, refreshed.epoch, refreshed.bound_at),
+            (first.session_id, first.epoch, NOW),
+        )
         self.assertEqual(refreshed.expires_at, NOW + TTL / 2 + TTL)
         self.assertEqual(await self.store.get_mount_lease(allocation.allocation_id), refreshed)
         late = await self.store.refresh_mount(

@@ -6,6 +6,7 @@ L{StoreCase}, whose hooks each implementation's test class fills in.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -13,6 +14,7 @@ from twisted.internet.defer import Deferred
 
 from svc.control.store.interface import ControlStore
 from svc.control.store.values import Allocation, MountHolder
+from svc.testing.control_store import TEST_SESSION_KEY
 
 if TYPE_CHECKING:
     from twisted.trial.unittest import TestCase
@@ -25,6 +27,9 @@ E = TypeVar("E", bound=BaseException)
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 """The time every contract test starts at."""
+
+SESSION_KEY = TEST_SESSION_KEY
+"""The key every contract store mints mount session ids with."""
 
 GIB = 2**30
 TTL = timedelta(seconds=60)
@@ -46,8 +51,9 @@ def holder(
 class StoreCase(_Base):
     """
     The fixture of every contract test: L{store} is a new store on an empty
-    database. Implementations fill in L{open_store}, L{tamper} and
-    L{stored_text}.
+    database. Implementations fill in L{open_store}, L{tamper},
+    L{stored_text} and L{open_previous_release}, opening every store with
+    L{SESSION_KEY}.
     """
 
     store: ControlStore
@@ -65,6 +71,15 @@ class StoreCase(_Base):
 
     async def stored_text(self) -> str:
         """Everything this test's database holds, as text."""
+        raise NotImplementedError()
+
+    async def open_previous_release(self, statements: Sequence[str]) -> ControlStore:
+        """
+        Bring a second, empty database to migration 1 only (the schema of
+        the release before migration 2), run C{statements} on it, then open
+        a store on it (which migrates it) and arrange for it to be closed in
+        cleanup.
+        """
         raise NotImplementedError()
 
     def setUp(self) -> Deferred[None]:  # type: ignore[override]  # trial waits for it

@@ -8,6 +8,7 @@ SQLite's).
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 
 import psycopg2
 from twisted.internet import reactor
@@ -15,12 +16,16 @@ from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import TestCase
 
 from svc.control.store.interface import ControlStore
+from svc.control.store.migrations import migrate
+from svc.control.store.migrations.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
+from svc.control.store.migrations.postgres import PRELUDE
 from svc.control.store.migrations.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from svc.control.store.opening import open_store
 from svc.control.store.postgres import PostgresControlStore
+from svc.control.store.sql import Rows, Transaction, postgres_text
 from svc.control.store.sqlite import SQLiteControlStore
 from svc.control.store.test.contract import ControlStoreContractMixin
-from svc.control.store.test.contract_support import NOW, TTL, holder
+from svc.control.store.test.contract_support import NOW, SESSION_KEY, TTL, holder
 from svc.testing.postgres import admin_execute, execute, postgres_server, schema_for_test
 from svc.testing.worker import ImmediateWorker
 
@@ -35,9 +40,32 @@ class PostgresCase(TestCase):
 
     async def open_store(self) -> ControlStore:
         """A store on this test's database, closed in cleanup."""
-        store = await PostgresControlStore.open(self.url, reactor, NOW, pool_size=4)
+        return await self.open_store_at(self.url)
+
+    async def open_store_at(self, url: str) -> ControlStore:
+        """A store on the database at C{url}, closed in cleanup."""
+        store = await PostgresControlStore.open(
+            url, reactor, NOW, pool_size=4, session_key=SESSION_KEY
+        )
         self.addCleanup(store.close)
         return store
+
+
+def run_blocking(url: str, transaction: Transaction[object]) -> None:
+    """Drive C{transaction} to its end in one psycopg2 transaction on C{url}."""
+    connection = psycopg2.connect(url, connect_timeout=5)
+    try:
+        with connection, connection.cursor() as cursor:
+            try:
+                statement = next(transaction)
+                while True:
+                    cursor.execute(postgres_text(statement), statement.params)
+                    rows = tuple(cursor.fetchall()) if cursor.description is not None else ()
+                    statement = transaction.send(Rows(rows, cursor.rowcount))
+            except StopIteration:
+                pass
+    finally:
+        connection.close()
 
 
 class PostgresControlStoreTests(ControlStoreContractMixin, PostgresCase):
@@ -52,6 +80,13 @@ class PostgresControlStoreTests(ControlStoreContractMixin, PostgresCase):
 
     async def tamper(self, statement: str) -> None:
         execute(self.url, statement)
+
+    async def open_previous_release(self, statements: Sequence[str]) -> ControlStore:
+        url = schema_for_test(self)
+        run_blocking(url, migrate(POSTGRES_MIGRATIONS[:1], PRELUDE, 0))
+        for statement in statements:
+            execute(url, statement)
+        return await self.open_store_at(url)
 
     async def stored_text(self) -> str:
         tables = execute(
@@ -104,7 +139,9 @@ class PostgresOpeningTests(PostgresCase):
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
             " AND indexname NOT LIKE '%\\_pkey' AND indexname NOT LIKE '%\\_key'",
         )
-        sqlite_store = await SQLiteControlStore.open(":memory:", ImmediateWorker(), NOW)
+        sqlite_store = await SQLiteControlStore.open(
+            ":memory:", ImmediateWorker(), NOW, session_key=SESSION_KEY
+        )
         self.addCleanup(sqlite_store.close)
         connection = sqlite_store._connection
         tables = [
@@ -129,7 +166,9 @@ class PostgresOpeningTests(PostgresCase):
 
     async def test_open_store_with_postgres_url(self) -> None:
         """A postgres:// DATABASE_URL opens a migrated PostgreSQL store."""
-        store = await open_store(self.url.replace("postgres://", "postgresql://", 1), reactor)
+        store = await open_store(
+            self.url.replace("postgres://", "postgresql://", 1), reactor, session_key=SESSION_KEY
+        )
         try:
             user = await store.put_user("alice", "Alice", NOW)
             self.assertEqual(await store.get_user("alice"), user)
@@ -153,6 +192,14 @@ class PostgresOpeningTests(PostgresCase):
         await gatherResults(recovered)
         self.assertEqual((await store.get_user("alice")).display_name, "Alice")
 
+    def test_short_session_key_refused(self) -> None:
+        """A session key shorter than 16 bytes is refused at once, before connecting."""
+        for key in (b"", b"k" * 15):
+            self.assertRaises(ValueError, open_store, self.url, reactor, session_key=key)
+            self.assertRaises(
+                ValueError, PostgresControlStore.open, self.url, reactor, NOW, session_key=key
+            )
+
     async def test_unreachable_server_fails_open(self) -> None:
         """Opening a database nobody serves fails instead of hanging."""
         with socket.socket() as probe:
@@ -160,7 +207,11 @@ class PostgresOpeningTests(PostgresCase):
             port = probe.getsockname()[1]
         await self.assertFailure(
             PostgresControlStore.open(
-                f"postgres://postgres@127.0.0.1:{port}/nothing", reactor, NOW, pool_size=1
+                f"postgres://postgres@127.0.0.1:{port}/nothing",
+                reactor,
+                NOW,
+                pool_size=1,
+                session_key=SESSION_KEY,
             ),
             psycopg2.OperationalError,
         )

@@ -31,11 +31,14 @@ from svc.control.store.values import (
     Allocation,
     AllocationState,
     EnrollToken,
+    MountHolder,
     MountLease,
     Server,
     Tenant,
     User,
 )
+from svc.sessions import SessionRejected, mint_session_id, verify_session_id
+from svc.testing.control_store import TEST_SESSION_KEY
 
 ALLOCATION = Allocation(
     "a" * 32, "agent-1", "alice", "tenant-a", 10, AllocationState.PROVISIONED, NOW
@@ -112,10 +115,29 @@ def _token(**changes: Any) -> EnrollToken:
     return attrs.evolve(TOKEN, **changes)
 
 
+NONCE = bytes(range(8))
+
+
 def _lease(serial: str, bound_at_offset: timedelta = timedelta(0)) -> MountLease:
     bound = NOW + bound_at_offset
     return MountLease(
-        ALLOCATION.allocation_id, holder(serial=serial), "mount:" + "1" * 32, bound, bound + TTL
+        ALLOCATION.allocation_id, holder(serial=serial), "mount:" + "1" * 64, 4, bound, bound + TTL
+    )
+
+
+def _decide_for(
+    allocation: Allocation, owner: MountHolder, force: bool = False
+) -> MountGranted | MountConflict:
+    return mount_decision(
+        allocation,
+        None,
+        owner,
+        NOW,
+        TTL,
+        force,
+        session_key=TEST_SESSION_KEY,
+        mount_epoch=4,
+        nonce=NONCE,
     )
 
 
@@ -130,24 +152,49 @@ class MountDecisionTests(SynchronousTestCase):
         at: timedelta = timedelta(0),
     ) -> MountGranted | MountConflict:
         return mount_decision(
-            ALLOCATION, incumbent, holder(serial=serial), NOW + at, TTL, force, "mount:" + "2" * 32
+            ALLOCATION,
+            incumbent,
+            holder(serial=serial),
+            NOW + at,
+            TTL,
+            force,
+            session_key=TEST_SESSION_KEY,
+            mount_epoch=4,
+            nonce=NONCE,
         )
 
     def test_free(self) -> None:
-        """No incumbent: granted from now for the TTL."""
+        """No incumbent: granted from now for the TTL, at the next epoch, with a minted session."""
         outcome = self._decide(None, "a1")
+        session_id = mint_session_id(
+            TEST_SESSION_KEY, tenant_id="tenant-a", agent_id="agent-1", epoch=5, nonce=NONCE
+        )
         self.assertEqual(
             outcome,
             MountGranted(
                 MountLease(
-                    ALLOCATION.allocation_id,
-                    holder(serial="a1"),
-                    "mount:" + "2" * 32,
-                    NOW,
-                    NOW + TTL,
+                    ALLOCATION.allocation_id, holder(serial="a1"), session_id, 5, NOW, NOW + TTL
                 )
             ),
         )
+
+    def test_session_is_for_the_allocation(self) -> None:
+        """The session verifies for the allocation's tenant and agent only."""
+        outcome = _decide_for(attrs.evolve(ALLOCATION, tenant_id="tenant-b"), holder())
+        assert isinstance(outcome, MountGranted)
+        session = verify_session_id(
+            TEST_SESSION_KEY, outcome.lease.session_id, tenant_id="tenant-b", agent_id="agent-1"
+        )
+        self.assertEqual(session.epoch, 5)
+        for tenant_id, agent_id in (("tenant-a", "agent-1"), ("tenant-b", "agent-2")):
+            self.assertRaises(
+                SessionRejected,
+                verify_session_id,
+                TEST_SESSION_KEY,
+                outcome.lease.session_id,
+                tenant_id=tenant_id,
+                agent_id=agent_id,
+            )
 
     def test_matrix(self) -> None:
         """Live incumbents refuse unless forced; expired ones never stand in the way."""
@@ -169,10 +216,16 @@ class MountDecisionTests(SynchronousTestCase):
         self.assertIsNone(expired.displaced)
 
     def test_wrong_agent_and_revoked(self) -> None:
-        """Another agent is wrong_agent even when forcing; a revoked allocation raises."""
-        outcome = mount_decision(ALLOCATION, None, holder("agent-2"), NOW, TTL, True, "mount:x")
-        self.assertEqual(outcome, MountConflict(MountConflictCode.WRONG_AGENT))
-        self.assertRaises(Revoked, mount_decision, REVOKED, None, holder(), NOW, TTL, False, "m")
+        """Another agent or owner-scoped allocation is wrong_agent even forced; revoked raises."""
+        self.assertEqual(
+            _decide_for(ALLOCATION, holder("agent-2"), force=True),
+            MountConflict(MountConflictCode.WRONG_AGENT),
+        )
+        self.assertEqual(
+            _decide_for(attrs.evolve(ALLOCATION, agent_id=None), holder(), force=True),
+            MountConflict(MountConflictCode.WRONG_AGENT),
+        )
+        self.assertRaises(Revoked, _decide_for, REVOKED, holder())
 
     def test_holds(self) -> None:
         """Holding means the same leaf serial and agent; nothing is held without a lease."""

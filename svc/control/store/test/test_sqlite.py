@@ -7,6 +7,7 @@ of connections on one file, the real single-thread worker).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from twisted.internet import reactor
@@ -14,11 +15,20 @@ from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
 
 from svc.control.store.interface import ControlStore
+from svc.control.store.migrations import migrate
+from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
 from svc.control.store.opening import open_store
 from svc.control.store.outcomes import EnrollGrant, EnrollRefusal, EnrollRefusalReason
-from svc.control.store.sqlite import SQLiteControlStore, connect
+from svc.control.store.sqlite import SQLiteControlStore, connect, run_transaction
 from svc.control.store.test.contract import ControlStoreContractMixin
-from svc.control.store.test.contract_support import HOUR, NOW, TTL, holder, token_hash
+from svc.control.store.test.contract_support import (
+    HOUR,
+    NOW,
+    SESSION_KEY,
+    TTL,
+    holder,
+    token_hash,
+)
 from svc.testing.worker import ImmediateWorker
 from svc.worker import ThreadWorker
 
@@ -34,7 +44,24 @@ class SQLiteControlStoreTests(ControlStoreContractMixin, TestCase):
         return self._db_path
 
     async def open_store(self) -> ControlStore:
-        store = await SQLiteControlStore.open(self._path(), ImmediateWorker(), NOW)
+        store = await SQLiteControlStore.open(
+            self._path(), ImmediateWorker(), NOW, session_key=SESSION_KEY
+        )
+        self.addCleanup(store.close)
+        return store
+
+    async def open_previous_release(self, statements: Sequence[str]) -> ControlStore:
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "previous.db"
+        connection = connect(str(path))
+        try:
+            run_transaction(connection, migrate(MIGRATIONS[:1], PRELUDE, 0), write=True)
+            for statement in statements:
+                connection.execute(statement)
+        finally:
+            connection.close()
+        store = await SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
         self.addCleanup(store.close)
         return store
 
@@ -90,7 +117,9 @@ class SQLiteSharedFileTests(TestCase):
         stores = []
         for name in ("one", "two"):
             worker = ThreadWorker(reactor, f"test-{name}", threads=1)
-            store = await SQLiteControlStore.open(path, worker, NOW, stop_worker=worker.stop)
+            store = await SQLiteControlStore.open(
+                path, worker, NOW, stop_worker=worker.stop, session_key=SESSION_KEY
+            )
             self.addCleanup(store.close)
             stores.append(store)
         done = await stores[0].provision(
@@ -120,10 +149,35 @@ class OpenStoreSQLiteTests(TestCase):
         """The URL opens a migrated SQLite store on its own thread, stopped by close."""
         directory = Path(self.mktemp()).absolute()
         directory.mkdir()
-        store = await open_store(f"sqlite://{directory}/control.db", reactor)
+        store = await open_store(
+            f"sqlite://{directory}/control.db", reactor, session_key=SESSION_KEY
+        )
         try:
             user = await store.put_user("alice", "Alice", NOW)
             self.assertEqual(await store.get_user("alice"), user)
         finally:
             await store.close()
         self.assertTrue((directory / "control.db").exists())
+
+    def test_short_session_key_refused(self) -> None:
+        """A session key shorter than 16 bytes is refused at once, before any file is made."""
+        directory = Path(self.mktemp()).absolute()
+        directory.mkdir()
+        for key in (b"", b"k" * 15):
+            self.assertRaises(
+                ValueError,
+                open_store,
+                f"sqlite://{directory}/control.db",
+                reactor,
+                worker=ImmediateWorker(),
+                session_key=key,
+            )
+            self.assertRaises(
+                ValueError,
+                SQLiteControlStore.open,
+                directory / "control.db",
+                ImmediateWorker(),
+                NOW,
+                session_key=key,
+            )
+        self.assertEqual(list(directory.iterdir()), [])

@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.config import ConfigError
 from svc.control.store.opening import open_store
 from svc.control.store.url import PostgresUrl, SQLiteUrl, parse_database_url
+from svc.testing.control_store import TEST_SESSION_KEY
 
 
 class ParseDatabaseUrlTests(SynchronousTestCase):
@@ -58,4 +59,4 @@ class ParseDatabaseUrlTests(SynchronousTestCase):
 
     def test_open_store_refuses_at_once(self) -> None:
         """open_store raises the ConfigError synchronously, before touching anything."""
-        self.assertRaises(ConfigError, open_store, "ftp://x", Clock())
+        self.assertRaises(ConfigError, open_store, "ftp://x", Clock(), session_key=TEST_SESSION_KEY)

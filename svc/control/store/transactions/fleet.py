@@ -27,20 +27,33 @@ def register_server(
     now_us: int,
     cert_serial: str | None,
     cert_not_after_us: int | None,
+    http_address: str | None,
 ) -> Transaction[Server]:
     """
     Register the server C{fqdn}, or update its address, capacity, last-seen
-    time and (when given) certificate. C{server_id} is used only for a new
-    registration; a known FQDN keeps its id and placements.
+    time and (when given) certificate and HTTPS address. C{server_id} is
+    used only for a new registration; a known FQDN keeps its id and
+    placements.
     """
     found: Rows = yield Sql(
-        f"INSERT INTO servers ({rows.SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        f"INSERT INTO servers ({rows.SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (fqdn) DO UPDATE SET address = excluded.address,"
         " capacity = excluded.capacity, last_seen_us = excluded.last_seen_us,"
         " cert_serial = COALESCE(excluded.cert_serial, servers.cert_serial),"
-        " cert_not_after_us = COALESCE(excluded.cert_not_after_us, servers.cert_not_after_us)"
+        " cert_not_after_us = COALESCE(excluded.cert_not_after_us, servers.cert_not_after_us),"
+        " http_address = COALESCE(excluded.http_address, servers.http_address)"
         f" RETURNING {rows.SERVER_COLUMNS}",
-        (server_id, fqdn, address, capacity, now_us, now_us, cert_serial, cert_not_after_us),
+        (
+            server_id,
+            fqdn,
+            address,
+            capacity,
+            now_us,
+            now_us,
+            cert_serial,
+            cert_not_after_us,
+            http_address,
+        ),
     )
     return rows.server(found.only())
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
+
 from svc.control.store.errors import LeaseLost, NotFound
 from svc.control.store.outcomes import MountGranted, MountOutcome
 from svc.control.store.rules import holds, mount_decision
-from svc.control.store.sql import Rows, Sql, Transaction
+from svc.control.store.sql import Rows, Sql, Transaction, as_int
 from svc.control.store.transactions import rows
 from svc.control.store.transactions.common import (
     add_revocation,
@@ -55,14 +57,21 @@ def acquire_mount(
     now_us: int,
     ttl_us: int,
     force: bool,
-    session_id: str,
+    session_key: bytes,
+    nonce: bytes,
 ) -> Transaction[MountOutcome]:
     """
     Acquire the exclusive mount lease of C{allocation_id} for C{holder} as
     L{svc.control.store.rules.mount_decision} decides (L{NotFound},
-    L{svc.control.store.errors.Revoked}); a grant replaces any lease row with the new one.
+    L{svc.control.store.errors.Revoked}). A grant increments the
+    allocation's C{mount_epoch} and replaces any lease row with the new one,
+    whose session id is minted at the new epoch with C{session_key} and
+    C{nonce}.
     """
     allocation = yield from locked_allocation(allocation_id)
+    epochs: Rows = yield Sql(
+        "SELECT mount_epoch FROM allocations WHERE allocation_id = ?", (allocation_id,)
+    )
     incumbent = yield from current_mount_lease(allocation_id)
     outcome = mount_decision(
         allocation,
@@ -71,16 +80,23 @@ def acquire_mount(
         from_micros(now_us),
         timedelta(microseconds=ttl_us),
         force,
-        session_id,
+        session_key=session_key,
+        mount_epoch=as_int(epochs.only()[0]),
+        nonce=nonce,
     )
     if isinstance(outcome, MountGranted):
         lease = outcome.lease
         yield Sql(
+            "UPDATE allocations SET mount_epoch = ? WHERE allocation_id = ?",
+            (lease.epoch, allocation_id),
+        )
+        yield Sql(
             f"INSERT INTO mount_leases ({rows.MOUNT_LEASE_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (allocation_id) DO UPDATE SET"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (allocation_id) DO UPDATE SET"
             " agent_id = excluded.agent_id, leaf_serial = excluded.leaf_serial,"
             " leaf_not_after_us = excluded.leaf_not_after_us,"
             " fingerprint = excluded.fingerprint, session_id = excluded.session_id,"
+            " session_epoch = excluded.session_epoch,"
             " bound_us = excluded.bound_us, expires_us = excluded.expires_us",
             (
                 allocation_id,
@@ -88,7 +104,8 @@ def acquire_mount(
                 holder.leaf_serial,
                 to_micros(holder.leaf_not_after),
                 holder.fingerprint,
-                session_id,
+                lease.session_id,
+                lease.epoch,
                 now_us,
                 to_micros(lease.expires_at),
             ),
@@ -115,13 +132,7 @@ def refresh_mount(
         "UPDATE mount_leases SET expires_us = ? WHERE allocation_id = ?",
         (expires_us, allocation_id),
     )
-    return MountLease(
-        lease.allocation_id,
-        lease.holder,
-        lease.session_id,
-        lease.bound_at,
-        from_micros(expires_us),
-    )
+    return attrs.evolve(lease, expires_at=from_micros(expires_us))
 
 
 def release_mount(allocation_id: str, holder: MountHolder, now_us: int) -> Transaction[MountLease]:

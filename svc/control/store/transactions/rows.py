@@ -129,14 +129,16 @@ def admin_session(row: Row) -> AdminSession:
 
 MOUNT_LEASE_COLUMNS = (
     "allocation_id, agent_id, leaf_serial, leaf_not_after_us, fingerprint,"
-    " session_id, bound_us, expires_us"
+    " session_id, session_epoch, bound_us, expires_us"
 )
 
 
 def mount_lease(row: Row) -> MountLease:
     """A L{MountLease} from L{MOUNT_LEASE_COLUMNS}."""
     holder = MountHolder(as_str(row[1]), as_str(row[2]), at(row[3]), as_opt_str(row[4]))
-    return MountLease(as_str(row[0]), holder, as_str(row[5]), at(row[6]), at(row[7]))
+    return MountLease(
+        as_str(row[0]), holder, as_str(row[5]), as_int(row[6]), at(row[7]), at(row[8])
+    )
 
 
 CERTIFICATE_COLUMNS = (
@@ -168,7 +170,7 @@ def revocation(row: Row) -> Revocation:
 
 SERVER_COLUMNS = (
     "server_id, fqdn, address, capacity, registered_us, last_seen_us, cert_serial,"
-    " cert_not_after_us"
+    " cert_not_after_us, http_address"
 )
 
 
@@ -183,6 +185,7 @@ def server(row: Row) -> Server:
         last_seen_at=at(row[5]),
         cert_serial=as_opt_str(row[6]),
         cert_not_after=opt_at(row[7]),
+        http_address=as_opt_str(row[8]),
     )
 
 
