@@ -84,14 +84,11 @@ class DataPlaneTarget:
 
 def target_for(server: Server) -> DataPlaneTarget:
     """
-    The HTTPS target of a registered server.
-
-    The control-plane store does not yet keep the C{http_addr} a server
-    registers with (C{docs/specifications/control-dataplane.md}); until it
-    does (a C{servers.http_address} column), a server record without one is
-    reached at its frame address.
+    The HTTPS target of a registered server: the C{http_addr} it registered
+    with; a record from before migration 2 (no address stored) is reached at
+    its frame address until the server re-registers.
     """
-    http_address: str = getattr(server, "http_address", None) or server.address
+    http_address = server.http_address or server.address
     return DataPlaneTarget(fqdn=server.fqdn, http_address=http_address)
 
 
