@@ -1,0 +1,460 @@
+"""
+The mount client's local chunk cache: verified chunk bytes kept on disk
+under a byte budget, evicted least-recently-used first.
+
+    cache = await ChunkCache.open(root, worker, reactor, emit=audit_sink.emit)
+    data = await cache.fetch(chunk_hash, client.chunk_get)
+
+Every hit is re-hashed with BLAKE3 before it is returned; a file that fails
+is dropped, audited as C{cache_corrupt} and reported as a miss, so corrupt
+bytes are never served. L{ChunkCache.fetch} refetches through the caller's
+fetcher and coalesces concurrent fetches of one chunk.
+
+Threading: call L{ChunkCache} only from the reactor thread. Every blocking
+step (file I/O, hashing, SQLite) runs on the one worker passed to
+L{ChunkCache.open}, which must run calls one at a time in submission order
+(L{svc.worker.ThreadWorker} with C{threads=1}; C{ImmediateWorker} in
+tests). The in-memory L{LruTable} is the authority while the cache is open:
+each operation changes it before submitting its disk step, and the serial
+worker applies the disk steps in the same order, so the table, the files
+and the index agree without locks. Lookups that miss never touch the worker.
+
+Recency: a hit moves the chunk to the most-recently-used end of the table
+at once; the index row's C{last_used_ms} is written later, in one batch,
+C{recency_flush_seconds} after the first unflushed hit (and at
+L{ChunkCache.close}), so a read-heavy workload does not write SQLite per
+hit. Losing unflushed recency (a crash) only makes eviction order after the
+restart slightly stale.
+
+The format, eviction policy and audit lines are specified in
+C{docs/specifications/chunk-cache.md}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import attrs
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from svc.audit.client_events import EvictionReason, cache_corrupt_event, cache_evicted_event
+from svc.audit.events import AuditEvent
+from svc.mount.cache_index import (
+    CacheDisk,
+    CacheInUse,
+    ChunkBytesMismatch,
+    CorruptChunk,
+    ReadResult,
+)
+from svc.mount.cache_policy import (
+    DEFAULT_BUDGET_BYTES,
+    CacheLimits,
+    CacheSlot,
+    LruTable,
+    cache_root_from_environ,
+    check_chunk_hash,
+)
+from svc.worker import IWorker
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "RECENCY_FLUSH_SECONDS",
+    "CacheClosed",
+    "CacheInUse",
+    "CacheLimits",
+    "CacheUsage",
+    "ChunkBytesMismatch",
+    "ChunkCache",
+    "EvictionRun",
+    "cache_root_from_environ",
+]
+
+RECENCY_FLUSH_SECONDS: Final = 30.0
+"""Default delay between the first unflushed hit and the batch that records it."""
+
+
+class TimerCall(Protocol):
+    """The part of C{IDelayedCall} the cache uses."""
+
+    def active(self) -> bool:
+        """Whether the call is still pending."""
+
+    def cancel(self) -> None:
+        """Stop the pending call."""
+
+
+class CacheClock(Protocol):
+    """
+    The part of C{IReactorTime} the cache uses (a reactor or a
+    L{twisted.internet.task.Clock}).
+    """
+
+    def seconds(self) -> float:
+        """Now, in seconds since the epoch: audit timestamps and recency."""
+
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule the recency flush; returns a L{TimerCall}."""
+
+
+class CacheClosed(RuntimeError):
+    """The cache was used after L{ChunkCache.close}."""
+
+
+@attrs.frozen
+class CacheUsage:
+    """What the cache holds (including chunks still being written) and its limits."""
+
+    bytes_used: int
+    chunk_count: int
+    limits: CacheLimits
+
+
+@attrs.frozen
+class EvictionRun:
+    """One eviction run: why, how many bytes and chunks it removed."""
+
+    reason: EvictionReason
+    bytes_freed: int
+    chunks_evicted: int
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+class ChunkCache:
+    """
+    The chunk cache of one mount client. Build it with L{ChunkCache.open}.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        disk: CacheDisk,
+        rows_lru_first: Iterable[tuple[str, int, int]],
+        worker: IWorker,
+        clock: CacheClock,
+        limits: CacheLimits,
+        emit: Callable[[AuditEvent], object],
+        recency_flush_seconds: float,
+    ) -> None:
+        self._disk = disk
+        self._worker = worker
+        self._clock = clock
+        self._limits = limits
+        self._emit = emit
+        self._flush_delay = recency_flush_seconds
+        self._table = LruTable()
+        for name, size, last_used_ms in rows_lru_first:
+            self._table.add(CacheSlot(name, size, last_used_ms, ready=True))
+        self._put_waiters: dict[CacheSlot, list[Deferred[bytes | None]]] = {}
+        self._fetches: dict[str, list[Deferred[bytes]]] = {}
+        self._used: set[str] = set()
+        self._flush_call: TimerCall | None = None
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        root: Path,
+        worker: IWorker,
+        clock: CacheClock,
+        *,
+        emit: Callable[[AuditEvent], object],
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        high_water: int | None = None,
+        low_water: int | None = None,
+        recency_flush_seconds: float = RECENCY_FLUSH_SECONDS,
+    ) -> Deferred[ChunkCache]:
+        """
+        Open (creating if needed) the cache at C{root} and reconcile its
+        index with its files. Water marks default to 95% and 80% of
+        C{budget_bytes}; bad limits raise L{ValueError} at once. If the
+        reconciled cache is above the high-water mark (the budget was
+        lowered, or files were adopted), it is trimmed before the result
+        fires. Fails with L{CacheInUse} if another open cache holds C{root}.
+        """
+        limits = CacheLimits.for_budget(budget_bytes, high_water=high_water, low_water=low_water)
+        if recency_flush_seconds <= 0:
+            raise ValueError(f"recency_flush_seconds must be positive, got {recency_flush_seconds}")
+
+        async def opening() -> ChunkCache:
+            disk, _report, rows = await worker.submit(lambda: CacheDisk.open(Path(root)))
+            cache = cls(
+                disk,
+                ((row.hash, row.size, row.last_used_ms) for row in rows),
+                worker,
+                clock,
+                limits,
+                emit,
+                recency_flush_seconds,
+            )
+            if cache._table.bytes_used > limits.high_water_bytes:
+                await cache.trim()
+            return cache
+
+        return Deferred.fromCoroutine(opening())
+
+    # Queries -----------------------------------------------------------------
+
+    def usage(self) -> CacheUsage:
+        """Bytes and chunks held now, counting chunks still being written."""
+        return CacheUsage(self._table.bytes_used, len(self._table), self._limits)
+
+    def contains(self, hashes: Iterable[str]) -> frozenset[str]:
+        """
+        The members of C{hashes} the cache holds or is storing. A later
+        L{get} of one may still miss (eviction, a corrupt file).
+        """
+        self._check_open()
+        return frozenset(h for h in map(check_chunk_hash, hashes) if h in self._table)
+
+    # Reads -------------------------------------------------------------------
+
+    def get(self, chunk_hash: str) -> Deferred[bytes | None]:
+        """
+        The chunk's bytes, re-hashed and verified on the worker, or L{None}
+        on a miss. A cached file that fails verification is removed, audited
+        (C{cache_corrupt}) and reported as a miss. A chunk whose store is in
+        progress is answered when the store finishes.
+        """
+        try:
+            self._check_open()
+            name = check_chunk_hash(chunk_hash)
+        except (CacheClosed, ValueError):
+            return fail()
+        slot = self._table.get(name)
+        if slot is None:
+            return succeed(None)
+        if not slot.ready:
+            waiter: Deferred[bytes | None] = Deferred()
+            self._put_waiters.setdefault(slot, []).append(waiter)
+            return waiter
+        reading = self._worker.submit(lambda: self._disk.read(name, slot.size))
+        return reading.addCallback(self._read_done, slot)
+
+    def _read_done(self, result: ReadResult, slot: CacheSlot) -> bytes | None:
+        if isinstance(result, bytes):
+            if self._table.touch(slot, _ms(self._clock.seconds())):
+                self._note_use(slot.hash)
+            return result
+        # The worker already removed the file and row; forget the slot
+        # unless something replaced it since.
+        self._table.remove(slot)
+        self._used.discard(slot.hash)
+        if isinstance(result, CorruptChunk):
+            self.log.warn("Cached chunk {hash} failed BLAKE3 verification; dropped", hash=slot.hash)
+            self._emit(
+                cache_corrupt_event(
+                    ts=self._clock.seconds(), chunk_hash=slot.hash, size=result.size
+                )
+            )
+        else:
+            self.log.warn(
+                "Cached chunk {hash} unreadable ({reason}); dropped",
+                hash=slot.hash,
+                reason=result.reason,
+            )
+        return None
+
+    def fetch(self, chunk_hash: str, fetcher: Callable[[str], Deferred[bytes]]) -> Deferred[bytes]:
+        """
+        The chunk's bytes from the cache, or else from C{fetcher(chunk_hash)},
+        verified and stored before they are returned. Concurrent fetches of
+        one chunk share a single C{fetcher} call. Fails with
+        L{ChunkBytesMismatch} if the fetched bytes do not hash to
+        C{chunk_hash} (nothing is cached), or with the fetcher's failure.
+        """
+        try:
+            self._check_open()
+            name = check_chunk_hash(chunk_hash)
+        except (CacheClosed, ValueError):
+            return fail()
+        result: Deferred[bytes] = Deferred()
+        waiters = self._fetches.get(name)
+        if waiters is not None:
+            waiters.append(result)
+            return result
+        self._fetches[name] = [result]
+
+        async def fetching() -> bytes:
+            cached = await self.get(name)
+            if cached is not None:
+                return cached
+            data = await fetcher(name)
+            await self.put(name, data)
+            return data
+
+        def deliver(outcome: bytes | Failure) -> None:
+            for waiter in self._fetches.pop(name):
+                if isinstance(outcome, Failure):
+                    waiter.errback(outcome)
+                else:
+                    waiter.callback(outcome)
+
+        Deferred.fromCoroutine(fetching()).addBoth(deliver)
+        return result
+
+    # Writes ------------------------------------------------------------------
+
+    def put(self, chunk_hash: str, data: bytes) -> Deferred[None]:
+        """
+        Cache C{data} as chunk C{chunk_hash}. The bytes are always hashed on
+        the worker first and refused with L{ChunkBytesMismatch} if they do
+        not match; a chunk already held is not written again. Caching is
+        best effort: a chunk larger than the budget, or a disk or index
+        failure (logged), leaves the chunk uncached and still succeeds. May
+        start an eviction run (reason C{high_water}) to make room.
+        """
+        try:
+            self._check_open()
+            name = check_chunk_hash(chunk_hash)
+            if not isinstance(data, bytes):
+                raise TypeError(f"chunk data must be bytes, got {type(data).__name__}")
+        except (CacheClosed, ValueError, TypeError):
+            return fail()
+        size = len(data)
+        if name in self._table or not self._limits.admits(size):
+            return self._worker.submit(lambda: self._disk.verify(name, data))
+        target = self._limits.eviction_target(self._table.bytes_used, size)
+        if target is not None:
+            self._evict(target, EvictionReason.HIGH_WATER)
+        now_ms = _ms(self._clock.seconds())
+        slot = CacheSlot(name, size, now_ms, ready=False)
+        self._table.add(slot)
+        writing = self._worker.submit(lambda: self._disk.write(name, data, now_ms))
+
+        def written(stored: bool) -> None:
+            slot.ready = True
+            if not stored:
+                self._table.remove(slot)
+            self._wake_put_waiters(slot, data)
+
+        def refused(failure: Failure) -> Failure:
+            self._table.remove(slot)
+            self._wake_put_waiters(slot, None)
+            return failure
+
+        return writing.addCallbacks(written, refused)
+
+    def _wake_put_waiters(self, slot: CacheSlot, data: bytes | None) -> None:
+        for waiter in self._put_waiters.pop(slot, []):
+            waiter.callback(data)
+
+    def discard(self, chunk_hash: str) -> Deferred[None]:
+        """Remove the chunk from the cache if it is there."""
+        try:
+            self._check_open()
+            name = check_chunk_hash(chunk_hash)
+        except (CacheClosed, ValueError):
+            return fail()
+        slot = self._table.get(name)
+        if slot is None:
+            return succeed(None)
+        self._table.remove(slot)
+        self._used.discard(name)
+        return self._worker.submit(lambda: self._disk.delete([name]))
+
+    # Eviction ----------------------------------------------------------------
+
+    def trim(self) -> Deferred[EvictionRun]:
+        """
+        Evict least-recently-used chunks until usage is at or under the
+        low-water mark (reason C{low_water}); nothing if it already is.
+        Run by L{open} when the cache starts above the high-water mark, and
+        available to the mount for housekeeping.
+        """
+        if self._closed:
+            return fail(CacheClosed("chunk cache is closed"))
+        return self._evict(self._limits.low_water_bytes, EvictionReason.LOW_WATER)
+
+    def _evict(self, target_bytes: int, reason: EvictionReason) -> Deferred[EvictionRun]:
+        """
+        Remove the least recently used chunks to bring usage to
+        C{target_bytes}; one C{cache_evicted} line once their files are gone
+        (none if nothing was evicted).
+        """
+        victims = self._table.victims(target_bytes)
+        if not victims:
+            return succeed(EvictionRun(reason, 0, 0))
+        for slot in victims:
+            self._table.remove(slot)
+            self._used.discard(slot.hash)
+        run = EvictionRun(reason, sum(slot.size for slot in victims), len(victims))
+        names = [slot.hash for slot in victims]
+
+        def deleted(_: None) -> EvictionRun:
+            self.log.info(
+                "Chunk cache evicted {count} chunks ({bytes} bytes, {reason})",
+                count=run.chunks_evicted,
+                bytes=run.bytes_freed,
+                reason=reason.value,
+            )
+            self._emit(
+                cache_evicted_event(
+                    ts=self._clock.seconds(),
+                    bytes_freed=run.bytes_freed,
+                    chunks_evicted=run.chunks_evicted,
+                    reason=reason,
+                )
+            )
+            return run
+
+        return self._worker.submit(lambda: self._disk.delete(names)).addCallback(deleted)
+
+    # Recency and lifetime ----------------------------------------------------
+
+    def _note_use(self, name: str) -> None:
+        self._used.add(name)
+        if self._flush_call is None:
+            self._flush_call = self._clock.callLater(self._flush_delay, self._flush_recency)
+
+    def _recent_uses(self) -> list[tuple[str, int]]:
+        uses = []
+        for name in sorted(self._used):
+            slot = self._table.get(name)
+            if slot is not None:
+                uses.append((name, slot.last_used_ms))
+        self._used.clear()
+        return uses
+
+    def _flush_recency(self) -> None:
+        self._flush_call = None
+        uses = self._recent_uses()
+        if uses:
+            self._worker.submit(lambda: self._disk.record_use(uses)).addErrback(
+                lambda failure: self.log.failure("Chunk cache recency flush failed", failure)
+            )
+
+    def close(self) -> Deferred[None]:
+        """
+        Write pending recency, close the index and release the cache root.
+        Runs after every disk step already submitted; idempotent.
+        """
+        if self._closed:
+            return succeed(None)
+        self._closed = True
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush_call = None
+        uses = self._recent_uses()
+
+        def closing() -> None:
+            try:
+                if uses:
+                    self._disk.record_use(uses)
+            finally:
+                self._disk.close()
+
+        return self._worker.submit(closing)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CacheClosed("chunk cache is closed")
