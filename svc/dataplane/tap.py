@@ -1,31 +1,414 @@
 """
-``twist svc-dataplane``: options and service construction.
+C{twist svc-dataplane}: options and service construction.
 
-This part is not built yet: its options refuse to run rather than pretend.
+    twist svc-dataplane [--listen STRPORT] [--http-listen STRPORT]
+                        [--cert FILE --key FILE --root FILE]
+
+C{--listen} is the frame listener (mutual TLS 1.3, default
+C{tcp:7443:interface=127.0.0.1}), C{--http-listen} the HTTPS surface
+(C{/healthz}, C{/metrics}, C{/audit}, C{/control/*}; default
+C{tcp:7444:interface=127.0.0.1}). Both take plain stream endpoints: the
+server adds TLS itself, with its server leaf. That leaf comes either from
+the three given files (C{--cert --key --root}: tests, the embedded
+development stack; never renewed) or from the control plane
+(C{SVC_CONTROL_URL}, signed with the service token, kept in
+C{SVC_STATE_DIR} and renewed in place). Everything else comes from the
+environment (L{DataPlaneSettings}); a bad value or option refuses to start
+(exit status 64) naming the variable or option.
+
+L{DataPlaneServer} starts, in order: the storage roots, the audit sink (and
+its SIGHUP reopen), the server-certificate component; once that has
+installed credentials, the frame listener and the HTTPS listener, then the
+GC loop. A failure to start is logged and ends the process with status 1.
+Stopping (SIGTERM/SIGINT) closes both listeners, sends GOAWAY to every
+connection and waits for them to drain, stops the GC loop and the
+certificate component, closes the storage engine and flushes the audit log
+last.
 """
 
 from __future__ import annotations
 
-from twisted.application.service import IService
-from twisted.python import usage
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
-NOT_BUILT = (
-    "svc-dataplane is not built yet in this release; "
-    "see README.md for what currently works."
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from prometheus_client import CollectorRegistry
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet.defer import CancelledError, Deferred, DeferredList, maybeDeferred
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import ITransport
+from twisted.logger import Logger
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python import usage
+from twisted.python.failure import Failure
+from twisted.web.server import Site
+
+from svc.audit.sink import AuditLogService, JsonlAuditSink
+from svc.config import ConfigError
+from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
+from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_dataplane
+from svc.dataplane.gc_loop import GarbageCollectionLoop
+from svc.dataplane.http import DataPlaneHttp
+from svc.dataplane.http_auth import http_tls_options
+from svc.dataplane.servercert import (
+    CredentialFiles,
+    ServerCertificate,
+    SignServerCertCall,
+    StaticServerCertificate,
+    control_plane_http_client,
 )
+from svc.dataplane.service import DataPlaneService, EventCallback, RevokeCallback
+from svc.dataplane.settings import DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, TapConfig
+from svc.durable import make_directories
+from svc.metrics import DataPlaneMetrics
+from svc.pki.errors import AdmissionRefused, RefusalReason
+from svc.pki.identity import AgentIdentity, DenyList
+from svc.pki.tls import server_tls_options
+from svc.sessions import session_key
+from svc.store.engine import StorageEngine, StorageRoots
+from svc.worker import IWorker, ThreadWorker
+
+HELLO_SERVER_NAME = "svc-dataplane"
+START_FAILED_STATUS = 1
+
+_log = Logger()
+
+InstallSignal = Callable[[int, Any], Any]
+"""C{signal.signal}, or a test's stand-in."""
 
 
 class Options(usage.Options):
     """
-    Command-line options for ``twist svc-dataplane``.
+    Command-line options for C{twist svc-dataplane}; the environment is read
+    here too, so a bad variable is a usage error (exit status 64).
     """
 
+    synopsis = "[--listen STRPORT] [--http-listen STRPORT] [--cert FILE --key FILE --root FILE]"
+
+    optParameters = [
+        ["listen", "l", DEFAULT_LISTEN, "Frame listener: a plain stream endpoint (TLS is added)."],
+        ["http-listen", None, DEFAULT_HTTP_LISTEN, "HTTPS surface: a plain stream endpoint."],
+        ["cert", None, None, "Server leaf PEM (with --key and --root: no control-plane signing)."],
+        ["key", None, None, "Server leaf's private key PEM (PKCS#8, unencrypted)."],
+        ["root", None, None, "Org root PEM: trust anchor for client certificates."],
+    ]
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._environ = os.environ if environ is None else environ
+
     def postOptions(self) -> None:
-        raise usage.UsageError(NOT_BUILT)
+        try:
+            self["config"] = TapConfig.load(
+                self._environ,
+                listen=self["listen"],
+                http_listen=self["http-listen"],
+                cert=self["cert"],
+                key=self["key"],
+                root=self["root"],
+            )
+        except ConfigError as e:
+            raise usage.UsageError(str(e)) from None
 
 
 def makeService(options: Options) -> IService:
+    """The data-plane server as one service on the global reactor."""
+    from twisted.internet import reactor  # noqa: PLC0415 (installed by twist by now)
+
+    service: Any = DataPlaneServer(options["config"], reactor)
+    return cast(IService, service)
+
+
+class QuietSite(Site):
+    """A C{Site} without an access log (C{/metrics} is scraped often)."""
+
+    def log(self, request: Any) -> None:
+        """Log nothing."""
+
+
+class RenewableAdmission:
     """
-    Refuse: the part is not built yet.
+    The admission check (L{TLSAdmission}) against whichever org root the
+    server certificate component installed last.
     """
-    raise SystemExit(NOT_BUILT)
+
+    def __init__(self, trust_domain: str, deny_list: Callable[[], DenyList]) -> None:
+        self._trust_domain = trust_domain
+        self._deny_list = deny_list
+        self._check: TLSAdmission | None = None
+
+    def use_org_root(self, root: x509.Certificate) -> None:
+        """Judge connections accepted from now on against C{root}."""
+        self._check = TLSAdmission(root, self._trust_domain, self._deny_list)
+
+    def __call__(self, transport: ITransport) -> AgentIdentity:
+        if self._check is None:
+            raise AdmissionRefused(RefusalReason.CHAIN_MISMATCH, "no org root installed yet")
+        return self._check(transport)
+
+
+class DataPlaneServer(MultiService):
+    """
+    The whole data-plane server; see the module docstring. Its children (the
+    audit log, the certificate component, the GC loop) are started and
+    stopped by it in a fixed order, not all at once.
+
+    @param reactor: the reactor (time, threads, listening, TLS).
+    @param install_signal: installs the SIGHUP handler (L{None}: none).
+    @param exit_on_failure: end the process when the start fails.
+    """
+
+    def __init__(
+        self,
+        config: TapConfig,
+        reactor: Any,
+        *,
+        install_signal: InstallSignal | None = signal.signal,
+        exit_on_failure: bool = True,
+        limits: ServerLimits | None = None,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        settings = config.settings
+        self._config = config
+        self._reactor = reactor
+        self._install_signal = install_signal
+        self._previous_sighup: Any = None
+        self._exit_on_failure = exit_on_failure
+        self._io = ThreadWorker(reactor, "svc-dataplane-io", threads=settings.io_threads)
+        self.registry = CollectorRegistry()
+        self.metrics = DataPlaneMetrics(self.registry)
+        self.audit = AuditLogService(JsonlAuditSink(settings.audit_log, reactor))
+        self.audit.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.service = DataPlaneService(
+            self._new_engine,
+            audit_emit=self.audit.sink.emit,
+            metrics=self.metrics,
+            clock=reactor,
+            session_key=session_key(settings.control_plane_token),
+            io_worker=self._io,
+            policy_for=config.policies.lookup,
+        )
+        self._admission = RenewableAdmission(settings.trust_domain, lambda: self.service.deny_list)
+        self.factory = DataPlaneFactory(
+            self.service,
+            self._admission,
+            reactor,
+            limits or ServerLimits(server_name=HELLO_SERVER_NAME),
+        )
+        self.certificate = self._certificate_component()
+        self.certificate.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.gc = GarbageCollectionLoop(
+            self.service.engine,
+            reactor,
+            self.audit.sink.emit,
+            interval=float(settings.gc_interval_seconds),
+            dry_run=settings.gc_dry_run,
+        )
+        self.gc.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.http: DataPlaneHttp | None = None
+        self._frame_tls: SwappableServerTLS | None = None
+        self._http_tls: SwappableServerTLS | None = None
+        self._ports: list[Any] = []
+        self.started: Deferred[None] | None = None
+        """Fires once both listeners are open (with C{exit_on_failure} off,
+        fails if the start failed)."""
+
+    def _new_engine(self, on_revoke: RevokeCallback, on_event: EventCallback) -> StorageEngine:
+        settings, reactor = self._config.settings, self._reactor
+
+        def new_worker(name: str) -> IWorker:
+            return ThreadWorker(reactor, f"svc-dataplane-{name}", threads=1)
+
+        return StorageEngine(
+            StorageRoots(settings.tenants_root, settings.metadata_root),
+            reactor,
+            new_worker,
+            self._io,
+            on_revoke,
+            on_event,
+            retention=settings.retention,
+            lease_timings=settings.lease_timings,
+        )
+
+    def _certificate_component(self) -> ServerCertificate | StaticServerCertificate:
+        config, settings = self._config, self._config.settings
+        if config.static_credentials is not None:
+            return StaticServerCertificate(config.static_credentials, self.install_credentials)
+        assert config.registration is not None and settings.control_url is not None
+        signer = SignServerCertCall(
+            control_plane_http_client(self._reactor, settings.ca_file),
+            settings.control_url,
+            settings.control_plane_token,
+            self._reactor,
+        )
+        return ServerCertificate(
+            registration=config.registration,
+            signer=signer,
+            files=CredentialFiles(settings.state_dir),
+            clock=self._reactor,
+            io=self._io,
+            on_new_certificate=self.install_credentials,
+        )
+
+    def install_credentials(
+        self, cert: x509.Certificate, key: Ed25519PrivateKey, root: x509.Certificate
+    ) -> None:
+        """
+        Install new server credentials (the certificate component's
+        C{on_new_certificate}): TLS options and admission root for every
+        connection accepted from now on; live connections keep theirs.
+        """
+        frame_options = server_tls_options(cert, key, root)
+        http_options = http_tls_options(cert, key, root)
+        self._admission.use_org_root(root)
+        if self._frame_tls is None or self._http_tls is None:
+            self._frame_tls = SwappableServerTLS(frame_options)
+            self._http_tls = SwappableServerTLS(http_options)
+        else:
+            self._frame_tls.swap(frame_options)
+            self._http_tls.swap(http_options)
+        if self.http is not None:
+            self.http.use_org_root(root)
+
+    @property
+    def frame_tls(self) -> SwappableServerTLS | None:
+        """The frame listener's TLS options (L{None} before credentials)."""
+        return self._frame_tls
+
+    @property
+    def http_tls(self) -> SwappableServerTLS | None:
+        """The HTTPS listener's TLS options (L{None} before credentials)."""
+        return self._http_tls
+
+    @property
+    def addresses(self) -> list[Any]:
+        """The addresses listened on: the frame listener, then HTTPS."""
+        return [port.getHost() for port in self._ports]
+
+    # Starting
+
+    def startService(self) -> None:
+        Service.startService(self)  # type: ignore[no-untyped-call]
+        self.started = Deferred.fromCoroutine(self._start())
+        if self._exit_on_failure:
+            self.started.addErrback(self._start_failed)
+
+    async def _start(self) -> None:
+        settings, reactor = self._config.settings, self._reactor
+        roots = {settings.tenants_root, settings.metadata_root}
+
+        def make_roots() -> None:
+            for root in roots:
+                make_directories(root)
+
+        await self._io.submit(make_roots)
+        self.audit.startService()
+        self._install_sighup()
+        _log.info(
+            "svc-dataplane starting: server certificate {source}",
+            source="from the given files"
+            if self._config.static_credentials is not None
+            else f"signed by {settings.control_url}",
+        )
+        self.certificate.startService()
+        credentials = await self.certificate.ready()
+        assert self._frame_tls is not None and self._http_tls is not None
+        http = self.http = DataPlaneHttp(
+            engine=self.service.engine,
+            registry=self.registry,
+            audit_log=settings.audit_log,
+            emit=self.audit.sink.emit,
+            current_deny_list=lambda: self.service.deny_list,
+            replace_deny_list=self.service.set_deny_list,
+            org_root=credentials.root,
+            trust_domain=settings.trust_domain,
+            now=reactor.seconds,
+            io=self._io,
+        )
+        port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
+        self._listened(port, "frames (mTLS)")
+        site = QuietSite(http.resource())  # type: ignore[no-untyped-call]
+        creator: Any = self._http_tls
+        wrapped: Any = site
+        https = TLSMemoryBIOFactory(creator, False, wrapped)
+        endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
+        self._listened(await endpoint.listen(https), "HTTPS")
+        self.gc.startService()
+        _log.info("svc-dataplane ready", svc_dataplane_ready=True)
+
+    def _listened(self, port: Any, what: str) -> None:
+        self._ports.append(port)
+        address = port.getHost()
+        _log.info(
+            "listening for {what} on {host}:{port}",
+            what=what,
+            host=getattr(address, "host", address),
+            port=getattr(address, "port", ""),
+        )
+
+    def _start_failed(self, failure: Failure) -> None:
+        if failure.check(CancelledError) and not self.running:  # type: ignore[no-untyped-call]
+            return  # stopped while starting
+        _log.failure("svc-dataplane failed to start", failure)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)
+        self._reactor.stop()
+
+    # SIGHUP: reopen the audit log (rotation)
+
+    def _install_sighup(self) -> None:
+        if self._install_signal is not None:
+            self._previous_sighup = self._install_signal(signal.SIGHUP, self._sighup)
+
+    def _remove_sighup(self) -> None:
+        if self._install_signal is not None and self._previous_sighup is not None:
+            self._install_signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
+
+    def _sighup(self, signum: int, frame: object) -> None:
+        self._reactor.callFromThread(self.reopen_audit_log)
+
+    def reopen_audit_log(self) -> Deferred[None]:
+        """Reopen the audit log file (after it was renamed for rotation)."""
+        _log.info("reopening the audit log {path}", path=str(self.audit.sink.path))
+        reopened = self.audit.sink.reopen()
+        reopened.addErrback(lambda f: _log.failure("reopening the audit log failed", f))
+        return reopened
+
+    # Stopping
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)  # type: ignore[no-untyped-call]
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        if self.started is not None and not self.started.called:
+            self.started.cancel()
+        self._remove_sighup()
+        ports, self._ports = self._ports, []
+        await DeferredList([port.stopListening() for port in ports], consumeErrors=True)
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("draining connections", self.factory.stop_serving),
+            ("stopping the GC loop", lambda: _stop_child(self.gc)),
+            ("stopping the server certificate", lambda: _stop_child(self.certificate)),
+            ("closing the storage engine", self.service.engine.close),
+            ("flushing the audit log", lambda: _stop_child(self.audit)),
+        ]
+        for what, step in steps:
+            try:
+                await maybeDeferred(step)
+            except Exception:
+                _log.failure("svc-dataplane stop: {what} failed", what=what)
+        _log.info("svc-dataplane stopped")
+
+
+def _stop_child(service: Service) -> object:
+    if not service.running:
+        return None
+    stopped: object = service.stopService()  # type: ignore[no-untyped-call]
+    return stopped

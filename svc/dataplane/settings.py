@@ -1,0 +1,337 @@
+"""
+The data-plane server's configuration, checked once at start
+(C{docs/dataplane-configuration.md}).
+
+L{DataPlaneSettings.from_environ} reads the C{SVC_*} environment variables;
+L{TapConfig.load} adds the command-line options (listen endpoints, static
+certificate files) and what must be read at start (the certificate files,
+the path policies, the control plane's CA file). Both raise
+L{svc.config.ConfigError} naming the variable or option at fault, which
+C{twist svc-dataplane} turns into a usage error (exit status 64).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import attrs
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.testing import MemoryReactor
+
+from svc.audit.sink import DEFAULT_AUDIT_LOG
+from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.dataplane.gc_loop import DEFAULT_GC_INTERVAL
+from svc.dataplane.servercert import (
+    Registration,
+    ServerCertificateError,
+    ServerCredentials,
+    load_static_credentials,
+)
+from svc.pki import names
+from svc.pki.chain import verify_chain
+from svc.pki.errors import InvalidName, PKIError
+from svc.pki.pem import certs_from_pem
+from svc.policy import PolicyError, PolicyTable, load_policy_directory
+from svc.store.lease_values import LeaseTimings
+from svc.store.tenant import RetentionPolicy
+
+DEFAULT_LISTEN = "tcp:7443:interface=127.0.0.1"
+DEFAULT_HTTP_LISTEN = "tcp:7444:interface=127.0.0.1"
+
+DEFAULT_SERVER_FQDN = "localhost"
+DEFAULT_STATE_DIR = "./svc-dataplane-state"
+DEFAULT_IO_THREADS = 4
+MAX_IO_THREADS = 64
+DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
+DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+MINIMUM_SERVICE_TOKEN_LENGTH = 32
+"""The control plane's rule for the shared service token (the same token
+must be accepted by both planes: the session key is derived from it)."""
+
+_TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}")
+_WILDCARD_INTERFACES = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 (not binding)
+FILES = "--cert/--key/--root"
+
+
+@attrs.frozen
+class DataPlaneSettings:
+    """
+    Everything C{twist svc-dataplane} reads from the environment. The
+    service token stays out of C{repr}.
+
+    @ivar control_url: base URL of the control plane (server-certificate
+        signing); L{None} when the server runs from given certificate files.
+    @ivar advertise_addr: C{host:port} agents dial; L{None}: derived from
+        C{--listen}.
+    @ivar http_advertise_addr: C{host:port} of the HTTPS surface; L{None}:
+        derived from C{--http-listen}.
+    """
+
+    tenants_root: Path
+    metadata_root: Path
+    audit_log: Path
+    trust_domain: str
+    control_plane_token: str = attrs.field(repr=False)
+    control_url: str | None = None
+    ca_file: Path | None = None
+    advertise_addr: str | None = None
+    http_advertise_addr: str | None = None
+    server_fqdn: str = DEFAULT_SERVER_FQDN
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    policy_dir: Path | None = None
+    gc_interval_seconds: int = int(DEFAULT_GC_INTERVAL)
+    gc_dry_run: bool = False
+    retention: RetentionPolicy = attrs.field(factory=RetentionPolicy)
+    lease_timings: LeaseTimings = attrs.field(factory=LeaseTimings)
+    io_threads: int = DEFAULT_IO_THREADS
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
+        """
+        Read and check the variables.
+
+        @raise ConfigError: naming the variable at fault.
+        """
+        tenants_root = env_path(environ, "SVC_TENANTS_ROOT")
+        metadata_root = (
+            env_path(environ, "SVC_METADATA_ROOT")
+            if env_optional(environ, "SVC_METADATA_ROOT")
+            else tenants_root
+        )
+        return cls(
+            tenants_root=tenants_root,
+            metadata_root=metadata_root,
+            audit_log=env_path(environ, "SVC_AUDIT_LOG", DEFAULT_AUDIT_LOG),
+            trust_domain=_checked(
+                "SVC_TRUST_DOMAIN", names.check_trust_domain, env_str(environ, "SVC_TRUST_DOMAIN")
+            ),
+            control_plane_token=_service_token(environ),
+            control_url=_control_url(environ),
+            ca_file=_optional_path(environ, "SVC_CA_FILE"),
+            advertise_addr=_address(environ, "SVC_ADVERTISE_ADDR"),
+            http_advertise_addr=_address(environ, "SVC_HTTP_ADVERTISE_ADDR"),
+            server_fqdn=_checked(
+                "SVC_SERVER_FQDN",
+                names.check_fqdn,
+                env_str(environ, "SVC_SERVER_FQDN", DEFAULT_SERVER_FQDN),
+            ),
+            state_dir=env_path(environ, "SVC_STATE_DIR", DEFAULT_STATE_DIR),
+            policy_dir=_optional_path(environ, "SVC_POLICY_DIR"),
+            gc_interval_seconds=env_int(
+                environ,
+                "SVC_GC_INTERVAL_SECONDS",
+                int(DEFAULT_GC_INTERVAL),
+                minimum=1,
+                maximum=MAX_SECONDS,
+            ),
+            gc_dry_run=_boolean(environ, "SVC_GC_DRY_RUN"),
+            retention=RetentionPolicy(
+                chunk_grace_seconds=float(
+                    env_int(
+                        environ,
+                        "SVC_CHUNK_GRACE_SECONDS",
+                        DEFAULT_CHUNK_GRACE_SECONDS,
+                        minimum=0,
+                        maximum=MAX_SECONDS,
+                    )
+                ),
+                journal_retention_seconds=float(
+                    env_int(
+                        environ,
+                        "SVC_JOURNAL_RETENTION_SECONDS",
+                        DEFAULT_JOURNAL_RETENTION_SECONDS,
+                        minimum=0,
+                        maximum=MAX_SECONDS,
+                    )
+                ),
+            ),
+            lease_timings=LeaseTimings.from_environ(environ),
+            io_threads=env_int(
+                environ, "SVC_IO_THREADS", DEFAULT_IO_THREADS, minimum=1, maximum=MAX_IO_THREADS
+            ),
+        )
+
+
+@attrs.frozen
+class TapConfig:
+    """
+    Everything C{twist svc-dataplane} checked at start: the settings, the
+    two endpoint strings, the static credentials or else the registration
+    for control-plane signing, and the path policies.
+    """
+
+    settings: DataPlaneSettings
+    listen: str
+    http_listen: str
+    static_credentials: ServerCredentials | None
+    registration: Registration | None
+    policies: PolicyTable = attrs.field(factory=PolicyTable)
+
+    @classmethod
+    def load(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        listen: str = DEFAULT_LISTEN,
+        http_listen: str = DEFAULT_HTTP_LISTEN,
+        cert: str | None = None,
+        key: str | None = None,
+        root: str | None = None,
+    ) -> TapConfig:
+        """
+        Check the options and the environment; read the certificate files
+        and the policies (blocking).
+
+        @raise ConfigError: naming the option or variable at fault.
+        """
+        listen = _stream_endpoint(listen, "--listen")
+        http_listen = _stream_endpoint(http_listen, "--http-listen")
+        settings = DataPlaneSettings.from_environ(environ)
+        static = _static_credentials(cert, key, root)
+        registration = None
+        if static is None:
+            if settings.control_url is None:
+                raise ConfigError(
+                    "SVC_CONTROL_URL", "is required unless --cert, --key and --root are given"
+                )
+            _check_ca_file(settings.ca_file)
+            fqdn = settings.server_fqdn
+            registration = Registration(
+                fqdn=fqdn,
+                advertise_addr=settings.advertise_addr
+                or _advertised(listen, fqdn, "--listen", "SVC_ADVERTISE_ADDR"),
+                http_addr=settings.http_advertise_addr
+                or _advertised(http_listen, fqdn, "--http-listen", "SVC_HTTP_ADVERTISE_ADDR"),
+            )
+        policies = PolicyTable()
+        if settings.policy_dir is not None:
+            try:
+                policies = load_policy_directory(settings.policy_dir)
+            except PolicyError as e:
+                raise ConfigError("SVC_POLICY_DIR", str(e)) from None
+        return cls(settings, listen, http_listen, static, registration, policies)
+
+
+def _stream_endpoint(description: str, option: str) -> str:
+    if description.split(":", 1)[0].lower() in ("ssl", "tls"):
+        raise ConfigError(option, "give a plain stream endpoint; the server adds TLS")
+    try:
+        serverFromString(MemoryReactor(), description)  # type: ignore[no-untyped-call]
+    except Exception as e:
+        raise ConfigError(option, f"not a server endpoint: {description!r} ({e})") from None
+    return description
+
+
+def _advertised(description: str, fqdn: str, option: str, variable: str) -> str:
+    """C{host:port} derived from a TCP endpoint string (interface, else the FQDN)."""
+    endpoint = serverFromString(MemoryReactor(), description)  # type: ignore[no-untyped-call]
+    port = getattr(endpoint, "_port", None)
+    interface = getattr(endpoint, "_interface", None)
+    if not isinstance(port, int) or port == 0 or not isinstance(interface, str):
+        raise ConfigError(
+            variable, f"is required when {option} is not a TCP endpoint with a fixed port"
+        )
+    host = fqdn if interface in _WILDCARD_INTERFACES else interface
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _static_credentials(
+    cert: str | None, key: str | None, root: str | None
+) -> ServerCredentials | None:
+    given = (cert, key, root)
+    if not any(given):
+        return None
+    if cert is None or key is None or root is None:
+        raise ConfigError(FILES, "must be given together")
+    try:
+        credentials = load_static_credentials(Path(cert), Path(key), Path(root))
+        verify_chain(credentials.cert, [], credentials.root, datetime.now(UTC))
+    except OSError as e:
+        raise ConfigError(FILES, f"cannot read {e.filename}: {e.strerror}") from None
+    except (PKIError, ServerCertificateError) as e:
+        raise ConfigError(FILES, str(e)) from None
+    return credentials
+
+
+def _check_ca_file(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        certs_from_pem(path.read_bytes())
+    except OSError as e:
+        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
+    except PKIError as e:
+        raise ConfigError("SVC_CA_FILE", str(e)) from None
+
+
+def _checked(variable: str, check: Callable[[str], str], value: str) -> str:
+    try:
+        return check(value)
+    except InvalidName as e:
+        raise ConfigError(variable, str(e)) from None
+
+
+def _optional_path(environ: Mapping[str, str], variable: str) -> Path | None:
+    return env_path(environ, variable) if env_optional(environ, variable) else None
+
+
+def _service_token(environ: Mapping[str, str]) -> str:
+    token = env_optional(environ, "SVC_CONTROL_PLANE_TOKEN")
+    if token is None:
+        raise ConfigError(
+            "SVC_CONTROL_PLANE_TOKEN",
+            "is required: mount session ids are verified with a key derived from it",
+        )
+    if len(token) < MINIMUM_SERVICE_TOKEN_LENGTH:
+        raise ConfigError(
+            "SVC_CONTROL_PLANE_TOKEN", f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters"
+        )
+    if not token.isascii() or _TOKEN68.fullmatch(token) is None:
+        raise ConfigError(
+            "SVC_CONTROL_PLANE_TOKEN",
+            "must use only A-Z a-z 0-9 - . _ ~ + / (and trailing =), to fit a Bearer header",
+        )
+    return token
+
+
+def _control_url(environ: Mapping[str, str]) -> str | None:
+    raw = env_optional(environ, "SVC_CONTROL_URL")
+    if raw is None:
+        return None
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as e:
+        raise ConfigError("SVC_CONTROL_URL", f"not a valid URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("SVC_CONTROL_URL", f"must be an http:// or https:// URL, got {raw!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError("SVC_CONTROL_URL", "must have no query or fragment")
+    return raw.rstrip("/")
+
+
+def _address(environ: Mapping[str, str], variable: str) -> str | None:
+    raw = env_optional(environ, variable)
+    if raw is None:
+        return None
+    if _ADDRESS.fullmatch(raw) is None or not 1 <= int(raw.rsplit(":", 1)[1]) <= 65535:
+        raise ConfigError(variable, f"must be host:port (IPv6 in brackets), got {raw!r}")
+    return raw
+
+
+def _boolean(environ: Mapping[str, str], variable: str) -> bool:
+    raw = environ.get(variable, "").strip().lower()
+    if raw == "" or raw in _FALSE:
+        return False
+    if raw in _TRUE:
+        return True
+    raise ConfigError(variable, f"must be 1/0, true/false, yes/no or on/off, got {raw!r}")
