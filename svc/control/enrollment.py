@@ -19,9 +19,15 @@ C{POST /agent/enroll} (spec "Endpoint detail") runs, in this order:
   6. mint the leaf (fresh ed25519 key, never stored) and record it against
      the token.
 
+After an enrollment the agent's grant is queued for its data-plane server
+(L{PushNotices.quota_changed}): the tenant may have been placed only now,
+after provisioning queued the grant and found no server to send it to.
+
 Renewal (C{POST /agent/renew}) re-checks the same conditions for a caller
 holding a live leaf (L{svc.control.agent_auth.AgentPrincipal}) and mints a
-new leaf. Tenant, user and agent always come from the token's allocation or
+new leaf; recording it moves the mount lease the old leaf held to the new
+one (same session id and epoch), so the agent keeps its mount across
+renewals. Tenant, user and agent always come from the token's allocation or
 the verified leaf, never from a request body.
 """
 
@@ -40,6 +46,7 @@ from twisted.web.server import Request
 from svc.control.agent_auth import AgentPrincipal
 from svc.control.auth import bearer_credential
 from svc.control.ca import AgentCA, AgentCAProvider, MintedLeaf
+from svc.control.dataplane_client import AgentGrant
 from svc.control.errors import (
     AGENT_SCOPE_REQUIRED,
     INVALID_CLIENT,
@@ -56,6 +63,7 @@ from svc.control.errors import (
     ServiceUnavailable,
 )
 from svc.control.rate_limit import SlidingWindowLimiter
+from svc.control.revocation_push import NoPushes, PushNotices
 from svc.control.settings import ControlSettings
 from svc.control.store.errors import NotFound
 from svc.control.store.interface import ControlStore
@@ -146,6 +154,8 @@ class EnrollmentDeps:
         one instance for the process.
     @ivar default_server_capacity: tenants a server takes when its
         registration names no capacity.
+    @ivar pushes: told the agent's grant after each enrollment (the push
+        loop sends it to the tenant's data-plane server).
     """
 
     store: ControlStore
@@ -154,6 +164,7 @@ class EnrollmentDeps:
     now: Callable[[], float]
     limiter: SlidingWindowLimiter
     default_server_capacity: int = DEFAULT_SERVER_CAPACITY
+    pushes: PushNotices = attrs.field(factory=NoPushes)
 
     @classmethod
     def build(
@@ -162,6 +173,7 @@ class EnrollmentDeps:
         ca: AgentCAProvider,
         settings: ControlSettings,
         now: Callable[[], float],
+        pushes: PushNotices | None = None,
     ) -> EnrollmentDeps:
         """The dependencies with a limiter from C{SVC_ENROLL_RATE_LIMIT}."""
         return cls(
@@ -170,6 +182,7 @@ class EnrollmentDeps:
             settings=settings,
             now=now,
             limiter=SlidingWindowLimiter.from_setting(settings.enroll_rate_limit),
+            pushes=NoPushes() if pushes is None else pushes,
         )
 
     def utc_now(self) -> datetime:
@@ -204,6 +217,11 @@ class Enrollment:
         )
         await self._store.record_enrollment(
             grant.token_id, _leaf_record(leaf, grant.user.user_id, tenant_id, grant.agent_id, now)
+        )
+        self._deps.pushes.quota_changed(
+            AgentGrant(
+                grant.allocation.owner_id, tenant_id, grant.agent_id, grant.allocation.grant_bytes
+            )
         )
         _log.info(
             "agent_enrolled tenant={tenant} agent={agent} serial={serial}",
@@ -243,13 +261,17 @@ class Enrollment:
             user_id=allocation.owner_id,
             now=now,
         )
+        record = _leaf_record(leaf, allocation.owner_id, allocation.tenant_id, agent.agent_id, now)
+        lease = await self._store.record_renewal(agent.serial, record)
         _log.info(
-            "agent_renewed tenant={tenant} agent={agent} serial={serial} previous={previous}",
+            "agent_renewed tenant={tenant} agent={agent} serial={serial} previous={previous}"
+            " lease_moved={lease_moved}",
             tenant=allocation.tenant_id,
             agent=agent.agent_id,
             serial=leaf.serial,
             previous=agent.serial,
             proof=agent.proof.value,
+            lease_moved=lease is not None,
         )
         return _response(leaf, placement, allocation.allocation_id)
 

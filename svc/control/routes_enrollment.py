@@ -16,7 +16,7 @@ in L{svc.control.enrollment}; this module parses and renders.
 Wiring (C{tap.py})::
 
     provider = await AgentCAProvider.opened(settings, store, worker)
-    deps = EnrollmentDeps.build(store, provider, settings, reactor.seconds)
+    deps = EnrollmentDeps.build(store, provider, settings, reactor.seconds, pushes)
     build_control_app(settings, reactor.seconds,
                       routes=[*enrollment_routes(deps), ...],
                       authenticators=enrollment_authenticators(deps))

@@ -356,7 +356,7 @@ class ControlPlaneService(MultiService):
         pushes = ControlPushLoop(
             store, reactor, client, keeper, interval=self._tap.push_interval_seconds
         )
-        enrollment = EnrollmentDeps.build(store, provider, settings, reactor.seconds)
+        enrollment = EnrollmentDeps.build(store, provider, settings, reactor.seconds, pushes)
         routes = [
             *entity_routes(EntityDeps(store, settings, reactor, client, pushes)),
             *mount_routes(

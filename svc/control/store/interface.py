@@ -234,6 +234,18 @@ class ControlStore(Protocol):
     def get_mount_lease(self, allocation_id: str) -> Deferred[MountLease | None]:
         """The allocation's lease row, live or expired."""
 
+    def record_renewal(
+        self, previous_serial: str, leaf: IssuedCertificate
+    ) -> Deferred[MountLease | None]:
+        """
+        Record agent leaf C{leaf}, minted by renewing leaf C{previous_serial},
+        and in the same transaction move the mount lease C{previous_serial}
+        holds (live, or expired and not taken over) to C{leaf}, keeping its
+        session id, epoch, C{bound_at} and expiry: the moved lease, or
+        L{None}. L{NotFound} if the agent has no allocation; L{InvalidValue}
+        unless C{leaf} is an agent leaf naming its agent.
+        """
+
     # Revocations and issued certificates.
 
     def add_revocation(self, serial: str, not_after: datetime, now: datetime) -> Deferred[None]:

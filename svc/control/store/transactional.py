@@ -28,6 +28,7 @@ from svc.control.store.values import (
     ApiToken,
     CaKind,
     CaMaterial,
+    CertificateKind,
     EnrollToken,
     IssuedCertificate,
     MountHolder,
@@ -74,6 +75,12 @@ def _http_address(address: str) -> str:
 def _certificate(certificate: IssuedCertificate) -> IssuedCertificate:
     check_serial(certificate.serial)
     return certificate
+
+
+def _leaf_agent(leaf: IssuedCertificate) -> str:
+    if leaf.kind is not CertificateKind.AGENT_LEAF or leaf.agent_id is None:
+        raise InvalidValue(f"not an agent leaf naming its agent: {leaf.serial!r}")
+    return check_id(leaf.agent_id, "agent id")
 
 
 def check_session_key(key: bytes) -> bytes:
@@ -334,6 +341,15 @@ class TransactionalStore:
 
     def get_mount_lease(self, allocation_id: str) -> Deferred[MountLease | None]:
         return self._read(lambda: mounts.get_mount_lease(allocation_id))
+
+    def record_renewal(
+        self, previous_serial: str, leaf: IssuedCertificate
+    ) -> Deferred[MountLease | None]:
+        return self._write(
+            lambda: mounts.record_renewal(
+                _leaf_agent(leaf), check_serial(previous_serial), _certificate(leaf)
+            )
+        )
 
     # Revocations and issued certificates.
 

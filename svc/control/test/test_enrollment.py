@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.app import build_control_app
+from svc.control.dataplane_client import AgentGrant, ControlCertificateKeeper
 from svc.control.enrollment import (
     EnrollTokenCredential,
     format_timestamp,
@@ -30,13 +31,16 @@ from svc.control.enrollment import (
     refusal_error,
 )
 from svc.control.errors import ApiError
+from svc.control.revocation_push import ControlPushLoop
 from svc.control.routes_enrollment import enrollment_routes
 from svc.control.settings import ControlSettings
 from svc.control.store.interface import ControlStore
 from svc.control.store.outcomes import EnrollOutcome, EnrollRefusal, EnrollRefusalReason
 from svc.control.store.values import CertificateKind
 from svc.control.test.support import request
+from svc.control.test.test_dataplane_client import FakeDataPlane, credentials, fake_client
 from svc.control.test.test_enrollment_support import (
+    GIB,
     NOW,
     SERVER_ADDR,
     SERVER_FQDN,
@@ -403,6 +407,48 @@ class ReadinessTests(SynchronousTestCase):
         app = build_control_app(settings, world.clock.seconds, routes=enrollment_routes(world.deps))
         for path in ("/agent/enroll", "/agent/renew", "/control/sign-server-cert"):
             self.assertEqual(request(self, app.resource(), "POST", path).status, 404, path)
+
+
+class GrantPushTests(SynchronousTestCase):
+    """An enrollment tells the push loop the agent's grant, for the server it was placed on."""
+
+    def test_enrollment_queues_grant(self) -> None:
+        """A successful enrollment queues the agent's grant once."""
+        world = EnrollmentWorld(self)
+        world.enrolled()
+        self.assertEqual(world.pushes.quotas, [AgentGrant("alice", "acme", "agent-1", GIB)])
+
+    def test_refused_enrollment_queues_nothing(self) -> None:
+        """A refused (401) or not-ready (503) enrollment queues no grant."""
+        world = EnrollmentWorld(self, with_server=False)
+        token = world.token()
+        self.assertEqual(world.enroll(new_secret_token()).status, 401)
+        self.assertEqual(world.enroll(token).status, 503)
+        self.assertEqual(world.pushes.quotas, [])
+
+    def test_grant_reaches_server_placed_at_enrollment(self) -> None:
+        """The grant provisioning could not deliver (tenant unplaced) reaches the server now."""
+        world = EnrollmentWorld(self, with_server=False)
+        world.result(
+            world.store.register_server(
+                SERVER_FQDN, SERVER_ADDR, 10, world.now(), http_address="10.0.0.1:8443"
+            )
+        )
+        plane = FakeDataPlane(SERVER_FQDN)
+        keeper = ControlCertificateKeeper(lambda at: succeed(credentials()), world.now)
+        loop = ControlPushLoop(
+            world.store, world.clock, fake_client({SERVER_FQDN: plane}, world.clock), keeper
+        )
+        loop.startService()
+        self.addCleanup(loop.stopService)
+        world.serve(attrs.evolve(world.deps, pushes=loop))
+        allocation = world.provision()
+        grant = AgentGrant("alice", "acme", "agent-1", GIB)
+        loop.quota_changed(grant)  # what provisioning does: dropped, nowhere to send it
+        self.assertEqual(plane.bodies("/control/quotas"), [])
+        self.assertEqual(world.enroll(world.token(allocation)).status, 200)
+        self.assertEqual(plane.bodies("/control/quotas"), [grant.body()])
+        self.assertEqual(loop.pending_quotas, ())
 
 
 class RateLimitTests(SynchronousTestCase):

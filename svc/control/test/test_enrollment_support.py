@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -25,10 +25,12 @@ from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider, init_org_root, open_agent_ca
 from svc.control.enrollment import EnrollmentDeps, hash_token, new_secret_token
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
+from svc.control.routing import Route
 from svc.control.settings import ControlSettings
 from svc.control.store.sqlite import SQLiteControlStore
 from svc.control.store.values import Allocation, EnrollToken
 from svc.control.test.support import Answer, request
+from svc.control.test.test_routes_entities import RecordedPushes
 from svc.pki.pem import certs_from_pem, key_from_pem
 from svc.testing.control_store import memory_control_store
 from svc.testing.worker import ImmediateWorker
@@ -77,6 +79,7 @@ class EnrollmentWorld:
     One control plane with the enrollment routes, its store, CA and clock.
 
     @ivar provider: opens the CA lazily (so a root created later is found).
+    @ivar pushes: what the enrollment routes told the push loop.
     """
 
     def __init__(
@@ -99,20 +102,21 @@ class EnrollmentWorld:
         self.provider = AgentCAProvider(
             lambda: open_agent_ca(self.settings, self.store, self.worker)
         )
+        self.pushes = RecordedPushes()
         self.deps = EnrollmentDeps.build(
-            self.store, self.provider, self.settings, self.clock.seconds
+            self.store, self.provider, self.settings, self.clock.seconds, self.pushes
         )
         self.serve(self.deps)
         if with_server:
             self.register_server()
 
-    def serve(self, deps: EnrollmentDeps) -> None:
-        """Serve the enrollment routes built over C{deps} from now on."""
+    def serve(self, deps: EnrollmentDeps, more_routes: Sequence[Route] = ()) -> None:
+        """Serve the enrollment routes built over C{deps} (and C{more_routes}) from now on."""
         self.deps = deps
         app = build_control_app(
             self.settings,
             self.clock.seconds,
-            routes=enrollment_routes(deps),
+            routes=[*enrollment_routes(deps), *more_routes],
             authenticators=enrollment_authenticators(deps),
         )
         self.resource = app.resource()

@@ -1,13 +1,15 @@
 """
 Tests for L{svc.control.routes_mounts}: the mount-lease flows through the
 real app assembly and an in-memory store, with a stand-in agent-identity
-authenticator (and once with the real one, by fingerprint).
+authenticator (and with the real one, by fingerprint and by signed requests
+across a renewal of the leaf).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 from twisted.internet.task import Clock
@@ -15,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
-from svc.control.agent_auth import AgentIdentityAuthenticator
+from svc.control.agent_auth import AgentIdentityAuthenticator, sign_request
 from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider
 from svc.control.errors import INVALID_CLIENT, InvalidCredential
@@ -27,6 +29,7 @@ from svc.control.settings import ControlSettings
 from svc.control.store.values import CertificateKind, IssuedCertificate
 from svc.control.test.support import Answer, request
 from svc.control.test.test_dataplane_client import fake_client
+from svc.control.test.test_enrollment_support import Enrolled, EnrollmentWorld
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
 from svc.sessions import PREFIX
 from svc.testing.control_store import memory_control_store
@@ -338,3 +341,74 @@ class FingerprintIdentityTests(MountRouteCase):
         self.assertEqual([r.serial for r in active], ["abc123"])
         answer = self.mount(body={"agent_fingerprint": fingerprint})
         self.assertError(answer, 401, "invalid_client")
+
+
+class RenewedLeafTests(SynchronousTestCase):
+    """
+    The mount routes beside the enrollment routes, with the real
+    agent-identity authenticator and signed requests: a renewal keeps the
+    lease.
+    """
+
+    def setUp(self) -> None:
+        self.world = EnrollmentWorld(self)
+        mounts = MountDeps(
+            store=self.world.store,
+            clock=self.world.clock,
+            pushes=self.world.pushes,
+            lease_ttl=timedelta(seconds=TTL),
+        )
+        self.world.serve(self.world.deps, mount_routes(mounts))
+        self.enrolled = self.world.enrolled()
+        self.mount_path = f"/allocations/{self.enrolled.body['allocation_id']}/mount"
+
+    def signed(self, enrolled: Enrolled, method: str, path: str) -> Answer:
+        """C{method path} signed with C{enrolled}'s key."""
+        body: dict[str, Any] = sign_request(
+            enrolled.key, enrolled.leaf, method, path, int(self.world.clock.seconds() * 1000)
+        )
+        body["ca_chain_pem"] = enrolled.body["ca_chain_pem"]
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        return request(self, self.world.resource, method, path, headers=headers, body=data)
+
+    def renewed(self, enrolled: Enrolled) -> Enrolled:
+        """The enrollment C{POST /agent/renew} answers for C{enrolled}."""
+        answer = self.signed(enrolled, "POST", "/agent/renew")
+        self.assertEqual(answer.status, 200, answer.body)
+        return Enrolled(answer.json())
+
+    def test_refresh_with_renewed_leaf(self) -> None:
+        """After a renewal the new leaf refreshes the same lease and session; the old one cannot."""
+        acquired = self.signed(self.enrolled, "POST", self.mount_path)
+        self.assertEqual(acquired.status, 200, acquired.body)
+        self.world.clock.advance(60)
+        renewed = self.renewed(self.enrolled)
+        self.world.clock.advance(30)
+        answer = self.signed(renewed, "POST", self.mount_path + "/refresh")
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertEqual(answer.json()["session_id"], acquired.json()["session_id"])
+        self.assertEqual(answer.json()["bound_at"], acquired.json()["bound_at"])
+        self.assertEqual(answer.json()["lease_expires_at"], "2026-11-01T12:03:30Z")
+        stale = self.signed(self.enrolled, "POST", self.mount_path + "/refresh")
+        self.assertEqual((stale.status, stale.json()["error"]), (410, "lease_lost"))
+
+    def test_lease_follows_successive_renewals(self) -> None:
+        """A lease outlives its first leaf: renewed twice, the latest leaf refreshes, releases."""
+        session = self.signed(self.enrolled, "POST", self.mount_path).json()["session_id"]
+        leaf = self.enrolled
+        for _ in range(2):
+            self.world.clock.advance(50 * 60)
+            leaf = self.renewed(leaf)
+            answer = self.signed(leaf, "POST", self.mount_path + "/refresh")
+            self.assertEqual((answer.status, answer.json()["session_id"]), (200, session))
+        self.assertEqual(self.signed(leaf, "DELETE", self.mount_path).status, 204)
+        revoked = self.world.result(self.world.store.active_revocations(self.world.now()))
+        self.assertEqual([r.serial for r in revoked], [leaf.serial])
+
+    def test_renewal_without_lease(self) -> None:
+        """Renewing a leaf holding no lease mints the leaf and leaves the allocation unmounted."""
+        renewed = self.renewed(self.enrolled)
+        lease = self.world.store.get_mount_lease(self.enrolled.body["allocation_id"])
+        self.assertIsNone(self.world.result(lease))
+        self.assertEqual(self.signed(renewed, "POST", self.mount_path).status, 200)

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
 from treq.client import HTTPClient
 from twisted.internet import reactor as global_reactor
 from twisted.internet.defer import Deferred
@@ -27,6 +32,8 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
 from svc.config import ConfigError
+from svc.control.dataplane_client import AgentGrant
+from svc.control.revocation_push import ControlPushLoop
 from svc.control.tap import (
     DEFAULT_LISTEN,
     ControlPlaneService,
@@ -274,6 +281,40 @@ class ControlPlaneServiceTests(TestCase):
         self.assertIsNotNone(service.keeper.current())
         await service.stopService()
         self.assertEqual(service.addresses, [])
+
+    async def test_enrollment_queues_grant(self) -> None:
+        """An enrollment hands the agent's grant to the running push loop for its server."""
+        environ = self.environ()
+        FilesystemCA(Path(environ["SVC_SECRETS_DIR"]), "svc.test", b"k" * 32).init_root(
+            "Test Org", datetime.now(UTC)
+        )
+        service = await self.start(environ, ["--listen", "tcp:0:interface=127.0.0.1"])
+        base = f"http://127.0.0.1:{service.addresses[0].port}"
+        with socket.socket() as probe:  # a loopback port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            closed = f"127.0.0.1:{probe.getsockname()[1]}"
+        csr = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dp.test")]))
+            .sign(Ed25519PrivateKey.generate(), None)
+        )
+        pem = csr.public_bytes(serialization.Encoding.PEM).decode()
+        register = {"csr_pem": pem, "fqdn": "dp.test", "advertise_addr": closed}
+        register["http_addr"] = closed
+        for path, body in (
+            ("/control/sign-server-cert", register),
+            ("/v1/entities", {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 5}),
+        ):
+            response = await self.http.post(base + path, json=body, headers=HEADERS)
+            self.assertEqual(response.code, 200, await response.content())
+        response = await self.http.post(base + "/v1/agents/a1/enroll-token", headers=HEADERS)
+        token = json.loads(await response.content())["token"]
+        enroll_headers: Any = {"Authorization": f"Bearer {token}"}
+        response = await self.http.post(base + "/agent/enroll", headers=enroll_headers)
+        self.assertEqual(response.code, 200, await response.content())
+        (loop,) = [child for child in service if isinstance(child, ControlPushLoop)]
+        # The server is unreachable, so the update stays queued for the next round.
+        self.assertEqual(loop.pending_quotas, (AgentGrant("acme", "acme", "a1", 5),))
 
     async def test_without_root_usage_unavailable(self) -> None:
         """Before 'svc ca init' the CA routes answer 503 and the rest works."""

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import attrs
 from twisted.internet.defer import gatherResults
 
-from svc.control.store.errors import LeaseLost, NotFound, Revoked
+from svc.control.store.errors import InvalidValue, LeaseLost, NotFound, Revoked
 from svc.control.store.outcomes import MountConflict, MountConflictCode, MountGranted
 from svc.control.store.test.contract_support import (
     HOUR,
@@ -18,10 +19,32 @@ from svc.control.store.test.contract_support import (
     StoreCase,
     holder,
 )
-from svc.control.store.values import Revocation, to_micros
+from svc.control.store.values import (
+    CertificateKind,
+    IssuedCertificate,
+    MountHolder,
+    Revocation,
+    to_micros,
+)
 from svc.sessions import SessionRejected, session_key, verify_session_id
 
 NOW_US = to_micros(NOW)
+
+
+def renewed_leaf(
+    serial: str = "b1", agent_id: str = "agent-1", at: timedelta = timedelta(0)
+) -> IssuedCertificate:
+    """The record of an agent leaf minted by a renewal at C{NOW + at}, valid an hour."""
+    return IssuedCertificate(
+        serial=serial,
+        kind=CertificateKind.AGENT_LEAF,
+        subject="alice",
+        not_after=NOW + at + HOUR,
+        issued_at=NOW + at,
+        tenant_id="tenant-a",
+        agent_id=agent_id,
+        fingerprint=serial * 32,
+    )
 
 
 #: The rows of a previous-release database: an allocation with a lease whose
@@ -310,3 +333,78 @@ class MountsContract(StoreCase):
             allocation.allocation_id, holder(serial="a1"), NOW + 2 * HOUR
         )
         self.assertEqual(await self.store.active_revocations(NOW), ())
+
+    async def test_renewal_moves_lease(self) -> None:
+        """A renewal hands the old leaf's lease to the new one, keeping session, epoch and times."""
+        allocation = await self.provisioned()
+        allocation_id = allocation.allocation_id
+        await self._granted(allocation_id, "a1")
+        first = (await self._granted(allocation_id, "a1", force=True)).lease
+        leaf = renewed_leaf(at=TTL / 2)
+        moved = await self.store.record_renewal("a1", leaf)
+        successor = MountHolder("agent-1", "b1", NOW + TTL / 2 + HOUR, "b1" * 32)
+        self.assertEqual(moved, attrs.evolve(first, holder=successor))
+        self.assertEqual(await self.store.get_mount_lease(allocation_id), moved)
+        self.assertEqual(await self.store.find_certificate("b1"), leaf)
+        await self.refused(
+            self.store.refresh_mount(allocation_id, holder(serial="a1"), NOW + TTL / 2, TTL),
+            LeaseLost,
+        )
+        refreshed = await self.store.refresh_mount(allocation_id, successor, NOW + TTL, TTL)
+        self.assertEqual(
+            (refreshed.session_id, refreshed.epoch, refreshed.bound_at, refreshed.expires_at),
+            (first.session_id, 2, first.bound_at, NOW + 2 * TTL),
+        )
+        await self.store.release_mount(allocation_id, successor, NOW + TTL)
+        self.assertEqual(
+            await self.store.active_revocations(NOW + TTL),
+            (Revocation("b1", NOW + TTL / 2 + HOUR, NOW + TTL),),
+        )
+
+    async def test_renewal_moves_expired_lease_nobody_took(self) -> None:
+        """An expired lease still held by the renewed leaf moves, as a refresh would extend it."""
+        allocation = await self.provisioned()
+        first = (await self._granted(allocation.allocation_id, "a1")).lease
+        moved = await self.store.record_renewal("a1", renewed_leaf(at=2 * TTL))
+        assert moved is not None
+        self.assertEqual(
+            (moved.holder.leaf_serial, moved.session_id, moved.expires_at),
+            ("b1", first.session_id, NOW + TTL),
+        )
+
+    async def test_renewal_of_leaf_without_lease_only_records(self) -> None:
+        """A leaf holding no lease (none, or another enrollment's) is recorded; no lease moves."""
+        allocation = await self.provisioned()
+        allocation_id = allocation.allocation_id
+        self.assertIsNone(await self.store.record_renewal("a1", renewed_leaf("b1")))
+        self.assertIsNone(await self.store.get_mount_lease(allocation_id))
+        self.assertEqual((await self.store.find_certificate("b1")).serial, "b1")
+        taken = (await self._granted(allocation_id, "a2")).lease
+        self.assertIsNone(await self.store.record_renewal("a1", renewed_leaf("b2")))
+        self.assertEqual(await self.store.get_mount_lease(allocation_id), taken)
+        self.assertEqual((await self.store.find_certificate("b2")).serial, "b2")
+
+    async def test_renewal_moves_only_its_agents_lease(self) -> None:
+        """The old serial is matched within the leaf's agent: another agent's lease stays."""
+        await self.provisioned("agent-1")
+        other = await self.provisioned("agent-2")
+        outcome = await self.store.acquire_mount(
+            other.allocation_id, holder("agent-2", "a1"), NOW, TTL
+        )
+        assert isinstance(outcome, MountGranted)
+        self.assertIsNone(await self.store.record_renewal("a1", renewed_leaf("b1", "agent-1")))
+        self.assertEqual(await self.store.get_mount_lease(other.allocation_id), outcome.lease)
+
+    async def test_renewal_refusals_record_nothing(self) -> None:
+        """An unknown agent is NotFound, a leaf naming no agent InvalidValue; nothing is kept."""
+        ghost = renewed_leaf(agent_id="ghost")
+        await self.refused(self.store.record_renewal("a1", ghost), NotFound)
+        await self.refused(self.store.find_certificate("b1"), NotFound)
+        await self.provisioned()
+        for leaf in (
+            attrs.evolve(renewed_leaf("b2"), agent_id=None),
+            attrs.evolve(renewed_leaf("b3"), kind=CertificateKind.SERVER_LEAF),
+        ):
+            await self.refused(self.store.record_renewal("a1", leaf), InvalidValue)
+            await self.refused(self.store.find_certificate(leaf.serial), NotFound)
+        await self.refused(self.store.record_renewal("A1", renewed_leaf()), InvalidValue)

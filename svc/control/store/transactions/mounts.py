@@ -26,6 +26,7 @@ from svc.control.store.transactions.common import (
     add_revocation,
     current_mount_lease,
     end_mount_lease,
+    locked_agent_allocation,
     locked_allocation,
 )
 from svc.control.store.values import (
@@ -46,6 +47,7 @@ __all__ = [
     "get_mount_lease",
     "prune_revocations",
     "record_certificate",
+    "record_renewal",
     "refresh_mount",
     "release_mount",
 ]
@@ -160,6 +162,41 @@ def force_unmount(allocation_id: str, owner_id: str, now_us: int) -> Transaction
     if allocation.owner_id != owner_id:
         raise NotFound(f"no allocation {allocation_id}")
     return (yield from end_mount_lease(allocation_id, now_us))
+
+
+def record_renewal(
+    agent_id: str, previous_serial: str, leaf: IssuedCertificate
+) -> Transaction[MountLease | None]:
+    """
+    Record C{leaf}, minted for C{agent_id} by renewing its leaf C{previous_serial}
+    (L{record_certificate}), and hand the mount lease that leaf holds, if
+    any, to C{leaf}: its serial, not-after and fingerprint replace the
+    holder's, and its session id, epoch, C{bound_at} and expiry are kept.
+    A lease the previous leaf still holds after expiry (nobody took it
+    over, so L{refresh_mount} would extend it) moves too. The moved lease,
+    or L{None} when the previous leaf held none.
+
+    @raise NotFound: C{agent_id} has no allocation.
+    """
+    allocation = yield from locked_agent_allocation(agent_id)
+    yield from record_certificate(leaf)
+    lease = yield from current_mount_lease(allocation.allocation_id)
+    previous = MountHolder(agent_id, previous_serial, leaf.not_after)
+    if lease is None or not holds(lease, previous):
+        return None
+    successor = MountHolder(agent_id, leaf.serial, leaf.not_after, leaf.fingerprint)
+    yield Sql(
+        "UPDATE mount_leases SET leaf_serial = ?, leaf_not_after_us = ?, fingerprint = ?"
+        " WHERE allocation_id = ? AND leaf_serial = ?",
+        (
+            successor.leaf_serial,
+            to_micros(successor.leaf_not_after),
+            successor.fingerprint,
+            allocation.allocation_id,
+            previous_serial,
+        ),
+    )
+    return attrs.evolve(lease, holder=successor)
 
 
 def get_mount_lease(allocation_id: str) -> Transaction[MountLease | None]:
