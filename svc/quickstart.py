@@ -45,6 +45,23 @@ def _free_port() -> int:
         return port
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        # As Twisted's listeners do, so a port in TIME_WAIT counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _say(message: str) -> None:
     print(f"==> {message}", flush=True)
 
@@ -77,8 +94,11 @@ class Stack:
                 token=secrets.token_urlsafe(32),
                 kek=base64.b64encode(secrets.token_bytes(32)).decode(),
             )
-        state.update(control_port=_free_port(), dataplane_port=_free_port())
-        state["dataplane_http_port"] = _free_port()
+        for key in ("control_port", "dataplane_port", "dataplane_http_port"):
+            # Keep the ports of an earlier run: placement remembers the data
+            # plane's address. Pick a new one only when the old one is taken.
+            if key not in state or not _port_free(state[key]):
+                state[key] = _free_port()
         return state
 
     # Environment
@@ -196,23 +216,10 @@ def wait_until(what: str, check: Any, timeout: float = START_TIMEOUT) -> Any:
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def start(stack: Stack) -> int:
+def start_processes(stack: Stack, state: dict[str, Any], control_env: dict[str, str]) -> str:
     """
-    Bring the stack up, provision and enroll the demo agent, write a file.
+    Start the control plane and the data plane; returns the control plane's URL.
     """
-    stack.root.mkdir(parents=True, exist_ok=True)
-    if stack.running("control") or stack.running("dataplane"):
-        _say("a demo stack is already running; stopping it first")
-        stack.stop()
-    state = stack.first_time_state()
-    stack.save_state(state)
-    control_env = stack.control_environ(state)
-    (stack.root / "secrets").mkdir(mode=0o700, exist_ok=True)
-    if not (stack.root / "secrets" / "ca" / "root" / "cert.pem").exists():
-        _say("creating the certificate authority (svc ca init)")
-        subprocess.run(  # noqa: S603 (our own svc binary)
-            [stack._bin("svc"), "ca", "init"], env=control_env, check=True, cwd=stack.root
-        )
     control_url = f"http://127.0.0.1:{state['control_port']}"
     _say(f"starting the control plane on {control_url} (log: {stack.root / 'control.log'})")
     stack.spawn(
@@ -242,6 +249,17 @@ def start(stack: Stack) -> int:
         ],
         stack.dataplane_environ(state),
     )
+    return control_url
+
+
+def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> None:
+    """
+    Provision the demo agent, enroll it, take its mount lease; saves the
+    credentials and the session in the state directory.
+    """
+    # The frame listener opens only once the data plane holds its server
+    # certificate, i.e. after it registered (its address) with the control plane.
+    wait_until("the data plane", lambda: _port_open(state["dataplane_port"]))
     token = state["token"]
     _say(f"provisioning owner {DEMO_OWNER!r} and agent {DEMO_AGENT!r}")
     status, entity = http(
@@ -276,7 +294,14 @@ def start(stack: Stack) -> int:
     (credentials / "chain.pem").write_text(enrollment["ca_chain_pem"])
     _say(f"agent certificate serial {enrollment['serial']}, expires {enrollment['expires_at']}")
     mount_url = control_url + f"/allocations/{entity['allocation_id']}/mount"
-    status, lease = http("POST", mount_url, {"agent_fingerprint": enrollment["agent_fingerprint"]})
+    proof = {"agent_fingerprint": enrollment["agent_fingerprint"]}
+    status, lease = http("POST", mount_url, proof)
+    if status == 409 and lease.get("error") == "lease_live":
+        _say(
+            "the previous demo run still holds the mount lease "
+            f"(until {lease['lease_expires_at']}); taking it over with force"
+        )
+        status, lease = http("POST", mount_url, {**proof, "force": True})
     if status != 200:
         raise SystemExit(f"mount lease failed: {status} {lease}")
     _say(f"mount lease held until {lease['lease_expires_at']} (session {lease['session_id']})")
@@ -287,6 +312,27 @@ def start(stack: Stack) -> int:
         session_id=lease["session_id"],
     )
     stack.save_state(state)
+
+
+def start(stack: Stack) -> int:
+    """
+    Bring the stack up, provision and enroll the demo agent, write a file.
+    """
+    stack.root.mkdir(parents=True, exist_ok=True)
+    if stack.running("control") or stack.running("dataplane"):
+        _say("a demo stack is already running; stopping it first")
+        stack.stop()
+    state = stack.first_time_state()
+    stack.save_state(state)
+    control_env = stack.control_environ(state)
+    (stack.root / "secrets").mkdir(mode=0o700, exist_ok=True)
+    if not (stack.root / "secrets" / "ca" / "root" / "cert.pem").exists():
+        _say("creating the certificate authority (svc ca init)")
+        subprocess.run(  # noqa: S603 (our own svc binary)
+            [stack._bin("svc"), "ca", "init"], env=control_env, check=True, cwd=stack.root
+        )
+    control_url = start_processes(stack, state, control_env)
+    enroll_and_mount(stack, state, control_url)
     _say("writing /demo-agent/hello.txt through the data plane and reading it back")
     subprocess.run(  # noqa: S603 (this interpreter, our module)
         [sys.executable, "-m", "svc.quickstart_write", str(stack.root)],
@@ -295,11 +341,11 @@ def start(stack: Stack) -> int:
     print(
         f"""
 The demo stack is running (state in {stack.root}):
-  control plane   {control_url}   (log {stack.root / 'control.log'})
-  data plane      {state['server_addr']}   (log {stack.root / 'dataplane.log'})
-  audit log       {stack.root / 'dataplane-audit.log'}
+  control plane   {control_url}   (log {stack.root / "control.log"})
+  data plane      {state["server_addr"]}   (log {stack.root / "dataplane.log"})
+  audit log       {stack.root / "dataplane-audit.log"}
 Try:
-  .venv/bin/svc audit tail --file {stack.root / 'dataplane-audit.log'} --limit 20
+  .venv/bin/svc audit tail --file {stack.root / "dataplane-audit.log"} --limit 20
   curl -s {control_url}/healthz
 Not built yet: the FUSE mount (twist svc-mount), so the disk is not shown as a directory.
 Stop everything with: scripts/demo stop
