@@ -83,7 +83,7 @@ _log = Logger()
 class TapSettings:
     """
     The process settings L{ControlSettings} does not cover (see
-    C{docs/control-tap-configuration.md}).
+    C{docs/configuration.md}).
     """
 
     mount_lease_ttl_seconds: int = DEFAULT_MOUNT_LEASE_TTL_SECONDS

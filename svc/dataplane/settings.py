@@ -1,6 +1,6 @@
 """
 The data-plane server's configuration, checked once at start
-(C{docs/dataplane-configuration.md}).
+(C{docs/configuration.md}).
 
 L{DataPlaneSettings.from_environ} reads the C{SVC_*} environment variables;
 L{TapConfig.load} adds the command-line options (listen endpoints, static
