@@ -310,6 +310,7 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
         server_addr=enrollment["server_addr"],
         server_name=enrollment.get("server_name", "localhost"),
         session_id=lease["session_id"],
+        agent_fingerprint=enrollment["agent_fingerprint"],
     )
     stack.save_state(state)
 
