@@ -1,0 +1,219 @@
+"""
+Write-back, part two: the compare-and-swap commit and what happens when it
+is lost. The rule is specified in ``docs/specifications/mount-consistency.md``.
+
+L{commit} sends C{manifest_put} with the version the open file was based on.
+On C{ESTALE} it fetches the path's manifest again and:
+
+ - retries with the current version when the change it lost to is
+   I{provably compatible}: the current chunk list equals the base the edit
+   was made on (only the version moved: a same-content write, a revert to
+   the same bytes) or equals the new content itself (the same bytes are
+   already there). At most C{max_retries} times (C{cas_retries});
+ - otherwise reports a L{Conflict}: the caller keeps the other writer's
+   version at the path and saves ours as a conflict copy
+   (L{conflict_name}), never overwriting and never dropping either.
+
+On C{EINVAL} with C{details.missing} (a chunk the server no longer shows
+this connection, e.g. after a reconnect), the missing chunks are read back
+from the content, uploaded, and the put retried once.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Mapping, Sequence
+
+import attrs
+from blake3 import blake3
+
+from svc.chunking import ChunkRef, chunk_hash
+from svc.mount.attributes import NAME_MAX, FileKind
+from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.remote import ChunkEntry, LastWriter, Manifest, Remote
+from svc.mount.writeback import ChunkUploader, Reader
+from svc.wire.errno import WireErrno
+
+DEFAULT_MAX_CAS_RETRIES = 3
+"""Compare-and-swap retries after provably compatible changes."""
+
+CAS_CONFLICT = "cas_conflict"
+"""C{recovery_kind}: another writer committed a different content."""
+
+LEASE_CONFLICT = "lease_conflict"
+"""C{recovery_kind}: another connection holds the path's write lease."""
+
+
+@attrs.frozen
+class CommitRequest:
+    """What to commit where, and what the edit was based on."""
+
+    path: str
+    expected_version: int
+    base: tuple[ChunkRef, ...]
+    chunks: tuple[ChunkRef, ...]
+    size: int
+    mode: int
+    mtime_ns: int
+    uid: int
+    gid: int
+
+
+@attrs.frozen
+class Committed:
+    """The content is committed as C{version} after C{cas_retries} retries."""
+
+    version: int
+    cas_retries: int
+
+
+@attrs.frozen
+class Conflict:
+    """
+    The compare-and-swap was lost to an incompatible change.
+
+    @ivar current: the path's manifest now (L{None}: the path is gone).
+    """
+
+    kind: str
+    your_version: int
+    current_version: int
+    last_writer: LastWriter
+    cas_retries: int
+    current: Manifest | None
+
+
+def entries(chunks: Sequence[ChunkRef]) -> tuple[ChunkEntry, ...]:
+    """A chunk list in the wire's C{(hash, size)} form."""
+    return tuple(ChunkEntry(ref.hash, ref.length) for ref in chunks)
+
+
+def _compatible(current: Manifest, request: CommitRequest) -> bool:
+    if current.attributes.kind is not FileKind.FILE:
+        return False
+    return current.chunks in (entries(request.base), entries(request.chunks))
+
+
+def _int(details: Mapping[str, object], key: str) -> int | None:
+    value = details.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(details: Mapping[str, object], key: str) -> str | None:
+    value = details.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _last_writer(details: Mapping[str, object], current: Manifest | None) -> LastWriter:
+    agent = _text(details, "last_writer_agent_id")
+    if agent is None and current is not None:
+        return current.last_writer
+    return LastWriter(
+        agent, _text(details, "last_writer_session_id"), _int(details, "last_writer_at_unix_ms")
+    )
+
+
+async def commit(
+    remote: Remote,
+    request: CommitRequest,
+    *,
+    session_id: str | None,
+    uploader: ChunkUploader,
+    read: Reader,
+    max_retries: int = DEFAULT_MAX_CAS_RETRIES,
+) -> Committed | Conflict:
+    """
+    Commit C{request}; see the module docstring. C{read} reads the new
+    content (to re-upload chunks the server reports missing).
+
+    @raise RemoteFailure: any other failure of the put.
+    """
+    expected = request.expected_version
+    retries = 0
+    reuploaded = False
+    chunks = entries(request.chunks)
+    while True:
+        try:
+            result = await remote.manifest_put(
+                request.path,
+                expected_version=expected,
+                chunks=chunks,
+                size=request.size,
+                mode=request.mode,
+                mtime_ns=request.mtime_ns,
+                uid=request.uid,
+                gid=request.gid,
+                session_id=session_id,
+            )
+        except RemoteFailure as failure:
+            missing = failure.details.get("missing")
+            if failure.wire is WireErrno.EINVAL and isinstance(missing, list) and not reuploaded:
+                reuploaded = True
+                named = [name for name in missing if isinstance(name, str)]
+                await _upload_missing(request, named, uploader, read)
+                continue
+            if failure.wire is not WireErrno.ESTALE:
+                raise
+            reason = failure.details.get("reason")
+            kind = LEASE_CONFLICT if reason == "lease_conflict" else CAS_CONFLICT
+            current = await _current(remote, request.path)
+            if current is not None and retries < max_retries and _compatible(current, request):
+                retries += 1
+                expected = current.attributes.version
+                continue
+            current_version = _int(failure.details, "current_version")
+            if current is not None:
+                current_version = current.attributes.version
+            return Conflict(
+                kind=kind,
+                your_version=request.expected_version,
+                current_version=current_version or 0,
+                last_writer=_last_writer(failure.details, current),
+                cas_retries=retries,
+                current=current,
+            )
+        return Committed(result.version, retries)
+
+
+async def _current(remote: Remote, path: str) -> Manifest | None:
+    try:
+        return await remote.manifest_get(path)
+    except RemoteFailure as failure:
+        if failure.wire is WireErrno.ENOENT:
+            return None
+        raise
+
+
+async def _upload_missing(
+    request: CommitRequest, missing: list[str], uploader: ChunkUploader, read: Reader
+) -> None:
+    wanted = set(missing)
+    for ref in request.chunks:
+        if ref.hash not in wanted:
+            continue
+        wanted.discard(ref.hash)
+        data = await read(ref.offset, ref.length)
+        if chunk_hash(data) != ref.hash:
+            raise FSError(errno.EIO, f"chunk {ref.hash} changed while being committed")
+        await uploader.put(ref.hash, data)
+    if wanted:
+        raise FSError(errno.EIO, "the server reports chunks missing that the file does not name")
+
+
+def conflict_name(name: str, session_id: str | None, now: float, attempt: int = 0) -> str:
+    """
+    The name of the conflict copy of C{name}:
+    C{<name>.conflict-<session tag>-<UTC time>[-<attempt>]}, where the tag is
+    the first 8 hex digits of BLAKE3(session id) (C{nosession} without one),
+    the original name cut (at a character boundary) so the whole fits in
+    L{NAME_MAX} UTF-8 bytes.
+    """
+    tag = blake3(session_id.encode()).hexdigest()[:8] if session_id else "nosession"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    suffix = f".conflict-{tag}-{stamp}" + (f"-{attempt}" if attempt else "")
+    budget = NAME_MAX - len(suffix.encode())
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) > budget:
+        name = encoded[:budget].decode("utf-8", "ignore")
+    return name + suffix

@@ -1,0 +1,104 @@
+"""
+Reading directories: C{opendir} takes a snapshot of a directory's names
+(listing it in full with C{list} pages unless the names cache already holds
+all of it), C{readdir} returns pages of that snapshot by offset, each entry
+audited as C{readdir_entry}.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+from collections.abc import Sequence
+
+import attrs
+
+from svc.audit.events import CallerProcess
+from svc.audit.names import EventName
+from svc.mount.attributes import Attributes, DirEntry, Entry, FileKind
+from svc.mount.errors import FSError
+from svc.mount.fs_context import FSContext, join
+from svc.mount.inodes import Node
+
+DEFAULT_READDIR_PAGE = 256
+"""Entries returned by one C{readdir} call unless told otherwise."""
+
+
+@attrs.define
+class _DirHandle:
+    ino: int
+    rel: str
+    names: list[tuple[str, int]]
+
+
+class DirectoryReader:
+    """Open directory handles; see the module docstring."""
+
+    def __init__(self, context: FSContext) -> None:
+        self._ctx = context
+        self._dirs: dict[int, _DirHandle] = {}
+        self._dir_numbers = itertools.count(1)
+
+    async def opendir(self, ino: int, caller: CallerProcess) -> int:
+        """Open directory C{ino} for reading: a snapshot of its names."""
+        ctx = self._ctx
+        node = ctx.directory(ino)
+        rel = ctx.rel_of(node)
+        with ctx.audit.line(EventName.OPENDIR, rel, caller):
+            ctx.check_read(rel, directory=True)
+            if not node.complete:
+                await self._list_all(node)
+            names = sorted(node.children.items(), key=lambda item: item[0].encode("utf-8"))
+            fh = next(self._dir_numbers)
+            self._dirs[fh] = _DirHandle(node.ino, rel, names)
+            return fh
+
+    async def _list_all(self, node: Node) -> None:
+        ctx = self._ctx
+        # Under the namespace lock: a name created while the pages arrive
+        # must not be dropped by the listing that did not see it.
+        async with ctx.namespace_lock:
+            rel = ctx.rel_of(node)
+            entries: list[tuple[str, Attributes]] = []
+            after: str | None = None
+            while True:
+                page = await ctx.remote.list_dir(ctx.server_path(rel), after=after)
+                entries.extend((entry.name, entry.attributes) for entry in page.entries)
+                if page.next_after is None:
+                    break
+                after = page.next_after
+            ctx.table.set_listing(node, entries)
+
+    def readdir(
+        self, fh: int, offset: int, caller: CallerProcess, limit: int = DEFAULT_READDIR_PAGE
+    ) -> Sequence[DirEntry]:
+        """
+        Up to C{limit} entries of open directory C{fh} from C{offset} (0:
+        the start); each entry's C{next_offset} resumes after it. Names the
+        policy hides are left out.
+        """
+        ctx = self._ctx
+        handle = self._dirs.get(fh)
+        if handle is None:
+            raise FSError(errno.EBADF, f"no open directory {fh}")
+        result: list[DirEntry] = []
+        index = offset
+        while index < len(handle.names) and len(result) < limit:
+            name, ino = handle.names[index]
+            index += 1
+            node = ctx.table.get(ino)
+            if node is None:
+                continue
+            rel = join(handle.rel, name)
+            try:
+                ctx.check_read(rel, directory=node.kind is FileKind.DIR)
+            except FSError:
+                continue
+            attributes = ctx.attributes(node)
+            ctx.audit.simple(EventName.READDIR_ENTRY, rel, caller, size=attributes.size)
+            result.append(DirEntry(name.encode("utf-8"), Entry(ino, attributes), index))
+        return result
+
+    def releasedir(self, fh: int) -> None:
+        """Forget open directory C{fh}."""
+        self._dirs.pop(fh, None)

@@ -1,0 +1,248 @@
+"""
+The mount client's filesystem core: everything the FUSE bridge calls.
+
+L{MountFS} runs on the reactor thread; every operation returns a
+L{Deferred} (the bridge calls it from a FUSE thread with
+C{blockingCallFromThread} and a timeout) and fails only with
+L{svc.mount.errors.FSError}, whose C{errno} (local numbering) the bridge
+raises as C{FUSEError}. Nothing here imports llfuse: inode numbers, modes
+and flags are plain integers, names and symlink targets bytes.
+
+The work is split by job: L{svc.mount.namespace} (names and attributes),
+L{svc.mount.files} (open files, reads, writes, write-back),
+L{svc.mount.directories} (directory listings), over shared
+state in L{svc.mount.fs_context}. Design: ``docs/specifications/mount-fs.md``
+and ``docs/specifications/mount-consistency.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from svc.audit.events import AuditEvent, CallerProcess
+from svc.mount.attributes import (
+    AttributeChanges,
+    Attributes,
+    DirEntry,
+    Entry,
+    FsStats,
+    OpenResult,
+    QuotaReport,
+)
+from svc.mount.directories import DEFAULT_READDIR_PAGE, DirectoryReader
+from svc.mount.files import FileOps
+from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
+from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.namespace import NamespaceOps
+from svc.mount.remote import IChunkSource, Remote
+from svc.policy import UNRESTRICTED, PathPolicy
+from svc.worker import IWorker
+
+_log = Logger()
+
+__all__ = ["ROOT_INODE", "FSSettings", "MountFS"]
+
+
+class MountFS:
+    """
+    One mounted agent disk; see the module docstring. Call L{start} first.
+    Every method taking a C{caller} uses it for the audit line (process
+    name, pid, uid, gid) and, on creation, as the new node's owner.
+    """
+
+    def __init__(
+        self,
+        *,
+        remote: Remote,
+        chunks: IChunkSource,
+        agent_id: str,
+        session_id: str | None,
+        spill_dir: Path,
+        worker: IWorker,
+        now: Callable[[], float],
+        emit: Callable[[AuditEvent], object],
+        policy: PathPolicy = UNRESTRICTED,
+        quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        invalidate: Callable[[int], object] = lambda ino: None,
+        settings: FSSettings = DEFAULT_SETTINGS,
+    ) -> None:
+        """
+        @param remote: the data-plane operations (L{svc.mount.remote.Remote}).
+        @param chunks: where chunk bytes come from (the chunk cache).
+        @param agent_id: the disk is C{/<agent_id>} on the data plane.
+        @param session_id: the mount lease's session id, sent with every write.
+        @param spill_dir: a directory for spill files (emptied by L{start}).
+        @param worker: runs blocking work (spill I/O, chunking, hashing).
+        @param now: seconds since the epoch (C{reactor.seconds}).
+        @param emit: writes one audit line.
+        @param quota: fires with the disk's grant and usage, for C{statfs}.
+        @param invalidate: told the FUSE inode number whose content changed
+            behind the kernel's page cache (after a write conflict).
+        """
+        self._ctx = FSContext(
+            remote=remote,
+            chunks=chunks,
+            agent_id=agent_id,
+            session_id=session_id,
+            spill_dir=spill_dir,
+            worker=worker,
+            now=now,
+            emit=emit,
+            policy=policy,
+            quota=quota,
+            invalidate=invalidate,
+            settings=settings,
+        )
+        self._namespace = NamespaceOps(self._ctx, self._truncate)
+        self._files = FileOps(self._ctx, self._namespace)
+        self._directories = DirectoryReader(self._ctx)
+
+    async def _truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
+        await self._files.truncate(node, size, caller)
+
+    def start(self) -> Deferred[None]:
+        """Remove leftover spill files and learn the disk root's attributes."""
+
+        async def starting() -> None:
+            leftovers = await self._ctx.worker.submit(self._ctx.spill.sweep)
+            if leftovers:
+                _log.warn("removed {count} spill files of an earlier run", count=leftovers)
+            self._ctx.started(await self._ctx.remote.head_file(self._ctx.disk))
+
+        return Deferred.fromCoroutine(starting())
+
+    # Mode
+
+    def set_read_only(self, reason: str) -> None:
+        """The mount lease is lost: every write fails with EROFS from now on."""
+        self._ctx.set_read_only(reason)
+
+    @property
+    def read_only(self) -> str | None:
+        """Why the mount is read-only, or L{None}."""
+        return self._ctx.read_only_reason
+
+    def set_session(self, session_id: str | None) -> None:
+        """A new mount session (the lease was granted again)."""
+        self._ctx.session_id = session_id
+
+    @property
+    def open_handles(self) -> int:
+        """How many file handles are open."""
+        return len(self._ctx.files)
+
+    # Names and attributes
+
+    def lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[Entry]:
+        """The entry of C{name} in directory C{parent}."""
+        return Deferred.fromCoroutine(self._namespace.lookup(parent, name, caller))
+
+    def getattr(self, ino: int, caller: CallerProcess) -> Deferred[Attributes]:
+        """The attributes of C{ino}."""
+        return Deferred.fromCoroutine(self._namespace.getattr(ino, caller))
+
+    def setattr(
+        self, ino: int, changes: AttributeChanges, caller: CallerProcess
+    ) -> Deferred[Attributes]:
+        """Change attributes (mode, owner, size, times); the new attributes."""
+        return Deferred.fromCoroutine(self._namespace.setattr(ino, changes, caller))
+
+    def forget(self, inodes: Sequence[tuple[int, int]]) -> None:
+        """The kernel dropped C{count} lookups of each C{(ino, count)}."""
+        self._namespace.forget(inodes)
+
+    def opendir(self, ino: int, caller: CallerProcess) -> Deferred[int]:
+        """Open directory C{ino}; a directory handle."""
+        return Deferred.fromCoroutine(self._directories.opendir(ino, caller))
+
+    def readdir(
+        self, fh: int, offset: int, caller: CallerProcess, limit: int = DEFAULT_READDIR_PAGE
+    ) -> Sequence[DirEntry]:
+        """Entries of open directory C{fh} from C{offset} (synchronous)."""
+        return self._directories.readdir(fh, offset, caller, limit)
+
+    def releasedir(self, fh: int) -> None:
+        """Close directory handle C{fh}."""
+        self._directories.releasedir(fh)
+
+    def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Deferred[Entry]:
+        """Create a directory."""
+        return Deferred.fromCoroutine(self._namespace.mkdir(parent, name, mode, caller))
+
+    def rmdir(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[None]:
+        """Remove an empty directory."""
+        return Deferred.fromCoroutine(self._namespace.rmdir(parent, name, caller))
+
+    def unlink(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[None]:
+        """Remove a non-directory name."""
+        return Deferred.fromCoroutine(self._namespace.unlink(parent, name, caller))
+
+    def rename(
+        self, parent: int, name: bytes, new_parent: int, new_name: bytes, caller: CallerProcess
+    ) -> Deferred[None]:
+        """Rename, replacing an existing target (an empty directory for a directory)."""
+        return Deferred.fromCoroutine(
+            self._namespace.rename(parent, name, new_parent, new_name, caller)
+        )
+
+    def link(
+        self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess
+    ) -> Deferred[Entry]:
+        """Add a hard link to C{ino}."""
+        return Deferred.fromCoroutine(self._namespace.link(ino, new_parent, new_name, caller))
+
+    def symlink(
+        self, parent: int, name: bytes, target: bytes, caller: CallerProcess
+    ) -> Deferred[Entry]:
+        """Create a symlink."""
+        return Deferred.fromCoroutine(self._namespace.symlink(parent, name, target, caller))
+
+    def readlink(self, ino: int, caller: CallerProcess) -> Deferred[bytes]:
+        """A symlink's target."""
+        return Deferred.fromCoroutine(self._namespace.readlink(ino, caller))
+
+    def mknod(
+        self, parent: int, name: bytes, mode: int, rdev: int, caller: CallerProcess
+    ) -> Deferred[Entry]:
+        """Create a regular file, FIFO, socket or device node (C{mode} has the type bits)."""
+        return Deferred.fromCoroutine(self._namespace.mknod(parent, name, mode, rdev, caller))
+
+    def statfs(self, caller: CallerProcess) -> Deferred[FsStats]:
+        """Capacity and usage (from the quota callable)."""
+        return Deferred.fromCoroutine(self._namespace.statfs(caller))
+
+    # Files
+
+    def create(
+        self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
+    ) -> Deferred[tuple[OpenResult, Entry]]:
+        """Create and open a regular file."""
+        return Deferred.fromCoroutine(self._files.create(parent, name, mode, flags, caller))
+
+    def open(self, ino: int, flags: int, caller: CallerProcess) -> Deferred[OpenResult]:
+        """Open a regular file (C{flags} as for C{open(2)})."""
+        return Deferred.fromCoroutine(self._files.open(ino, flags, caller))
+
+    def read(self, fh: int, offset: int, length: int, caller: CallerProcess) -> Deferred[bytes]:
+        """Read from an open file."""
+        return Deferred.fromCoroutine(self._files.read(fh, offset, length, caller))
+
+    def write(self, fh: int, offset: int, data: bytes, caller: CallerProcess) -> Deferred[int]:
+        """Write to an open file (kept locally until write-back)."""
+        return Deferred.fromCoroutine(self._files.write(fh, offset, data, caller))
+
+    def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
+        """Write back (on every C{close} of a descriptor)."""
+        return Deferred.fromCoroutine(self._files.flush(fh, caller))
+
+    def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
+        """Write back."""
+        return Deferred.fromCoroutine(self._files.fsync(fh, datasync, caller))
+
+    def release(self, fh: int, caller: CallerProcess) -> Deferred[None]:
+        """Close a file handle (the last one writes back and drops the spill file)."""
+        return Deferred.fromCoroutine(self._files.release(fh, caller))

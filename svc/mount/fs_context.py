@@ -1,0 +1,223 @@
+"""
+What the filesystem core's operations share: the injected world (remote,
+chunk source, worker, clock, audit emitter, policy, spill directory), the
+caches (inode table, open files, chunk memo), read-only mode, and the small
+checks every operation starts with (inode lookup, name decoding, path
+policy, read-only mode).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.logger import Logger
+
+from svc.audit.events import AuditEvent
+from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
+from svc.mount.client_audit import ClientAudit
+from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.inodes import InodeTable, Node
+from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
+from svc.mount.remote import IChunkSource, Remote
+from svc.mount.spill import SpillDirectory
+from svc.mount.writeback import DEFAULT_BATCH_BYTES
+from svc.policy import UNRESTRICTED, PathPolicy
+from svc.wire.errno import WireErrno
+from svc.worker import IWorker
+
+_log = Logger()
+
+FENCED_REASONS = frozenset({"fenced", "unknown_or_wrong_holder"})
+"""C{EPERM} session refusals meaning this mount's lease is gone."""
+
+
+@attrs.frozen
+class FSSettings:
+    """Tunables of the filesystem core."""
+
+    memo_bytes: int = DEFAULT_MEMO_BYTES
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    max_cas_retries: int = 3
+
+
+DEFAULT_SETTINGS = FSSettings()
+"""The default tunables."""
+
+
+def decode_name(raw: bytes) -> str:
+    """
+    A name component from the kernel as the data plane stores it (UTF-8).
+
+    @raise FSError: ENAMETOOLONG over L{NAME_MAX} bytes; EINVAL for an
+        empty name, one with C{/} or NUL, or one that is not UTF-8 (the
+        data plane cannot store it).
+    """
+    if len(raw) > NAME_MAX:
+        raise FSError(errno.ENAMETOOLONG, "name longer than 255 bytes")
+    if raw in (b"", b".", b"..") or b"/" in raw or b"\x00" in raw:
+        raise FSError(errno.EINVAL, f"bad name {raw!r}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FSError(errno.EINVAL, f"name {raw!r} is not UTF-8") from None
+
+
+def audit_name(raw: bytes) -> str:
+    """A name for audit lines: non-UTF-8 bytes as surrogate escapes."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def join(rel: str, name: str) -> str:
+    """The mount-relative path of C{name} in directory C{rel}."""
+    return f"{rel}/{name}" if rel else name
+
+
+class FSContext:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        remote: Remote,
+        chunks: IChunkSource,
+        agent_id: str,
+        session_id: str | None,
+        spill_dir: Path,
+        worker: IWorker,
+        now: Callable[[], float],
+        emit: Callable[[AuditEvent], object],
+        policy: PathPolicy = UNRESTRICTED,
+        quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        invalidate: Callable[[int], object] = lambda ino: None,
+        settings: FSSettings | None = None,
+    ) -> None:
+        self.remote = remote
+        self.chunks = chunks
+        self.disk = "/" + agent_id
+        self.session_id = session_id
+        self.spill = SpillDirectory(spill_dir)
+        self.worker = worker
+        self.now = now
+        self.audit = ClientAudit(emit, now)
+        self.policy = policy
+        self.quota = quota
+        self.invalidate = invalidate
+        self.settings = settings if settings is not None else DEFAULT_SETTINGS
+        self.files = OpenFiles()
+        self.memo = ChunkMemo(chunks, self.settings.memo_bytes)
+        self.namespace_lock = DeferredLock()
+        self.read_only_reason: str | None = None
+        self._table: InodeTable | None = None
+
+    # Set-up
+
+    def started(self, root: Attributes) -> None:
+        """The disk root's attributes are known: build the inode table."""
+        self._table = InodeTable(root, pinned=lambda ino: self.files.state(ino) is not None)
+
+    @property
+    def table(self) -> InodeTable:
+        """The inode table (after L{started})."""
+        if self._table is None:
+            raise FSError(errno.EIO, "the filesystem is not started")
+        return self._table
+
+    # Values
+
+    def server_path(self, rel: str) -> str:
+        """The data-plane path of mount-relative C{rel}."""
+        return f"{self.disk}/{rel}" if rel else self.disk
+
+    def now_ns(self) -> int:
+        """The time now, in nanoseconds since the epoch."""
+        return int(self.now() * 1_000_000_000)
+
+    def write_session(self) -> str | None:
+        """The session id for write events and write requests."""
+        return self.session_id
+
+    # Nodes and paths
+
+    def node(self, ino: int) -> Node:
+        """The node C{ino} (ENOENT if unknown)."""
+        return self.table.require(ino)
+
+    def directory(self, ino: int) -> Node:
+        """The directory C{ino} (ENOTDIR if it is not one)."""
+        node = self.node(ino)
+        if node.kind is not FileKind.DIR:
+            raise FSError(errno.ENOTDIR, f"inode {ino} is not a directory")
+        return node
+
+    def rel_of(self, node: Node) -> str:
+        """The mount-relative path of C{node} (ENOENT once unlinked)."""
+        rel = self.table.path_of(node)
+        if rel is None:
+            raise FSError(errno.ENOENT, f"inode {node.ino} has no name")
+        return rel
+
+    def attributes(self, node: Node) -> Attributes:
+        """C{node}'s attributes, with an open file's local size and mtime."""
+        attributes = node.attributes
+        state = self.files.state(node.ino)
+        if state is not None and state.dirty:
+            attributes = attrs.evolve(
+                attributes,
+                size=state.size,
+                mtime_ns=state.mtime_ns if state.mtime_ns is not None else attributes.mtime_ns,
+            )
+        return attributes
+
+    async def fresh(self, node: Node) -> Attributes:
+        """L{attributes}, fetched again first if they are stale."""
+        if node.stale:
+            rel = self.table.path_of(node)
+            if rel is not None:
+                node.set_attributes(await self.remote.head_file(self.server_path(rel)))
+            else:
+                node.stale = False
+        return self.attributes(node)
+
+    # Checks
+
+    def check_read(self, rel: str, directory: bool) -> None:
+        """EACCES when the policy refuses to read (or, for a directory, traverse) C{rel}."""
+        decision = (
+            self.policy.check_traverse(rel) if directory else self.policy.check(rel, write=False)
+        )
+        if not decision.allowed:
+            raise FSError(errno.EACCES, f"policy refuses {rel!r}: {decision.reason}")
+
+    def check_write(self, rel: str) -> None:
+        """EROFS in read-only mode; EACCES when the policy refuses a write to C{rel}."""
+        if self.read_only_reason is not None:
+            raise FSError(errno.EROFS, f"read-only: {self.read_only_reason}")
+        decision = self.policy.check(rel, write=True)
+        if not decision.allowed:
+            raise FSError(errno.EACCES, f"policy refuses writing {rel!r}: {decision.reason}")
+
+    # Read-only mode
+
+    def set_read_only(self, reason: str) -> None:
+        """Refuse every write from now on (EROFS); logged once."""
+        if self.read_only_reason is None:
+            self.read_only_reason = reason
+            _log.warn(
+                "mount is now read-only ({reason}); every write fails with EROFS",
+                reason=reason,
+            )
+
+    def write_failed(self, failure: RemoteFailure) -> FSError:
+        """
+        The error to raise for a failed write request: a refused session
+        (this mount was displaced) switches to read-only mode and is EROFS.
+        """
+        if failure.wire is WireErrno.EPERM and failure.details.get("reason") in FENCED_REASONS:
+            reason = failure.details["reason"]
+            self.set_read_only(f"the data plane refused the mount session ({reason})")
+            return FSError(errno.EROFS, failure.message)
+        return failure

@@ -1,0 +1,255 @@
+"""
+The inode table: FUSE inode numbers, the names cache and the attribute
+cache of one mount. Pure: no I/O.
+
+FUSE inode numbers are assigned here, stable for the life of the mount: the
+mount root (the agent's disk C{/<agent_id>}) is L{ROOT_INODE} (1, llfuse's
+C{ROOT_INODE}); any other inode gets the next number the first time the
+data plane reports its inode number, and keeps it across renames. Hard links
+share the data plane's inode number and so share one FUSE inode.
+
+Names are a tree of C{(parent inode, name)} links, so renaming a directory
+is one update and the paths below it follow. A directory whose whole listing
+was read (or that this mount created) is I{complete}: a name missing from it
+does not exist, with no round trip. Under the exclusive mount lease this
+mount is the only writer of the disk, so the cache is authoritative until
+the mount's own operations change it; operations that change attributes the
+client does not compute (a parent's mtime after a create, a link count)
+mark them I{stale}, to be fetched again when next needed.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from svc.chunking import ChunkRef
+from svc.mount.attributes import Attributes, FileKind
+from svc.mount.errors import FSError
+
+ROOT_INODE = 1
+"""The FUSE inode number of the mount root (llfuse's C{ROOT_INODE})."""
+
+
+@attrs.define(eq=False)
+class Node:
+    """
+    One inode as this mount knows it.
+
+    @ivar names: its C{(parent inode, name)} links (empty once unlinked).
+    @ivar lookups: the kernel's lookup count (see L{InodeTable.forget}).
+    @ivar stale: the attributes must be fetched again before being reported.
+    @ivar children: directories: known children by name.
+    @ivar complete: directories: C{children} is the whole directory.
+    @ivar chunks: files: the chunk list of version C{chunks_version}.
+    @ivar kernel_version: files: the content version the kernel's page cache
+        was last filled from (for C{keep_cache}).
+    """
+
+    ino: int
+    attributes: Attributes
+    names: set[tuple[int, str]] = attrs.Factory(set)
+    lookups: int = 0
+    stale: bool = False
+    children: dict[str, int] = attrs.Factory(dict)
+    complete: bool = False
+    chunks: tuple[ChunkRef, ...] | None = None
+    chunks_version: int | None = None
+    kernel_version: int | None = None
+
+    @property
+    def kind(self) -> FileKind:
+        """The inode's kind."""
+        return self.attributes.kind
+
+    def set_attributes(self, attributes: Attributes) -> None:
+        """Fresh attributes from the server (keeps a known symlink target)."""
+        if attributes.symlink_target is None and self.attributes.symlink_target is not None:
+            attributes = attrs.evolve(attributes, symlink_target=self.attributes.symlink_target)
+        self.attributes = attributes
+        self.stale = False
+
+
+class InodeTable:
+    """The inode, name and attribute caches of one mount."""
+
+    def __init__(
+        self, root: Attributes, *, pinned: Callable[[int], bool] = lambda ino: False
+    ) -> None:
+        """
+        @param root: the attributes of the disk root.
+        @param pinned: whether an inode must be kept although it has no
+            name and no kernel lookups (it has open handles).
+        """
+        self._nodes: dict[int, Node] = {}
+        self._by_server: dict[int, int] = {}
+        self._numbers = itertools.count(ROOT_INODE + 1)
+        self._pinned = pinned
+        self.root = Node(ROOT_INODE, root)
+        self._nodes[ROOT_INODE] = self.root
+        self._by_server[root.server_inode] = ROOT_INODE
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def get(self, ino: int) -> Node | None:
+        """The node C{ino}, if known."""
+        return self._nodes.get(ino)
+
+    def require(self, ino: int) -> Node:
+        """The node C{ino}; ENOENT when the kernel names a forgotten inode."""
+        node = self._nodes.get(ino)
+        if node is None:
+            raise FSError(errno.ENOENT, f"unknown inode {ino}")
+        return node
+
+    def child(self, parent: Node, name: str) -> Node | None:
+        """The known child C{name} of directory C{parent}."""
+        ino = parent.children.get(name)
+        return self._nodes.get(ino) if ino is not None else None
+
+    def primary_name(self, node: Node) -> tuple[Node, str] | None:
+        """The parent and name by which C{node}'s path is formed."""
+        if not node.names:
+            return None
+        parent_ino, name = min(node.names)
+        return self._nodes[parent_ino], name
+
+    def path_of(self, node: Node) -> str | None:
+        """
+        The path relative to the mount root (C{""} for the root, C{"a/b"}
+        below it); L{None} for an unlinked inode.
+        """
+        parts: list[str] = []
+        current = node
+        for _depth in range(4096):
+            if current.ino == ROOT_INODE:
+                return "/".join(reversed(parts))
+            link = self.primary_name(current)
+            if link is None:
+                return None
+            current, name = link
+            parts.append(name)
+        raise FSError(errno.ELOOP, "directory cycle in the inode table")
+
+    def learn(self, parent: Node, name: str, attributes: Attributes) -> Node:
+        """
+        Record that C{parent} has child C{name} with C{attributes}: the
+        node of that data-plane inode (created or refreshed), linked there.
+        A different inode cached under that name loses the name.
+        """
+        existing = self.child(parent, name)
+        if existing is not None and existing.attributes.server_inode != attributes.server_inode:
+            self.unlink(parent, name)
+            existing = None
+        node = existing
+        if node is None:
+            ino = self._by_server.get(attributes.server_inode)
+            node = self._nodes.get(ino) if ino is not None else None
+        if node is None:
+            node = Node(next(self._numbers), attributes)
+            self._nodes[node.ino] = node
+            self._by_server[attributes.server_inode] = node.ino
+        else:
+            node.set_attributes(attributes)
+        if attributes.kind is FileKind.DIR:
+            for old_parent, old_name in list(node.names):
+                if (old_parent, old_name) != (parent.ino, name):
+                    self._remove_link(node, old_parent, old_name)
+        node.names.add((parent.ino, name))
+        parent.children[name] = node.ino
+        return node
+
+    def unlink(self, parent: Node, name: str) -> Node | None:
+        """
+        C{name} left C{parent}: the node it named (its link count lowered),
+        or L{None} if the name was not cached.
+        """
+        node = self.child(parent, name)
+        parent.children.pop(name, None)
+        if node is None:
+            return None
+        self._remove_link(node, parent.ino, name)
+        nlink = max(0, node.attributes.nlink - 1)
+        node.attributes = attrs.evolve(node.attributes, nlink=nlink)
+        if node.names:
+            node.stale = True  # ctime changed on the server
+        else:
+            self._by_server.pop(node.attributes.server_inode, None)
+            self.discard_if_unused(node)
+        return node
+
+    def move(self, parent: Node, name: str, new_parent: Node, new_name: str) -> Node | None:
+        """
+        C{parent/name} was renamed to C{new_parent/new_name} (replacing what
+        was there): the moved node, or L{None} if the source was not cached
+        (then C{new_parent} can no longer be complete).
+        """
+        node = self.child(parent, name)
+        target = self.child(new_parent, new_name)
+        if node is not None and node is target:
+            return node  # two names of one inode: POSIX rename does nothing
+        if target is not None:
+            self.unlink(new_parent, new_name)
+        else:
+            new_parent.children.pop(new_name, None)
+        if node is None:
+            parent.children.pop(name, None)
+            new_parent.complete = False
+            return None
+        parent.children.pop(name, None)
+        self._remove_link(node, parent.ino, name)
+        node.names.add((new_parent.ino, new_name))
+        new_parent.children[new_name] = node.ino
+        node.stale = True  # ctime
+        return node
+
+    def set_listing(self, directory: Node, entries: Iterable[tuple[str, Attributes]]) -> None:
+        """
+        The whole listing of C{directory}: learn every entry, drop cached
+        names it does not have, and mark the directory complete.
+        """
+        seen = set()
+        for name, attributes in entries:
+            seen.add(name)
+            self.learn(directory, name, attributes)
+        for name in [name for name in directory.children if name not in seen]:
+            self.unlink(directory, name)
+        directory.complete = True
+
+    def looked_up(self, node: Node) -> None:
+        """The kernel received C{node} in an entry: one more lookup."""
+        node.lookups += 1
+
+    def forget(self, ino: int, count: int) -> None:
+        """The kernel dropped C{count} lookups of C{ino}."""
+        node = self._nodes.get(ino)
+        if node is None:
+            return
+        node.lookups = max(0, node.lookups - count)
+        self.discard_if_unused(node)
+
+    def discard_if_unused(self, node: Node) -> None:
+        """
+        Drop an unlinked node the kernel no longer references and no handle
+        keeps open. (Named nodes are kept: they are the names cache.)
+        """
+        if (
+            node.ino != ROOT_INODE
+            and not node.names
+            and node.lookups == 0
+            and not self._pinned(node.ino)
+            and self._nodes.get(node.ino) is node
+        ):
+            del self._nodes[node.ino]
+            if self._by_server.get(node.attributes.server_inode) == node.ino:
+                del self._by_server[node.attributes.server_inode]
+
+    def _remove_link(self, node: Node, parent_ino: int, name: str) -> None:
+        node.names.discard((parent_ino, name))
+        parent = self._nodes.get(parent_ino)
+        if parent is not None and parent.children.get(name) == node.ino:
+            del parent.children[name]

@@ -1,0 +1,436 @@
+"""
+The namespace operations of the filesystem core: lookup, attributes,
+directory changes, names (create, remove, rename, link), symlinks, device nodes,
+C{statfs} and C{forget}. Each translates one kernel request into at most a
+few data-plane requests, keeps the inode table in step, and writes its
+audit line (``docs/specifications/mount-fs.md``).
+
+Operations that change names run one at a time (the context's namespace
+lock, also taken by write-back commits), so a path computed from the inode
+table is still the server's path when the request arrives.
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import attrs
+
+from svc.audit.client_events import SetattrField
+from svc.audit.events import CallerProcess
+from svc.audit.names import EventName
+from svc.mount.attributes import (
+    AttributeChanges,
+    Attributes,
+    Entry,
+    FileKind,
+    FsStats,
+    QuotaReport,
+    kind_of_mode,
+)
+from svc.mount.client_audit import audit_path
+from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.fs_context import FSContext, audit_name, decode_name, join
+from svc.mount.inodes import ROOT_INODE, Node
+
+T = TypeVar("T")
+
+Truncate = Callable[[Node, int, CallerProcess], Awaitable[None]]
+"""Truncates or extends a regular file (provided by the file operations)."""
+
+
+def setattr_fields(changes: AttributeChanges) -> SetattrField:
+    """The C{setattr_fields} bits of C{changes}."""
+    fields = SetattrField(0)
+    for name, bit in (
+        ("mode", SetattrField.MODE),
+        ("uid", SetattrField.UID),
+        ("gid", SetattrField.GID),
+        ("size", SetattrField.SIZE),
+        ("mtime_ns", SetattrField.MTIME),
+        ("atime_ns", SetattrField.ATIME),
+    ):
+        if getattr(changes, name) is not None:
+            fields |= bit
+    return fields
+
+
+def _owner(caller: CallerProcess) -> tuple[int, int]:
+    return (caller.uid or 0, caller.gid or 0)
+
+
+class NamespaceOps:
+    """See the module docstring."""
+
+    def __init__(self, context: FSContext, truncate: Truncate) -> None:
+        self._ctx = context
+        self._truncate = truncate
+
+    async def write(self, request: Awaitable[T]) -> T:
+        """Await a write request; a refused session becomes EROFS (read-only)."""
+        try:
+            return await request
+        except RemoteFailure as failure:
+            raise self._ctx.write_failed(failure) from None
+
+    # Lookup and attributes
+
+    async def lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry:
+        """The child C{name} of directory C{parent} (one more kernel lookup)."""
+        ctx = self._ctx
+        directory = ctx.directory(parent)
+        if name in (b".", b".."):
+            node = directory
+            if name == b".." and directory.ino != ROOT_INODE:
+                link = ctx.table.primary_name(directory)
+                node = link[0] if link is not None else directory
+            rel = ctx.rel_of(node)
+            with ctx.audit.line(EventName.LOOKUP, rel, caller) as line:
+                ctx.check_read(rel, directory=True)
+                attributes = await ctx.fresh(node)
+                ctx.table.looked_up(node)
+                line.size = attributes.size
+                return Entry(node.ino, attributes)
+        rel = join(ctx.rel_of(directory), audit_name(name))
+        with ctx.audit.line(
+            EventName.LOOKUP, rel, caller, ordinary=frozenset({errno.ENOENT})
+        ) as line:
+            decoded = decode_name(name)
+            ctx.check_read(rel, directory=True)
+            child = ctx.table.child(directory, decoded)
+            if child is None:
+                if directory.complete:
+                    raise FSError(errno.ENOENT, f"no {rel!r}")
+                found = await ctx.remote.head_file(ctx.server_path(rel))
+                child = ctx.table.learn(directory, decoded, found)
+            if child.kind is not FileKind.DIR:
+                ctx.check_read(rel, directory=False)
+            attributes = await ctx.fresh(child)
+            ctx.table.looked_up(child)
+            line.size = attributes.size
+            return Entry(child.ino, attributes)
+
+    async def getattr(self, ino: int, caller: CallerProcess) -> Attributes:
+        """The attributes of C{ino} (from the cache unless stale)."""
+        ctx = self._ctx
+        node = ctx.node(ino)
+        rel = ctx.table.path_of(node)
+        if rel is not None:
+            ctx.check_read(rel, directory=node.kind is FileKind.DIR)
+        return await ctx.fresh(node)
+
+    async def setattr(
+        self, ino: int, changes: AttributeChanges, caller: CallerProcess
+    ) -> Attributes:
+        """Change mode, owner, size or times of C{ino}."""
+        ctx = self._ctx
+        node = ctx.node(ino)
+        rel = ctx.table.path_of(node)
+        with ctx.audit.line(
+            EventName.SETATTR,
+            rel or "",
+            caller,
+            session_id=ctx.write_session(),
+            setattr_fields=int(setattr_fields(changes)),
+        ):
+            if rel is None:
+                if ctx.read_only_reason is not None:
+                    raise FSError(errno.EROFS, f"read-only: {ctx.read_only_reason}")
+            else:
+                ctx.check_write(rel)
+            if changes.size is not None:
+                if node.kind is FileKind.DIR:
+                    raise FSError(errno.EISDIR, "size of a directory")
+                if node.kind is not FileKind.FILE:
+                    raise FSError(errno.EINVAL, "size of a special file")
+                if changes.size < 0:
+                    raise FSError(errno.EINVAL, "negative size")
+                await self._truncate(node, changes.size, caller)
+            rest = attrs.evolve(changes, size=None)
+            if rest != AttributeChanges():
+                await self._set_attributes(node, rest)
+            return ctx.attributes(node)
+
+    async def _set_attributes(self, node: Node, changes: AttributeChanges) -> None:
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            rel = ctx.table.path_of(node)
+            if rel is None:  # an open, unlinked file: nothing on the server
+                node.attributes = attrs.evolve(
+                    node.attributes,
+                    **{
+                        key: value
+                        for key, value in attrs.asdict(changes).items()
+                        if value is not None
+                    },
+                )
+            else:
+                node.set_attributes(
+                    await self.write(
+                        ctx.remote.setattr(
+                            ctx.server_path(rel), changes, session_id=ctx.write_session()
+                        )
+                    )
+                )
+        state = ctx.files.state(node.ino)
+        if state is not None and state.dirty and changes.mtime_ns is not None:
+            state.mtime_ns = changes.mtime_ns
+
+    async def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Entry:
+        """Create directory C{name} in C{parent}."""
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            directory = ctx.directory(parent)
+            rel = join(ctx.rel_of(directory), audit_name(name))
+            with ctx.audit.line(
+                EventName.MKDIR,
+                rel,
+                caller,
+                session_id=ctx.write_session(),
+                mode=stat.S_IMODE(mode),
+            ):
+                decoded = decode_name(name)
+                ctx.check_write(rel)
+                uid, gid = _owner(caller)
+                created = await self.write(
+                    ctx.remote.dir_create(
+                        ctx.server_path(rel),
+                        mode=stat.S_IMODE(mode),
+                        uid=uid,
+                        gid=gid,
+                        session_id=ctx.write_session(),
+                    )
+                )
+                node = ctx.table.learn(directory, decoded, created)
+                node.complete = True
+                directory.stale = True
+                ctx.table.looked_up(node)
+                return Entry(node.ino, ctx.attributes(node))
+
+    async def rmdir(self, parent: int, name: bytes, caller: CallerProcess) -> None:
+        """Remove the empty directory C{name} from C{parent}."""
+        await self._remove(parent, name, caller, directory=True)
+
+    async def unlink(self, parent: int, name: bytes, caller: CallerProcess) -> None:
+        """Remove the non-directory C{name} from C{parent}."""
+        await self._remove(parent, name, caller, directory=False)
+
+    async def _remove(
+        self, parent: int, name: bytes, caller: CallerProcess, *, directory: bool
+    ) -> None:
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            folder = ctx.directory(parent)
+            rel = join(ctx.rel_of(folder), audit_name(name))
+            event = EventName.RMDIR if directory else EventName.UNLINK
+            with ctx.audit.line(event, rel, caller, session_id=ctx.write_session()):
+                decoded = decode_name(name)
+                ctx.check_write(rel)
+                child = ctx.table.child(folder, decoded)
+                if child is not None and directory and child.kind is not FileKind.DIR:
+                    raise FSError(errno.ENOTDIR, f"{rel!r} is not a directory")
+                if child is not None and not directory and child.kind is FileKind.DIR:
+                    raise FSError(errno.EISDIR, f"{rel!r} is a directory")
+                if child is None and folder.complete:
+                    raise FSError(errno.ENOENT, f"no {rel!r}")
+                path = ctx.server_path(rel)
+                session = ctx.write_session()
+                if directory:
+                    await self.write(ctx.remote.dir_remove(path, session_id=session))
+                else:
+                    await self.write(ctx.remote.manifest_delete(path, session_id=session))
+                ctx.table.unlink(folder, decoded)
+                folder.stale = True
+
+    async def rename(
+        self,
+        parent: int,
+        name: bytes,
+        new_parent: int,
+        new_name: bytes,
+        caller: CallerProcess,
+    ) -> None:
+        """Rename C{parent/name} to C{new_parent/new_name}, replacing a target."""
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            source_dir = ctx.directory(parent)
+            target_dir = ctx.directory(new_parent)
+            rel = join(ctx.rel_of(source_dir), audit_name(name))
+            to_rel = join(ctx.rel_of(target_dir), audit_name(new_name))
+            with ctx.audit.line(
+                EventName.RENAME,
+                rel,
+                caller,
+                session_id=ctx.write_session(),
+                to_path=audit_path(to_rel),
+            ):
+                decoded = decode_name(name)
+                new_decoded = decode_name(new_name)
+                ctx.check_write(rel)
+                ctx.check_write(to_rel)
+                await self.write(
+                    ctx.remote.rename(
+                        ctx.server_path(rel),
+                        ctx.server_path(to_rel),
+                        session_id=ctx.write_session(),
+                    )
+                )
+                ctx.table.move(source_dir, decoded, target_dir, new_decoded)
+                source_dir.stale = True
+                target_dir.stale = True
+
+    async def link(
+        self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess
+    ) -> Entry:
+        """Give inode C{ino} the further name C{new_parent/new_name}."""
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            node = ctx.node(ino)
+            target_dir = ctx.directory(new_parent)
+            rel = ctx.rel_of(node)
+            to_rel = join(ctx.rel_of(target_dir), audit_name(new_name))
+            with ctx.audit.line(
+                EventName.LINK,
+                rel,
+                caller,
+                session_id=ctx.write_session(),
+                to_path=audit_path(to_rel),
+            ):
+                decoded = decode_name(new_name)
+                ctx.check_read(rel, directory=False)
+                ctx.check_write(to_rel)
+                if node.kind is FileKind.DIR:
+                    raise FSError(errno.EPERM, "hard link to a directory")
+                linked = await self.write(
+                    ctx.remote.link(
+                        ctx.server_path(rel),
+                        ctx.server_path(to_rel),
+                        session_id=ctx.write_session(),
+                    )
+                )
+                node = ctx.table.learn(target_dir, decoded, linked)
+                target_dir.stale = True
+                ctx.table.looked_up(node)
+                return Entry(node.ino, ctx.attributes(node))
+
+    async def symlink(
+        self, parent: int, name: bytes, target: bytes, caller: CallerProcess
+    ) -> Entry:
+        """Create symlink C{name} in C{parent} pointing at C{target}."""
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            directory = ctx.directory(parent)
+            rel = join(ctx.rel_of(directory), audit_name(name))
+            with ctx.audit.line(EventName.SYMLINK, rel, caller, session_id=ctx.write_session()):
+                decoded = decode_name(name)
+                try:
+                    text = target.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise FSError(errno.EINVAL, "symlink target is not UTF-8") from None
+                ctx.check_write(rel)
+                uid, gid = _owner(caller)
+                created = await self.write(
+                    ctx.remote.symlink(
+                        ctx.server_path(rel),
+                        text,
+                        uid=uid,
+                        gid=gid,
+                        session_id=ctx.write_session(),
+                    )
+                )
+                node = ctx.table.learn(directory, decoded, created)
+                directory.stale = True
+                ctx.table.looked_up(node)
+                return Entry(node.ino, ctx.attributes(node))
+
+    async def readlink(self, ino: int, caller: CallerProcess) -> bytes:
+        """The target of symlink C{ino}."""
+        ctx = self._ctx
+        node = ctx.node(ino)
+        rel = ctx.rel_of(node)
+        with ctx.audit.line(EventName.READLINK, rel, caller):
+            if node.kind is not FileKind.SYMLINK:
+                raise FSError(errno.EINVAL, f"{rel!r} is not a symlink")
+            ctx.check_read(rel, directory=False)
+            target = node.attributes.symlink_target
+            if target is None:
+                target = await ctx.remote.readlink(ctx.server_path(rel))
+                node.attributes = attrs.evolve(node.attributes, symlink_target=target)
+            return target.encode("utf-8")
+
+    async def make_node(
+        self,
+        directory: Node,
+        rel: str,
+        decoded: str,
+        kind: FileKind,
+        mode: int,
+        rdev: int,
+        caller: CallerProcess,
+    ) -> Node:
+        """
+        Create a node of C{kind} (not a directory or symlink) at C{rel}
+        (caller holds the namespace lock and has checked the policy).
+        """
+        ctx = self._ctx
+        uid, gid = _owner(caller)
+        created = await self.write(
+            ctx.remote.mknod(
+                ctx.server_path(rel),
+                kind=kind,
+                mode=stat.S_IMODE(mode),
+                rdev=rdev if kind in (FileKind.CHARDEV, FileKind.BLOCKDEV) else 0,
+                uid=uid,
+                gid=gid,
+                session_id=ctx.write_session(),
+            )
+        )
+        node = ctx.table.learn(directory, decoded, created)
+        directory.stale = True
+        if kind is FileKind.FILE:
+            node.chunks = ()
+            node.chunks_version = created.version
+        return node
+
+    async def mknod(
+        self, parent: int, name: bytes, mode: int, rdev: int, caller: CallerProcess
+    ) -> Entry:
+        """
+        Create a regular file, FIFO, socket or device node (audited as
+        C{create}, the spec having no C{mknod} client event).
+        """
+        ctx = self._ctx
+        async with ctx.namespace_lock:
+            directory = ctx.directory(parent)
+            rel = join(ctx.rel_of(directory), audit_name(name))
+            with ctx.audit.line(
+                EventName.CREATE,
+                rel,
+                caller,
+                session_id=ctx.write_session(),
+                mode=stat.S_IMODE(mode),
+            ):
+                decoded = decode_name(name)
+                kind = kind_of_mode(mode)
+                if kind is None or kind in (FileKind.DIR, FileKind.SYMLINK):
+                    raise FSError(errno.EINVAL, f"mknod of mode {mode:o}")
+                ctx.check_write(rel)
+                node = await self.make_node(directory, rel, decoded, kind, mode, rdev, caller)
+                ctx.table.looked_up(node)
+                return Entry(node.ino, ctx.attributes(node))
+
+    # Whole-filesystem
+
+    async def statfs(self, caller: CallerProcess) -> FsStats:
+        """Capacity and usage from the quota callable."""
+        quota = self._ctx.quota
+        report = await quota() if quota is not None else QuotaReport(None, 0)
+        return FsStats.from_quota(report)
+
+    def forget(self, inodes: Sequence[tuple[int, int]]) -> None:
+        """The kernel dropped lookups: C{(ino, count)} pairs."""
+        for ino, count in inodes:
+            self._ctx.table.forget(ino, count)

@@ -1,0 +1,315 @@
+"""
+Open files: per-inode content state and per-open handles.
+
+All handles of one inode share one L{FileState} (POSIX: a write through one
+descriptor is visible through every other). A L{FileState} holds the base
+version the file was opened at (its chunk list), a
+L{svc.mount.extents.FileLayout} of local changes, and the
+L{svc.mount.spill.SpillFile} holding the changed bytes. Reads stitch base
+chunks (through L{ChunkMemo} and the injected chunk source) and spill
+ranges; writes and truncations only touch the spill file and the layout.
+
+Writes, truncations and write-back hold the state's lock, so a write-back
+sees one consistent content. Reads do not wait for it: they take a snapshot
+of the layout and keep the spill file they read from alive
+(L{SpillHandle}) even if a write-back finishes meanwhile and retires it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred, DeferredLock, succeed
+from twisted.python.failure import Failure
+
+from svc.chunking import ChunkRef
+from svc.mount.extents import FileLayout, Source
+from svc.mount.remote import IChunkSource, gather
+from svc.mount.spill import SpillDirectory, SpillFile
+from svc.worker import IWorker
+
+DEFAULT_MEMO_BYTES = 64 << 20
+"""Chunk bytes kept in memory for reads (a few maximum-size chunks)."""
+
+
+class ChunkMemo:
+    """
+    The most recently read chunks' bytes, least recently used dropped first
+    beyond C{budget} bytes, so that many small reads of one chunk cost one
+    fetch. Concurrent fetches of one chunk share one request.
+    """
+
+    def __init__(self, source: IChunkSource, budget: int = DEFAULT_MEMO_BYTES) -> None:
+        self.source = source
+        self._budget = budget
+        self._held = 0
+        self._chunks: OrderedDict[str, bytes] = OrderedDict()
+        self._pending: dict[str, list[Deferred[bytes]]] = {}
+
+    def get(self, chunk_hash: str) -> Deferred[bytes]:
+        """The bytes of C{chunk_hash}."""
+        data = self._chunks.get(chunk_hash)
+        if data is not None:
+            self._chunks.move_to_end(chunk_hash)
+            return succeed(data)
+        waiter: Deferred[bytes] = Deferred()
+        waiters = self._pending.get(chunk_hash)
+        if waiters is not None:
+            waiters.append(waiter)
+            return waiter
+        self._pending[chunk_hash] = [waiter]
+        self.source.fetch(chunk_hash).addBoth(self._fetched, chunk_hash)
+        return waiter
+
+    def _fetched(self, result: bytes | Failure, chunk_hash: str) -> None:
+        waiters = self._pending.pop(chunk_hash, [])
+        if isinstance(result, Failure):
+            for waiter in waiters:
+                waiter.errback(result)
+        else:
+            self.remember(chunk_hash, result)
+            for waiter in waiters:
+                waiter.callback(result)
+
+    def remember(self, chunk_hash: str, data: bytes) -> None:
+        """Keep C{data} (also offered to the source, e.g. after an upload)."""
+        if len(data) > self._budget:
+            return
+        if chunk_hash in self._chunks:
+            self._chunks.move_to_end(chunk_hash)
+            return
+        self._chunks[chunk_hash] = data
+        self._held += len(data)
+        while self._held > self._budget:
+            _, dropped = self._chunks.popitem(last=False)
+            self._held -= len(dropped)
+
+
+class SpillHandle:
+    """
+    A spill file shared by a L{FileState} and its in-flight reads: removed
+    once retired and no read uses it.
+    """
+
+    def __init__(self, spill: SpillFile, worker: IWorker) -> None:
+        self.spill = spill
+        self._worker = worker
+        self._users = 0
+        self._retired = False
+
+    def acquire(self) -> None:
+        self._users += 1
+
+    def release(self) -> Deferred[None] | None:
+        self._users -= 1
+        return self._maybe_remove()
+
+    def retire(self) -> Deferred[None] | None:
+        self._retired = True
+        return self._maybe_remove()
+
+    def _maybe_remove(self) -> Deferred[None] | None:
+        if self._retired and self._users == 0:
+            self._users = -1  # removed once
+            return self._worker.submit(self.spill.remove)
+        return None
+
+
+class FileState:
+    """
+    The content of one open inode; see the module docstring.
+
+    @ivar version: the base version (the compare-and-swap token of a flush).
+    @ivar mtime_ns: the modification time to commit (set by writes and by
+        C{setattr}), L{None} when unchanged since the base.
+    @ivar handles: open handles sharing this state.
+    """
+
+    def __init__(
+        self,
+        ino: int,
+        version: int,
+        base: tuple[ChunkRef, ...],
+        *,
+        worker: IWorker,
+        spill_dir: SpillDirectory,
+        memo: ChunkMemo,
+        now_ns: Callable[[], int],
+    ) -> None:
+        self.ino = ino
+        self.version = version
+        self.layout = FileLayout(base)
+        self.mtime_ns: int | None = None
+        self.handles = 0
+        self.lock = DeferredLock()
+        self._worker = worker
+        self._spill_dir = spill_dir
+        self._memo = memo
+        self._now_ns = now_ns
+        self._spill: SpillHandle | None = None
+
+    @property
+    def dirty(self) -> bool:
+        """Whether there is anything to write back."""
+        return self.layout.dirty
+
+    @property
+    def size(self) -> int:
+        """The current size."""
+        return self.layout.size
+
+    @property
+    def spill(self) -> SpillFile | None:
+        """The current spill file, if any write created one."""
+        return self._spill.spill if self._spill is not None else None
+
+    # Reading
+
+    def read(self, offset: int, length: int) -> Deferred[bytes]:
+        """
+        C{length} bytes at C{offset} (fewer at the end of the file) of the
+        current content.
+        """
+        segments = self.layout.segments(offset, length)
+        spill = self._spill
+        reads: list[Deferred[bytes]] = []
+        if spill is not None:
+            spill.acquire()
+        for segment in segments:
+            if segment.source is Source.ORIGINAL:
+                refs = self.layout.base_chunks(segment.start, segment.end)
+                reads.append(self._read_original(refs, segment.start, segment.end))
+            elif spill is None:
+                reads.append(succeed(bytes(segment.length)))
+            else:
+                reads.append(self._read_spill(spill.spill, segment.start, segment.length))
+
+        async def reading() -> bytes:
+            try:
+                return b"".join(await gather(reads))
+            finally:
+                if spill is not None:
+                    done = spill.release()
+                    if done is not None:
+                        await done
+
+        return Deferred.fromCoroutine(reading())
+
+    def _read_spill(self, spill: SpillFile, offset: int, length: int) -> Deferred[bytes]:
+        return self._worker.submit(lambda: spill.read(offset, length))
+
+    def _read_original(self, refs: list[ChunkRef], start: int, end: int) -> Deferred[bytes]:
+        fetches = [self._memo.get(ref.hash) for ref in refs]
+
+        async def stitching() -> bytes:
+            pieces = await gather(fetches)
+            parts = []
+            for ref, data in zip(refs, pieces, strict=True):
+                low = max(start, ref.offset) - ref.offset
+                high = min(end, ref.end) - ref.offset
+                parts.append(data[low:high] if (low, high) != (0, len(data)) else data)
+            return b"".join(parts)
+
+        return Deferred.fromCoroutine(stitching())
+
+    # Changing (callers hold C{lock})
+
+    async def write(self, offset: int, data: bytes) -> None:
+        """Store C{data} at C{offset} in the spill file."""
+        if not data:
+            return
+        spill = await self._spill_file()
+        await self._worker.submit(lambda: spill.write(offset, data))
+        self.layout.write(offset, len(data))
+        self.mtime_ns = self._now_ns()
+
+    async def truncate(self, size: int) -> None:
+        """Truncate or extend to C{size} (new bytes read as zeros)."""
+        spill = self.spill
+        if spill is not None and size < self.layout.size:
+            await self._worker.submit(lambda: spill.truncate(size))
+        self.layout.truncate(size)
+        self.mtime_ns = self._now_ns()
+
+    async def _spill_file(self) -> SpillFile:
+        if self._spill is None:
+            spill = await self._worker.submit(lambda: self._spill_dir.create(self.ino))
+            if self._spill is None:
+                self._spill = SpillHandle(spill, self._worker)
+            else:  # another write created one meanwhile (callers hold the lock)
+                await self._worker.submit(spill.remove)
+        return self._spill.spill
+
+    def committed(self, version: int, base: tuple[ChunkRef, ...]) -> Deferred[None] | None:
+        """
+        The content was committed (or replaced) as C{version} with chunks
+        C{base}: it is the new base, and the spill file is retired.
+        """
+        self.version = version
+        self.layout.reset(base)
+        self.mtime_ns = None
+        return self._retire()
+
+    def close(self) -> Deferred[None] | None:
+        """The last handle is gone: retire the spill file."""
+        return self._retire()
+
+    def _retire(self) -> Deferred[None] | None:
+        spill, self._spill = self._spill, None
+        return spill.retire() if spill is not None else None
+
+
+class Handle:
+    """One open file handle: its inode, state, and whether it may write."""
+
+    def __init__(self, fh: int, state: FileState, writable: bool) -> None:
+        self.fh = fh
+        self.state = state
+        self.writable = writable
+
+
+class OpenFiles:
+    """File handles by number, and the shared L{FileState} of each inode."""
+
+    def __init__(self) -> None:
+        self._handles: dict[int, Handle] = {}
+        self._states: dict[int, FileState] = {}
+        self._numbers = itertools.count(1)
+
+    def state(self, ino: int) -> FileState | None:
+        """The open state of C{ino}, if any handle is open."""
+        return self._states.get(ino)
+
+    def open(self, state: FileState, writable: bool) -> Handle:
+        """A new handle on C{state} (registered as C{state.ino}'s state)."""
+        self._states[state.ino] = state
+        state.handles += 1
+        handle = Handle(next(self._numbers), state, writable)
+        self._handles[handle.fh] = handle
+        return handle
+
+    def handle(self, fh: int) -> Handle | None:
+        """The handle C{fh}, if open."""
+        return self._handles.get(fh)
+
+    def release(self, fh: int) -> Handle | None:
+        """
+        Forget handle C{fh} (its state's handle count drops; the state stays
+        registered until L{retire_if_idle}).
+        """
+        handle = self._handles.pop(fh, None)
+        if handle is not None:
+            handle.state.handles -= 1
+        return handle
+
+    def retire_if_idle(self, state: FileState) -> bool:
+        """Unregister C{state} if no handle uses it any more; whether it was."""
+        if state.handles == 0 and self._states.get(state.ino) is state:
+            del self._states[state.ino]
+            return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._handles)

@@ -1,0 +1,419 @@
+"""
+Typed data-plane operations for the mount client.
+
+L{Remote} wraps one connection's C{call(op, payload, raw)} seam (a
+L{svc.dataplane.client.DataPlaneClient}, or in tests a
+L{svc.mount.local_connection.LocalConnection}) with one method per
+operation of ``docs/specifications/dataplane-ops.md``, returning frozen
+values. Failures are translated here, once, into L{RemoteFailure}: the
+server's wire errno becomes the local errno of the same name; a request that
+got no answer (connection lost, timeout, refused before sending) is EIO.
+A reply that does not have the documented shape is EIO too.
+
+The reply values are in L{svc.mount.remote_values} (re-exported here).
+L{DirectChunkSource} is the simplest L{IChunkSource}: every fetch is a
+verified C{chunk_get}.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
+
+from twisted.internet.defer import Deferred
+
+from svc.chunking import chunk_hash
+from svc.dataplane.client import Reply
+from svc.dataplane.client_errors import DataPlaneError, RemoteError
+from svc.mount.attributes import AttributeChanges, Attributes, FileKind
+from svc.mount.errors import RemoteFailure, local_errno
+from svc.mount.remote_values import (
+    BadReply,
+    ChunkEntry,
+    LastWriter,
+    LeaseAnswer,
+    ListedEntry,
+    ListPage,
+    Manifest,
+    PutResult,
+    RenameResult,
+    chunk_entries,
+    get_field,
+    optional_field,
+    parse_attributes,
+    parse_lease,
+)
+from svc.wire.errors import CodecError
+
+T = TypeVar("T")
+
+__all__ = [
+    "CHUNK_HAS_LIMIT",
+    "LIST_PAGE_LIMIT",
+    "MANIFEST_CHUNK_LIMIT",
+    "ChunkEntry",
+    "DirectChunkSource",
+    "IChunkSource",
+    "IDataPlaneCaller",
+    "LastWriter",
+    "LeaseAnswer",
+    "ListPage",
+    "ListedEntry",
+    "Manifest",
+    "PutResult",
+    "Remote",
+    "RenameResult",
+    "gather",
+]
+
+CHUNK_HAS_LIMIT = 4096
+"""Hashes per C{chunk_has} request."""
+
+MANIFEST_CHUNK_LIMIT = 12000
+"""Chunks per C{manifest_put}."""
+
+LIST_PAGE_LIMIT = 1000
+"""Entries per C{list} page."""
+
+
+class IDataPlaneCaller(Protocol):
+    """The seam: one data-plane connection's request method."""
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        raw: bytes = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        """Send C{op}; fires with the L{Reply} or fails with a L{DataPlaneError}."""
+
+
+class IChunkSource(Protocol):
+    """
+    Where the filesystem core gets chunk bytes (the chunk cache in
+    production): C{fetch} fires with bytes that hash to C{chunk_hash}
+    (verified by the source) or fails; C{put} offers bytes just uploaded, so
+    reading them back after a flush needs no download.
+    """
+
+    def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+        """The bytes of chunk C{chunk_hash}."""
+
+    def put(self, chunk_hash: str, data: bytes, /) -> object:
+        """Remember C{data} as chunk C{chunk_hash} (best effort)."""
+
+
+def _with_session(payload: dict[str, object], session_id: str | None) -> dict[str, object]:
+    if session_id is not None:
+        payload["session_id"] = session_id
+    return payload
+
+
+class Remote:
+    """
+    The data-plane operations over one L{IDataPlaneCaller}; see the module
+    docstring. Every method returns a L{Deferred}; every failure is a
+    L{RemoteFailure}.
+    """
+
+    def __init__(self, caller: IDataPlaneCaller, *, timeout: float | None = None) -> None:
+        self._caller = caller
+        self._timeout = timeout
+
+    def _request(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        parse: Callable[[Reply], T],
+        raw: bytes = b"",
+    ) -> Deferred[T]:
+        async def run() -> T:
+            try:
+                reply = await self._caller.call(op, payload, raw, timeout=self._timeout)
+            except RemoteError as error:
+                raise RemoteFailure(
+                    local_errno(error.errno),
+                    f"{op}: {error.message}",
+                    error.errno,
+                    error.details,
+                ) from None
+            except (DataPlaneError, CodecError) as error:
+                raise RemoteFailure(errno.EIO, f"{op}: {error}") from None
+            try:
+                return parse(reply)
+            except (BadReply, ValueError, TypeError) as error:
+                raise RemoteFailure(errno.EIO, f"{op}: unexpected reply: {error}") from None
+
+        return Deferred.fromCoroutine(run())
+
+    # Reads
+
+    def list_dir(
+        self, path: str, after: str | None = None, limit: int | None = None
+    ) -> Deferred[ListPage]:
+        """One page of directory C{path}, names after C{after}."""
+        payload: dict[str, object] = {"path": path}
+        if after is not None:
+            payload["after"] = after
+        if limit is not None:
+            payload["limit"] = limit
+
+        def parse(reply: Reply) -> ListPage:
+            entries = reply.payload.get("entries")
+            if not isinstance(entries, list | tuple):
+                raise BadReply("entries is not an array")
+            listed = []
+            for item in entries:
+                if not isinstance(item, Mapping):
+                    raise BadReply("list entry is not a map")
+                listed.append(ListedEntry(get_field(item, "name", str), parse_attributes(item)))
+            return ListPage(tuple(listed), optional_field(reply.payload, "next_after", str))
+
+        return self._request("list", payload, parse)
+
+    def head_file(self, path: str) -> Deferred[Attributes]:
+        """The attributes of C{path}."""
+        return self._request("head_file", {"path": path}, lambda r: parse_attributes(r.payload))
+
+    def manifest_get(self, path: str) -> Deferred[Manifest]:
+        """The manifest of C{path}."""
+
+        def parse(reply: Reply) -> Manifest:
+            payload = reply.payload
+            return Manifest(
+                parse_attributes(payload),
+                chunk_entries(payload.get("chunks", [])),
+                LastWriter(
+                    optional_field(payload, "last_writer_agent_id", str),
+                    optional_field(payload, "last_writer_session_id", str),
+                    optional_field(payload, "last_writer_at_unix_ms", int),
+                ),
+            )
+
+        return self._request("manifest_get", {"path": path}, parse)
+
+    def readlink(self, path: str) -> Deferred[str]:
+        """The target of symlink C{path}."""
+        return self._request(
+            "readlink", {"path": path}, lambda r: get_field(r.payload, "target", str)
+        )
+
+    # Writes (each takes the mount session)
+
+    def manifest_put(
+        self,
+        path: str,
+        *,
+        expected_version: int,
+        chunks: Sequence[ChunkEntry],
+        size: int,
+        mode: int,
+        mtime_ns: int,
+        uid: int,
+        gid: int,
+        session_id: str | None,
+    ) -> Deferred[PutResult]:
+        """Commit C{chunks} at C{path} if its version is C{expected_version}."""
+        payload = _with_session(
+            {
+                "path": path,
+                "expected_version": expected_version,
+                "chunks": [[chunk.hash, chunk.size] for chunk in chunks],
+                "size": size,
+                "mode": mode,
+                "mtime_ns": mtime_ns,
+                "uid": uid,
+                "gid": gid,
+            },
+            session_id,
+        )
+
+        def parse(reply: Reply) -> PutResult:
+            return PutResult(
+                get_field(reply.payload, "version", int),
+                get_field(reply.payload, "size", int),
+                bool(reply.payload.get("created", False)),
+            )
+
+        return self._request("manifest_put", payload, parse)
+
+    def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[None]:
+        """Unlink the non-directory C{path}."""
+        return self._request(
+            "manifest_delete", _with_session({"path": path}, session_id), lambda r: None
+        )
+
+    def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
+        """Move C{path} to C{to_path} (C{manifest_rename})."""
+
+        def parse(reply: Reply) -> RenameResult:
+            return RenameResult(
+                get_field(reply.payload, "moved", int), bool(reply.payload.get("replaced", False))
+            )
+
+        return self._request(
+            "manifest_rename",
+            _with_session({"path": path, "to_path": to_path}, session_id),
+            parse,
+        )
+
+    def dir_create(
+        self, path: str, *, mode: int, uid: int, gid: int, session_id: str | None
+    ) -> Deferred[Attributes]:
+        """Create directory C{path}."""
+        payload = _with_session({"path": path, "mode": mode, "uid": uid, "gid": gid}, session_id)
+        return self._request("dir_create", payload, lambda r: parse_attributes(r.payload))
+
+    def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[None]:
+        """Remove the empty directory C{path}."""
+        return self._request(
+            "dir_remove", _with_session({"path": path}, session_id), lambda r: None
+        )
+
+    def setattr(
+        self, path: str, changes: AttributeChanges, *, session_id: str | None
+    ) -> Deferred[Attributes]:
+        """Change attributes of C{path} (C{size} only 0 or the current size)."""
+        payload: dict[str, object] = {"path": path}
+        for key in ("mode", "uid", "gid", "size", "mtime_ns", "atime_ns"):
+            value = getattr(changes, key)
+            if value is not None:
+                payload[key] = value
+        return self._request(
+            "setattr", _with_session(payload, session_id), lambda r: parse_attributes(r.payload)
+        )
+
+    def symlink(
+        self, path: str, target: str, *, uid: int, gid: int, session_id: str | None
+    ) -> Deferred[Attributes]:
+        """Create symlink C{path} pointing at C{target}."""
+        payload = _with_session(
+            {"path": path, "target": target, "uid": uid, "gid": gid}, session_id
+        )
+        return self._request("symlink", payload, lambda r: parse_attributes(r.payload))
+
+    def mknod(
+        self,
+        path: str,
+        *,
+        kind: FileKind,
+        mode: int,
+        rdev: int,
+        uid: int,
+        gid: int,
+        session_id: str | None,
+    ) -> Deferred[Attributes]:
+        """Create a non-directory, non-symlink node at C{path}."""
+        payload = _with_session(
+            {
+                "path": path,
+                "kind": kind.value,
+                "mode": mode,
+                "rdev": rdev,
+                "uid": uid,
+                "gid": gid,
+            },
+            session_id,
+        )
+        return self._request("mknod", payload, lambda r: parse_attributes(r.payload))
+
+    def link(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[Attributes]:
+        """Add the name C{to_path} to the inode of C{path}."""
+        return self._request(
+            "link",
+            _with_session({"path": path, "to_path": to_path}, session_id),
+            lambda r: parse_attributes(r.payload),
+        )
+
+    # Chunks
+
+    def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:
+        """The bytes of a chunk (verified by the server, not re-verified here)."""
+        return self._request("chunk_get", {"hash": chunk_hash}, lambda r: bytes(r.raw))
+
+    def chunk_has(self, hashes: Sequence[str]) -> Deferred[list[bool]]:
+        """Which of C{hashes} (at most L{CHUNK_HAS_LIMIT}) are stored and visible."""
+
+        def parse(reply: Reply) -> list[bool]:
+            present = reply.payload.get("present")
+            if not isinstance(present, list | tuple) or len(present) != len(hashes):
+                raise BadReply("present does not answer every hash")
+            return [value is True for value in present]
+
+        return self._request("chunk_has", {"hashes": list(hashes)}, parse)
+
+    def chunk_put(self, chunk_hash: str, data: bytes, *, session_id: str | None) -> Deferred[int]:
+        """Upload a chunk; fires with its size."""
+        return self._request(
+            "chunk_put",
+            _with_session({"hash": chunk_hash}, session_id),
+            lambda r: get_field(r.payload, "size", int),
+            raw=data,
+        )
+
+    # Leases
+
+    def lease_grant(
+        self, path: str, mode: str, *, wait: bool = False, session_id: str | None = None
+    ) -> Deferred[LeaseAnswer]:
+        """Ask for a C{read} or C{write} lease on C{path}."""
+        payload = _with_session({"path": path, "mode": mode, "wait": wait}, session_id)
+        return self._request("lease_grant", payload, lambda r: parse_lease(r.payload))
+
+    def lease_refresh(self, lease_id: str) -> Deferred[LeaseAnswer]:
+        """Extend a lease."""
+        return self._request(
+            "lease_refresh", {"lease_id": lease_id}, lambda r: parse_lease(r.payload)
+        )
+
+    def lease_release(self, lease_id: str) -> Deferred[None]:
+        """Give a lease up."""
+        return self._request("lease_release", {"lease_id": lease_id}, lambda r: None)
+
+
+class DirectChunkSource:
+    """
+    An L{IChunkSource} without a cache: each fetch is a C{chunk_get} whose
+    bytes are re-hashed (a mismatch is EIO). C{put} does nothing.
+    """
+
+    def __init__(self, remote: Remote) -> None:
+        self._remote = remote
+
+    def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+        async def fetching() -> bytes:
+            data = await self._remote.chunk_get(chunk_hash)
+            if _hash_of(data) != chunk_hash:
+                raise RemoteFailure(errno.EIO, f"chunk {chunk_hash} failed verification")
+            return data
+
+        return Deferred.fromCoroutine(fetching())
+
+    def put(self, chunk_hash: str, data: bytes, /) -> None:
+        return None
+
+
+def _hash_of(data: bytes) -> str:
+    return chunk_hash(data)
+
+
+async def gather(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """
+    Await every one of C{awaitables} (already started), in order; if one
+    fails, the others are still awaited (their failures consumed) and the
+    first failure is raised.
+    """
+    results: list[T] = []
+    first: BaseException | None = None
+    for awaitable in list(awaitables):
+        try:
+            results.append(await awaitable)
+        except Exception as error:
+            if first is None:
+                first = error
+    if first is not None:
+        raise first
+    return results

@@ -1,0 +1,158 @@
+"""
+The replies of the data-plane operations as frozen values, and their
+parsers (``docs/specifications/dataplane-ops.md`` sections 2 and 3). A reply
+without the documented shape raises L{BadReply}. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+import attrs
+
+from svc.mount.attributes import Attributes, FileKind
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class ChunkEntry:
+    """One element of a manifest's chunk list."""
+
+    hash: str
+    size: int
+
+
+@attrs.frozen
+class LastWriter:
+    """Who last changed a path (the C{recovery_last_writer_*} fields)."""
+
+    agent_id: str | None = None
+    session_id: str | None = None
+    at_unix_ms: int | None = None
+
+
+@attrs.frozen
+class Manifest:
+    """C{manifest_get}: attributes, chunk list, last writer."""
+
+    attributes: Attributes
+    chunks: tuple[ChunkEntry, ...]
+    last_writer: LastWriter
+
+
+@attrs.frozen
+class ListedEntry:
+    """One C{list} entry (no C{symlink_target})."""
+
+    name: str
+    attributes: Attributes
+
+
+@attrs.frozen
+class ListPage:
+    """One C{list} page; C{next_after} is L{None} at the end."""
+
+    entries: tuple[ListedEntry, ...]
+    next_after: str | None
+
+
+@attrs.frozen
+class PutResult:
+    """C{manifest_put}: the version and size after the write."""
+
+    version: int
+    size: int
+    created: bool
+
+
+@attrs.frozen
+class RenameResult:
+    """C{manifest_rename}: names rewritten, and whether a target was replaced."""
+
+    moved: int
+    replaced: bool
+
+
+@attrs.frozen
+class LeaseAnswer:
+    """C{lease_grant} / C{lease_refresh}: granted, or refused with C{reason}."""
+
+    granted: bool
+    mode: str
+    lease_id: str | None = None
+    epoch: int | None = None
+    ttl_ms: int | None = None
+    expires_at_unix_ms: int | None = None
+    reason: str | None = None
+
+
+class BadReply(Exception):
+    """A reply that does not have the documented shape."""
+
+
+def get_field(payload: Mapping[str, object], key: str, kind: type[T]) -> T:
+    """The value of C{key}, which must be a C{kind} (never a bool for int)."""
+    value = payload.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadReply(f"reply key {key!r} is {value!r}, not {kind.__name__}")
+    return value
+
+
+def optional_field(payload: Mapping[str, object], key: str, kind: type[T]) -> T | None:
+    """L{get_field}, or L{None} when the key is absent or nil."""
+    return None if payload.get(key) is None else get_field(payload, key, kind)
+
+
+def parse_attributes(payload: Mapping[str, object]) -> Attributes:
+    """The L{Attributes} of an attribute map (section 2)."""
+    try:
+        kind = FileKind(get_field(payload, "kind", str))
+    except ValueError:
+        raise BadReply(f"unknown kind {payload.get('kind')!r}") from None
+    return Attributes(
+        server_inode=get_field(payload, "inode", int),
+        kind=kind,
+        mode=get_field(payload, "mode", int),
+        uid=get_field(payload, "uid", int),
+        gid=get_field(payload, "gid", int),
+        size=get_field(payload, "size", int),
+        mtime_ns=get_field(payload, "mtime_ns", int),
+        atime_ns=get_field(payload, "atime_ns", int),
+        ctime_ns=get_field(payload, "ctime_ns", int),
+        version=get_field(payload, "version", int),
+        nlink=get_field(payload, "nlink", int),
+        rdev=optional_field(payload, "rdev", int) or 0,
+        symlink_target=optional_field(payload, "symlink_target", str),
+    )
+
+
+def chunk_entries(value: object) -> tuple[ChunkEntry, ...]:
+    """A chunk list (C{[[hash, size], ...]})."""
+    if not isinstance(value, list | tuple):
+        raise BadReply("chunk list is not an array")
+    entries = []
+    for item in value:
+        if (
+            not isinstance(item, list | tuple)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], int)
+        ):
+            raise BadReply(f"bad chunk list entry {item!r}")
+        entries.append(ChunkEntry(item[0], item[1]))
+    return tuple(entries)
+
+
+def parse_lease(payload: Mapping[str, object]) -> LeaseAnswer:
+    """A C{lease_grant} or C{lease_refresh} answer."""
+    return LeaseAnswer(
+        granted=get_field(payload, "granted", bool) if "granted" in payload else True,
+        mode=get_field(payload, "mode", str),
+        lease_id=optional_field(payload, "lease_id", str),
+        epoch=optional_field(payload, "epoch", int),
+        ttl_ms=optional_field(payload, "ttl_ms", int),
+        expires_at_unix_ms=optional_field(payload, "expires_at_unix_ms", int),
+        reason=optional_field(payload, "reason", str),
+    )

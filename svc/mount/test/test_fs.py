@@ -1,0 +1,247 @@
+"""
+Tests for L{svc.mount.fs.MountFS}: files written in pieces and read back,
+sparse files, incremental write-back, deduplication, truncation.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.chunking import chunk_bytes
+from svc.mount.attributes import AttributeChanges
+from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
+
+MiB = 1 << 20
+
+
+class WriteReadTests(SynchronousTestCase):
+    """Content written through one mount is read back through another."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+
+    def test_pieces_then_fresh_mount(self) -> None:
+        """A file written in 64 KiB pieces reads back identically from a fresh core."""
+        data = pseudo_random("pieces", 3 * MiB + 12345)
+        self.mount.write_file("notes.bin", data, piece=64 * 1024)
+        fresh = self.fixture.mount(epoch=1)
+        self.assertEqual(fresh.read_file("notes.bin", piece=100_000), data)
+        self.assertEqual(fresh.lookup_path("notes.bin").attributes.size, len(data))
+
+    def test_chunks_match_a_whole_cut(self) -> None:
+        """The committed chunk list is exactly what cutting the whole content gives."""
+        data = pseudo_random("whole", 9 * MiB)
+        self.mount.write_file("f", data)
+        manifest = self.mount.ok(self.mount.remote.manifest_get("/agent-1/f"))
+        expected = [(ref.hash, ref.length) for ref in chunk_bytes(data)]
+        self.assertEqual([(c.hash, c.size) for c in manifest.chunks], expected)
+
+
+class IncrementalWriteBackTests(SynchronousTestCase):
+    """A flush reads, cuts and sends only around what changed."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+
+    def test_rewrite_middle_of_large_file(self) -> None:
+        """Rewriting 1 MiB in the middle of a 64 MiB file sends at most 3 chunks."""
+        data = bytearray(pseudo_random("large", 64 * MiB))
+        self.mount.write_file("big", bytes(data), piece=8 * MiB)
+        editor = self.fixture.mount()
+        entry = editor.lookup_path("big")
+        patch = pseudo_random("patch", MiB)
+        opened = editor.ok(editor.fs.open(entry.ino, os.O_RDWR, CALLER))
+        editor.ok(editor.fs.write(opened.fh, 30 * MiB + 777, patch, CALLER))
+        editor.ok(editor.fs.release(opened.fh, CALLER))
+        data[30 * MiB + 777 : 31 * MiB + 777] = patch
+        sent = editor.count("chunk_put")
+        self.assertGreaterEqual(sent, 1)
+        self.assertLessEqual(sent, 3)
+        self.assertLessEqual(editor.chunks.fetched, 4)
+        [flush] = editor.events("flush")
+        self.assertEqual(flush.get("chunks_new"), sent)
+        manifest = self.mount.ok(self.mount.remote.manifest_get("/agent-1/big"))
+        expected = [(ref.hash, ref.length) for ref in chunk_bytes(bytes(data))]
+        self.assertEqual([(c.hash, c.size) for c in manifest.chunks], expected)
+        self.assertEqual(self.fixture.mount().read_file("big", piece=16 * MiB), bytes(data))
+
+    def test_same_content_twice_sends_nothing(self) -> None:
+        """Writing content the disk already holds uploads no chunk the second time."""
+        data = pseudo_random("twice", 6 * MiB)
+        self.mount.write_file("a", data)
+        first = self.mount.count("chunk_put")
+        self.assertGreater(first, 0)
+        self.mount.write_file("b", data)
+        self.assertEqual(self.mount.count("chunk_put"), first)
+        flush = self.mount.events("flush")[-1]
+        self.assertEqual(flush.get("chunks_new"), 0)
+        self.assertEqual(flush.get("chunks_reused"), len(chunk_bytes(data)))
+
+    def test_sparse_file(self) -> None:
+        """A few KiB at the end of a 256 MiB sparse file stay small locally and remotely."""
+        parent, name = self.mount.parent_of("sparse")
+        opened, entry = self.mount.ok(
+            self.mount.fs.create(parent, name, 0o644, os.O_RDWR | os.O_CREAT, CALLER)
+        )
+        tail = pseudo_random("tail", 4096)
+        self.mount.ok(self.mount.fs.write(opened.fh, 256 * MiB - 4096, tail, CALLER))
+        head = pseudo_random("head", 4096)
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, head, CALLER))
+        spill = self.mount.fs._ctx.files.state(entry.ino).spill  # type: ignore[union-attr]
+        assert spill is not None
+        self.assertLess(spill.allocated(), MiB)
+        self.assertEqual(self.mount.ok(self.mount.fs.read(opened.fh, 4096, 10, CALLER)), bytes(10))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertLessEqual(self.mount.count("chunk_put"), 3)
+        manifest = self.mount.ok(self.mount.remote.manifest_get("/agent-1/sparse"))
+        self.assertEqual(manifest.attributes.size, 256 * MiB)
+        self.assertEqual(list(self.mount.spill_dir.glob("*.spill")), [])
+        fresh = self.fixture.mount()
+        entry = fresh.lookup_path("sparse")
+        opened = fresh.ok(fresh.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertEqual(fresh.ok(fresh.fs.read(opened.fh, 0, 4096, CALLER)), head)
+        self.assertEqual(fresh.ok(fresh.fs.read(opened.fh, 100 * MiB, 8, CALLER)), bytes(8))
+        self.assertEqual(fresh.ok(fresh.fs.read(opened.fh, 256 * MiB - 4096, 8192, CALLER)), tail)
+
+    def test_reads_see_own_writes(self) -> None:
+        """Reads of a dirty open file see its writes over the original bytes."""
+        data = pseudo_random("own", 2 * MiB)
+        self.mount.write_file("f", data)
+        entry = self.mount.lookup_path("f")
+        opened = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 100, b"XYZ", CALLER))
+        got = self.mount.ok(self.mount.fs.read(opened.fh, 98, 7, CALLER))
+        self.assertEqual(got, data[98:100] + b"XYZ" + data[103:105])
+        self.assertEqual(self.mount.ok(self.mount.fs.getattr(entry.ino, CALLER)).size, 2 * MiB)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+
+
+class TruncateTests(SynchronousTestCase):
+    """C{setattr} of the size truncates and extends, open or not."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.data = pseudo_random("trunc", 3 * MiB)
+        self.entry = self.mount.write_file("f", self.data)
+
+    def truncate(self, size: int) -> None:
+        self.mount.ok(self.mount.fs.setattr(self.entry.ino, AttributeChanges(size=size), CALLER))
+
+    def test_shrink_closed_file(self) -> None:
+        """Truncating a closed file commits at once; the setattr line has the size bit."""
+        self.truncate(1000)
+        self.assertEqual(self.fixture.mount().read_file("f"), self.data[:1000])
+        self.assertEqual(self.mount.events("setattr")[-1].get("setattr_fields"), 0x08)
+
+    def test_extend_closed_file(self) -> None:
+        """Extending a closed file adds zeros."""
+        self.truncate(4 * MiB)
+        self.assertEqual(self.fixture.mount().read_file("f"), self.data + bytes(MiB))
+
+    def test_truncate_to_zero(self) -> None:
+        """Truncating to zero empties the file with one setattr request."""
+        puts = self.mount.count("manifest_put")
+        self.truncate(0)
+        self.assertEqual(self.mount.count("manifest_put"), puts)
+        self.assertEqual(self.fixture.mount().read_file("f"), b"")
+
+    def test_shrink_then_extend_open_file(self) -> None:
+        """Bytes cut off by a truncation come back as zeros when the file grows again."""
+        opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 10, b"abc", CALLER))
+        self.truncate(11)
+        self.truncate(20)
+        got = self.mount.ok(self.mount.fs.read(opened.fh, 0, 100, CALLER))
+        self.assertEqual(got, self.data[:10] + b"a" + bytes(9))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), self.data[:10] + b"a" + bytes(9))
+
+    def test_open_with_o_trunc(self) -> None:
+        """Opening with O_TRUNC empties the file."""
+        opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_WRONLY | os.O_TRUNC, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"new", CALLER))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"new")
+
+    def test_size_of_directory(self) -> None:
+        """The size of a directory cannot be set (EISDIR)."""
+        root = self.mount.lookup_path("")
+        changed = self.mount.fs.setattr(root.ino, AttributeChanges(size=0), CALLER)
+        self.assertEqual(self.mount.errno(changed), errno.EISDIR)
+
+
+class OpenFileTests(SynchronousTestCase):
+    """Handles, repeated flushes, the kernel cache hint and read audit lines."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+
+    def test_flush_twice_on_one_handle(self) -> None:
+        """Writes after a flush are committed by the next one, on top of the first."""
+        parent, name = self.mount.parent_of("log")
+        opened, _ = self.mount.ok(self.mount.fs.create(parent, name, 0o600, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"first ", CALLER))
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 6, b"second", CALLER))
+        self.assertEqual(
+            self.mount.ok(self.mount.fs.read(opened.fh, 0, 64, CALLER)), b"first second"
+        )
+        self.mount.ok(self.mount.fs.fsync(opened.fh, False, CALLER))
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        versions = [line.get("version_new") for line in self.mount.events("flush")]
+        self.assertEqual(versions, [2, 3])
+        self.assertEqual(self.fixture.mount().read_file("log"), b"first second")
+        self.assertEqual(self.mount.fs.open_handles, 0)
+
+    def test_keep_cache_when_version_unchanged(self) -> None:
+        """The kernel may keep its cache when a file is reopened at the same version."""
+        self.mount.write_file("f", b"abc")
+        entry = self.mount.lookup_path("f")
+        first = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        second = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertTrue(first.keep_cache)
+        self.assertTrue(second.keep_cache)
+        fresh = self.fixture.mount()
+        ino = fresh.lookup_path("f").ino
+        self.assertFalse(fresh.ok(fresh.fs.open(ino, os.O_RDONLY, CALLER)).keep_cache)
+        self.assertTrue(fresh.ok(fresh.fs.open(ino, os.O_RDONLY, CALLER)).keep_cache)
+
+    def test_open_and_read_lines(self) -> None:
+        """Read-only opens log the size, reads size and offset; writing needs a writable fh."""
+        self.mount.write_file("f", b"0123456789")
+        entry = self.mount.lookup_path("f")
+        opened = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertEqual(self.mount.ok(self.mount.fs.read(opened.fh, 4, 100, CALLER)), b"456789")
+        written = self.mount.fs.write(opened.fh, 0, b"x", CALLER)
+        self.assertEqual(self.mount.errno(written), errno.EBADF)
+        self.assertEqual(self.mount.errno(self.mount.fs.read(999, 0, 1, CALLER)), errno.EBADF)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        opens = self.mount.events("open")
+        self.assertEqual([(e.path, e.size) for e in opens], [("/f", 10)])
+        read = self.mount.events("read")[0]
+        self.assertEqual((read.path, read.size, read.offset, read.command), ("/f", 6, 4, "editor"))
+        root = self.mount.lookup_path("")
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.open(root.ino, os.O_RDONLY, CALLER)), errno.EISDIR
+        )
+
+    def test_unlinked_open_file(self) -> None:
+        """An open file unlinked before its flush commits nothing and stays readable."""
+        parent, name = self.mount.parent_of("tmp")
+        opened, _ = self.mount.ok(self.mount.fs.create(parent, name, 0o600, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"scratch", CALLER))
+        self.mount.ok(self.mount.fs.unlink(parent, name, CALLER))
+        self.assertEqual(self.mount.ok(self.mount.fs.read(opened.fh, 0, 7, CALLER)), b"scratch")
+        puts = self.mount.count("manifest_put")
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.count("manifest_put"), puts)
+        self.assertEqual(self.fixture.mount().names(""), [])
+        self.assertEqual(list(self.mount.spill_dir.glob("*.spill")), [])

@@ -1,0 +1,96 @@
+"""
+Tests for the compare-and-swap resolution rule of L{svc.mount.fs.MountFS}
+(``docs/specifications/mount-consistency.md``): compatible changes are
+retried; incompatible ones keep the other writer's version at the path,
+save ours as a conflict copy, fail the flush with ESTALE and fill the
+C{recovery_*} audit fields.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.test.test_fs_support import CALLER, FSFixture
+
+
+class ConflictTests(SynchronousTestCase):
+    """Another writer changes a file while this mount has it open and dirty."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.entry = self.mount.write_file("f", b"version one")
+        self.other = self.fixture.service.agent()
+        self.opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))
+
+    def flush_errno(self) -> int:
+        return self.mount.errno(self.mount.fs.flush(self.opened.fh, CALLER))
+
+    def copies(self) -> list[str]:
+        return [name for name in self.fixture.mount().names("") if ".conflict-" in name]
+
+    def test_incompatible_change(self) -> None:
+        """A different content wins at the path; ours becomes a conflict copy; ESTALE."""
+        theirs = self.fixture.session(1)
+        self.other.put_file("f", b"their version", expected_version=2, session_id=theirs)
+        self.assertEqual(self.flush_errno(), errno.ESTALE)
+        [copy] = self.copies()
+        self.assertTrue(copy.startswith("f.conflict-"))
+        fresh = self.fixture.mount()
+        self.assertEqual(fresh.read_file("f"), b"their version")
+        self.assertEqual(fresh.read_file(copy), b"MINEion one")
+        line = self.mount.events("flush")[-1]
+        self.assertFalse(line.allowed)
+        self.assertEqual(line.size, len(b"version one"))
+        self.assertEqual(line.get("recovery_kind"), "cas_conflict")
+        self.assertEqual(line.get("recovery_your_version"), 2)
+        self.assertEqual(line.get("recovery_current_version"), 3)
+        self.assertEqual(line.get("recovery_last_writer_agent_id"), "agent-1")
+        self.assertEqual(line.get("recovery_last_writer_session_id"), theirs)
+        self.assertIsInstance(line.get("recovery_last_writer_at_unix_ms"), int)
+        self.assertIn(copy, str(line.get("recovery_suggested_action")))
+        self.assertEqual(line.get("cas_retries"), 0)
+        self.assertIsNone(line.get("version_new"))
+        self.assertEqual(self.mount.invalidated, [self.entry.ino])
+        reread = self.mount.ok(self.mount.fs.read(self.opened.fh, 0, 100, CALLER))
+        self.assertEqual(reread, b"their version")
+        self.assertIn(copy, self.mount.names(""))
+        flushes = len(self.mount.events("flush"))
+        self.mount.ok(self.mount.fs.release(self.opened.fh, CALLER))
+        self.assertEqual(len(self.mount.events("flush")), flushes)
+
+    def test_compatible_change_is_retried(self) -> None:
+        """A new version with the content we started from is overwritten after a retry."""
+        self.other.put_file("f", b"version one", expected_version=2)
+        self.mount.ok(self.mount.fs.flush(self.opened.fh, CALLER))
+        line = self.mount.events("flush")[-1]
+        self.assertTrue(line.allowed)
+        self.assertEqual((line.get("cas_retries"), line.get("version_new")), (1, 4))
+        self.assertIsNone(line.get("recovery_kind"))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+        self.assertEqual(self.copies(), [])
+
+    def test_deleted_by_another_writer(self) -> None:
+        """A file removed meanwhile is not recreated: ours is saved as a copy."""
+        self.other.ok("manifest_delete", path="/agent-1/f")
+        self.assertEqual(self.flush_errno(), errno.ESTALE)
+        [copy] = self.copies()
+        self.assertEqual(self.fixture.mount().read_file(copy), b"MINEion one")
+        line = self.mount.events("flush")[-1]
+        self.assertEqual(line.get("recovery_current_version"), 0)
+        self.assertNotIn("f", self.mount.names(""))
+
+    def test_lease_held_elsewhere(self) -> None:
+        """A write lease held by another connection: bounded retries, then a copy."""
+        granted = self.other.ok("lease_grant", path="/agent-1/f", mode="write")
+        self.assertTrue(granted["granted"])
+        self.assertEqual(self.flush_errno(), errno.ESTALE)
+        line = self.mount.events("flush")[-1]
+        self.assertEqual(line.get("recovery_kind"), "lease_conflict")
+        self.assertEqual(line.get("cas_retries"), 3)
+        self.assertEqual(len(self.copies()), 1)
+        self.assertEqual(self.fixture.mount().read_file("f"), b"version one")

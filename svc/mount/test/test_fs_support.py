@@ -1,0 +1,227 @@
+"""
+Shared fixture for the mount client's filesystem core tests: a real
+data-plane service (L{ServiceFixture}: the storage engine on a temporary
+directory, inline workers, a clock at wall time) reached through
+L{LocalConnection}, an in-memory chunk source that fetches with
+C{chunk_get}, and L{MountFS} instances over it with recorded audit lines.
+No tests of its own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from blake3 import blake3
+from twisted.internet.defer import Deferred, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.audit.events import AuditEvent, CallerProcess
+from svc.dataplane.test.test_service_support import ServiceFixture, identity
+from svc.mount.attributes import Entry
+from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.fs import FSSettings, MountFS
+from svc.mount.inodes import ROOT_INODE
+from svc.mount.local_connection import LocalConnection
+from svc.mount.remote import Remote
+from svc.pki.identity import AgentIdentity
+from svc.policy import UNRESTRICTED, PathPolicy
+from svc.testing.worker import ImmediateWorker
+
+T = TypeVar("T")
+
+AGENT = identity()
+"""The agent whose disk is mounted (tenant-a / agent-1)."""
+
+CALLER = CallerProcess(command="editor", pid=4242, uid=1000, gid=1000)
+"""The process the tests pretend calls the filesystem."""
+
+
+def pseudo_random(label: str, size: int) -> bytes:
+    """C{size} deterministic, incompressible bytes."""
+    return blake3(label.encode()).digest(length=size)
+
+
+class MemoryChunkSource:
+    """
+    An in-memory L{svc.mount.remote.IChunkSource}: misses are fetched with
+    C{chunk_get} (and verified), every chunk kept; C{fetched} counts misses.
+    """
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+        self.chunks: dict[str, bytes] = {}
+        self.fetched = 0
+
+    def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+        data = self.chunks.get(chunk_hash)
+        if data is not None:
+            return succeed(data)
+
+        async def fetching() -> bytes:
+            self.fetched += 1
+            got = await self.remote.chunk_get(chunk_hash)
+            if blake3(got).hexdigest() != chunk_hash:
+                raise RemoteFailure(5, "corrupt chunk")
+            self.chunks[chunk_hash] = got
+            return got
+
+        return Deferred.fromCoroutine(fetching())
+
+    def put(self, chunk_hash: str, data: bytes, /) -> None:
+        self.chunks[chunk_hash] = data
+
+
+class Mount:
+    """One L{MountFS} on its own connection, with helpers that unwrap results."""
+
+    def __init__(
+        self,
+        fixture: FSFixture,
+        *,
+        session_id: str | None,
+        policy: PathPolicy,
+        who: AgentIdentity,
+        settings: FSSettings,
+    ) -> None:
+        self.fixture = fixture
+        case = fixture.case
+        self.connection = LocalConnection(fixture.service.service, who, fixture.connection_id())
+        self.remote = Remote(self.connection)
+        self.chunks = MemoryChunkSource(self.remote)
+        self.audit: list[AuditEvent] = []
+        self.invalidated: list[int] = []
+        self.spill_dir = Path(case.mktemp())
+        self.fs = MountFS(
+            remote=self.remote,
+            chunks=self.chunks,
+            agent_id=who.agent_id,
+            session_id=session_id,
+            spill_dir=self.spill_dir,
+            worker=ImmediateWorker(),
+            now=fixture.service.clock.seconds,
+            emit=self.audit.append,
+            policy=policy,
+            invalidate=self.invalidated.append,
+            settings=settings,
+        )
+        self.ok(self.fs.start())
+
+    # Unwrapping
+
+    def ok(self, deferred: Deferred[T]) -> T:
+        """The result of an operation that must succeed."""
+        result: T = self.fixture.case.successResultOf(deferred)
+        return result
+
+    def errno(self, deferred: Deferred[Any]) -> int:
+        """The local errno of an operation that must fail with L{FSError}."""
+        failure = self.fixture.case.failureResultOf(deferred, FSError)
+        value: int = failure.value.errno
+        return value
+
+    # Traffic
+
+    def count(self, op: str) -> int:
+        """How many C{op} requests this mount sent."""
+        return self.connection.calls.count(op)
+
+    def events(self, name: str) -> list[AuditEvent]:
+        """This mount's audit lines called C{name}."""
+        return [event for event in self.audit if event.event == name]
+
+    # Paths
+
+    def lookup_path(self, path: str) -> Entry:
+        """The entry of a mount-relative path (C{"a/b"})."""
+        entry = Entry(ROOT_INODE, self.ok(self.fs.getattr(ROOT_INODE, CALLER)))
+        for part in [p for p in path.split("/") if p]:
+            entry = self.ok(self.fs.lookup(entry.ino, part.encode(), CALLER))
+        return entry
+
+    def parent_of(self, path: str) -> tuple[int, bytes]:
+        """The directory inode and the last name of C{path}."""
+        head, _, name = path.rpartition("/")
+        return self.lookup_path(head).ino, name.encode()
+
+    def write_file(self, path: str, data: bytes, piece: int = 1 << 20) -> Entry:
+        """Create C{path} (or open it for writing), write C{data} in pieces, close."""
+        parent, name = self.parent_of(path)
+        created = self.fs.create(parent, name, 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        opened, entry = self.ok(created)
+        for offset in range(0, len(data), piece):
+            written = self.ok(
+                self.fs.write(opened.fh, offset, data[offset : offset + piece], CALLER)
+            )
+            assert written == len(data[offset : offset + piece])
+        self.ok(self.fs.flush(opened.fh, CALLER))
+        self.ok(self.fs.release(opened.fh, CALLER))
+        return entry
+
+    def read_file(self, path: str, piece: int = 1 << 20) -> bytes:
+        """Open C{path} read-only and read it whole."""
+        entry = self.lookup_path(path)
+        opened = self.ok(self.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        parts = []
+        offset = 0
+        while True:
+            data = self.ok(self.fs.read(opened.fh, offset, piece, CALLER))
+            if not data:
+                break
+            parts.append(data)
+            offset += len(data)
+        self.ok(self.fs.release(opened.fh, CALLER))
+        return b"".join(parts)
+
+    def names(self, path: str) -> list[str]:
+        """The names listed in directory C{path}."""
+        entry = self.lookup_path(path)
+        fh = self.ok(self.fs.opendir(entry.ino, CALLER))
+        names: list[str] = []
+        offset = 0
+        while True:
+            page = self.fs.readdir(fh, offset, CALLER)
+            if not page:
+                break
+            names.extend(item.name.decode() for item in page)
+            offset = page[-1].next_offset
+        self.fs.releasedir(fh)
+        return names
+
+
+class FSFixture:
+    """A data-plane service and mounts of one agent's disk; see the module docstring."""
+
+    def __init__(self, case: SynchronousTestCase) -> None:
+        self.case = case
+        self.service = ServiceFixture(case)
+        case.addCleanup(self.service.close)
+        self._connections = 0
+
+    def connection_id(self) -> str:
+        """A fresh connection id."""
+        self._connections += 1
+        return f"mount-{self._connections}"
+
+    def session(self, epoch: int = 1, who: AgentIdentity = AGENT) -> str:
+        """A valid mount session id at C{epoch}."""
+        return self.service.session(who, epoch)
+
+    def mount(
+        self,
+        *,
+        session_id: str | None = None,
+        epoch: int = 1,
+        policy: PathPolicy = UNRESTRICTED,
+        who: AgentIdentity = AGENT,
+        settings: FSSettings | None = None,
+    ) -> Mount:
+        """A new started L{MountFS} on a new connection (session at C{epoch})."""
+        return Mount(
+            self,
+            session_id=session_id if session_id is not None else self.session(epoch, who),
+            policy=policy,
+            who=who,
+            settings=settings or FSSettings(),
+        )

@@ -1,0 +1,150 @@
+"""
+Tests for L{svc.mount.spill} (sparse spill files) and the byte map of open
+files in L{svc.mount.extents} (L{RangeSet}, L{FileLayout}).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.chunking import ChunkRef
+from svc.mount.extents import FileLayout, RangeSet, Segment, Source, chunk_layout
+from svc.mount.spill import SpillDirectory
+
+MiB = 1 << 20
+H = "0" * 64
+
+
+class RangeSetTests(SynchronousTestCase):
+    """Sorted disjoint ranges, merged on contact."""
+
+    def test_add_merges(self) -> None:
+        """Overlapping and touching ranges merge; separate ones stay apart."""
+        ranges = RangeSet([(10, 20), (30, 40)])
+        ranges.add(20, 25)
+        self.assertEqual(list(ranges), [(10, 25), (30, 40)])
+        ranges.add(5, 35)
+        self.assertEqual(list(ranges), [(5, 40)])
+        ranges.add(50, 50)
+        self.assertEqual(list(ranges), [(5, 40)])
+
+    def test_clip_overlaps_within(self) -> None:
+        """Clipping cuts at a limit; overlaps and within answer by range."""
+        ranges = RangeSet([(0, 10), (20, 30), (40, 50)])
+        self.assertTrue(ranges.overlaps(9, 12))
+        self.assertFalse(ranges.overlaps(10, 20))
+        self.assertEqual(ranges.within(5, 45), [(5, 10), (20, 30), (40, 45)])
+        ranges.clip(25)
+        self.assertEqual(list(ranges), [(0, 10), (20, 25)])
+        ranges.clip(20)
+        self.assertEqual(list(ranges), [(0, 10)])
+        self.assertEqual(ranges.total, 10)
+
+    def test_matches_a_set_model(self) -> None:
+        """Random adds and clips agree with a plain set of offsets."""
+        rng = random.Random(7)
+        ranges = RangeSet()
+        model: set[int] = set()
+        for _ in range(300):
+            start = rng.randrange(200)
+            end = start + rng.randrange(20)
+            if rng.random() < 0.1:
+                ranges.clip(start)
+                model = {x for x in model if x < start}
+            else:
+                ranges.add(start, end)
+                model.update(range(start, end))
+            self.assertEqual({x for s, e in ranges for x in range(s, e)}, model)
+            spans = list(ranges)
+            for (_, end1), (start2, _) in itertools.pairwise(spans):
+                self.assertLess(end1, start2)
+
+
+class FileLayoutTests(SynchronousTestCase):
+    """Which bytes come from the base and which from the spill file."""
+
+    def setUp(self) -> None:
+        self.layout = FileLayout(chunk_layout([(H, 100), (H, 100), (H, 50)]))
+
+    def test_clean(self) -> None:
+        """An untouched layout reads everything from the base and is not dirty."""
+        self.assertFalse(self.layout.dirty)
+        self.assertEqual(self.layout.segments(0, 1000), [Segment(0, 250, Source.ORIGINAL)])
+
+    def test_write_and_truncate(self) -> None:
+        """Writes read from the spill; truncated-off bytes never come back from the base."""
+        self.layout.write(90, 20)
+        self.assertEqual(
+            self.layout.segments(80, 40),
+            [
+                Segment(80, 90, Source.ORIGINAL),
+                Segment(90, 110, Source.SPILL),
+                Segment(110, 120, Source.ORIGINAL),
+            ],
+        )
+        self.layout.truncate(95)
+        self.layout.truncate(300)
+        self.assertEqual(
+            self.layout.segments(0, 300),
+            [Segment(0, 90, Source.ORIGINAL), Segment(90, 300, Source.SPILL)],
+        )
+        self.assertEqual(list(self.layout.changed()), [(90, 300)])
+        self.assertTrue(self.layout.dirty)
+        self.assertTrue(self.layout.is_hole(95, 300))
+        self.assertFalse(self.layout.is_hole(90, 300))
+
+    def test_reusable(self) -> None:
+        """A base chunk is reusable only if it and the byte after it are unchanged."""
+        self.assertTrue(self.layout.reusable(0))
+        self.layout.write(100, 1)  # the first byte after chunk 0
+        self.assertFalse(self.layout.reusable(0))
+        self.assertTrue(self.layout.reusable(2))
+        self.layout.write(250, 1)  # the file grows: the last chunk ended at the old end
+        self.assertFalse(self.layout.reusable(2))
+
+    def test_base_lookup(self) -> None:
+        """Base chunks are found by offset and by range."""
+        self.assertEqual(self.layout.base_index_at(200), 2)
+        self.assertIsNone(self.layout.base_index_at(150))
+        self.assertEqual(
+            self.layout.base_chunks(99, 201),
+            [ChunkRef(0, 100, H), ChunkRef(100, 100, H), ChunkRef(200, 50, H)],
+        )
+
+
+class SpillFileTests(SynchronousTestCase):
+    """Sparse spill files on local disk."""
+
+    def setUp(self) -> None:
+        self.directory = SpillDirectory(Path(self.mktemp()))
+        self.spill = self.directory.create(7)
+        self.addCleanup(self.spill.remove)
+
+    def test_read_back_and_holes(self) -> None:
+        """Written bytes read back; holes and the region past the end read as zeros."""
+        self.spill.write(10, b"abc")
+        self.assertEqual(self.spill.read(8, 8), b"\0\0abc\0\0\0")
+
+    def test_sparse(self) -> None:
+        """A write at 256 MiB allocates almost nothing."""
+        self.spill.write(256 * MiB, b"x" * 4096)
+        self.assertLess(self.spill.allocated(), MiB)
+        self.assertEqual(self.spill.read(256 * MiB, 4), b"xxxx")
+
+    def test_truncate_drops_data(self) -> None:
+        """Bytes beyond a truncation read as zeros afterwards."""
+        self.spill.write(0, b"abcdef")
+        self.spill.truncate(2)
+        self.assertEqual(self.spill.read(0, 6), b"ab\0\0\0\0")
+
+    def test_sweep(self) -> None:
+        """Spill files left by an earlier run are removed."""
+        self.directory.create(8)
+        self.assertEqual(self.directory.sweep(), 2)
+        self.assertEqual(list(self.directory.root.iterdir()), [])
+        self.spill.remove()
+        self.assertFalse(self.spill.path.exists())

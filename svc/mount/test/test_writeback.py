@@ -1,0 +1,245 @@
+"""
+Tests for write-back: L{svc.mount.writeback.rechunk} (the incremental cut
+equals a whole cut), L{svc.mount.writeback.ChunkUploader} (batched
+C{chunk_has}, only absent chunks sent) and L{svc.mount.commit} (missing
+chunks re-sent, conflict copy names).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from pathlib import Path
+
+from blake3 import blake3
+from twisted.internet.defer import Deferred, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.chunking import chunk_bytes
+from svc.dataplane.client import Reply
+from svc.mount.commit import CommitRequest, Committed, commit, conflict_name
+from svc.mount.extents import chunk_layout
+from svc.mount.local_connection import LocalConnection
+from svc.mount.open_files import ChunkMemo, FileState
+from svc.mount.remote import Remote
+from svc.mount.spill import SpillDirectory
+from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
+from svc.mount.writeback import ChunkUploader, rechunk, zero_chunk
+from svc.testing.worker import ImmediateWorker
+
+MiB = 1 << 20
+
+
+class ChunkServer:
+    """An in-memory caller answering C{chunk_has} and C{chunk_put} only."""
+
+    def __init__(self, stored: Mapping[str, bytes] = {}) -> None:
+        self.stored = dict(stored)
+        self.calls: list[tuple[str, int]] = []
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        raw: bytes = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        if op == "chunk_has":
+            hashes = list(payload["hashes"])  # type: ignore[call-overload]
+            self.calls.append((op, len(hashes)))
+            return succeed(Reply({"present": [h in self.stored for h in hashes]}))
+        assert op == "chunk_put"
+        name = str(payload["hash"])
+        assert blake3(raw).hexdigest() == name
+        self.calls.append((op, len(raw)))
+        self.stored[name] = bytes(raw)
+        return succeed(Reply({"hash": name, "size": len(raw)}))
+
+    def count(self, op: str) -> int:
+        return sum(1 for called, _ in self.calls if called == op)
+
+
+class DictSource:
+    """An L{svc.mount.remote.IChunkSource} over a dict; counts fetches."""
+
+    def __init__(self, chunks: dict[str, bytes]) -> None:
+        self.chunks = chunks
+        self.fetched = 0
+
+    def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+        self.fetched += 1
+        return succeed(self.chunks[chunk_hash])
+
+    def put(self, chunk_hash: str, data: bytes, /) -> None:
+        self.chunks[chunk_hash] = data
+
+
+class RechunkTests(SynchronousTestCase):
+    """The incremental cut equals cutting the whole new content."""
+
+    def state_of(self, content: bytes) -> tuple[FileState, DictSource]:
+        refs = chunk_bytes(content)
+        source = DictSource({ref.hash: content[ref.offset : ref.end] for ref in refs})
+        state = FileState(
+            1,
+            1,
+            chunk_layout([(ref.hash, ref.length) for ref in refs]),
+            worker=ImmediateWorker(),
+            spill_dir=SpillDirectory(Path(self.mktemp())),
+            memo=ChunkMemo(source, budget=0),
+            now_ns=lambda: 1,
+        )
+        self.addCleanup(state.close)
+        return state, source
+
+    def cut(self, state: FileState, server: ChunkServer) -> list[tuple[str, int]]:
+        uploader = ChunkUploader(Remote(server), None)
+        chunks = self.successResultOf(
+            Deferred.fromCoroutine(rechunk(state.layout, state.read, ImmediateWorker(), uploader))
+        )
+        return [(ref.hash, ref.length) for ref in chunks]
+
+    def test_random_edits(self) -> None:
+        """Random writes, truncations and extensions cut like the whole content."""
+        rng = random.Random(1)
+        for round_number in range(4):
+            model = bytearray(pseudo_random(f"base{round_number}", 24 * MiB))
+            state, _ = self.state_of(bytes(model))
+            for _ in range(3):
+                choice = rng.random()
+                if choice < 0.6:
+                    offset = rng.randrange(len(model) + MiB)
+                    data = pseudo_random(f"w{rng.random()}", rng.randrange(1, 2 * MiB))
+                    self.successResultOf(Deferred.fromCoroutine(state.write(offset, data)))
+                    if offset > len(model):
+                        model.extend(bytes(offset - len(model)))
+                    model[offset : offset + len(data)] = data
+                else:
+                    size = rng.randrange(30 * MiB)
+                    self.successResultOf(Deferred.fromCoroutine(state.truncate(size)))
+                    del model[size:]
+                    model.extend(bytes(size - len(model)))
+            server = ChunkServer()
+            cut = self.cut(state, server)
+            self.assertEqual(cut, [(ref.hash, ref.length) for ref in chunk_bytes(bytes(model))])
+            base = {ref.hash for ref in state.layout.base}
+            names = {name for name, _ in cut}
+            self.assertLessEqual(names - base, set(server.stored))
+            self.assertLessEqual(set(server.stored), names)
+
+    def test_edit_of_the_byte_after_a_chunk(self) -> None:
+        """Changing the byte just after a chunk re-cuts that chunk (the cutter reads it)."""
+        content = bytearray(pseudo_random("boundary", 24 * MiB))
+        state, _ = self.state_of(bytes(content))
+        boundary = state.layout.base[1].offset
+        flipped = bytes([content[boundary] ^ 0xFF])
+        self.successResultOf(Deferred.fromCoroutine(state.write(boundary, flipped)))
+        content[boundary : boundary + 1] = flipped
+        cut = self.cut(state, ChunkServer())
+        self.assertEqual(cut, [(ref.hash, ref.length) for ref in chunk_bytes(bytes(content))])
+
+    def test_clean_content_reads_nothing(self) -> None:
+        """An unchanged file is cut without reading or sending anything."""
+        content = pseudo_random("clean", 20 * MiB)
+        state, source = self.state_of(content)
+        server = ChunkServer()
+        self.assertEqual(len(self.cut(state, server)), len(chunk_bytes(content)))
+        self.assertEqual((source.fetched, server.calls), (0, []))
+
+    def test_holes_are_not_read(self) -> None:
+        """A 64 MiB extension cuts as zeros without reading, sending one zero chunk."""
+        state, _ = self.state_of(b"")
+        self.successResultOf(Deferred.fromCoroutine(state.truncate(64 * MiB)))
+        reads: list[tuple[int, int]] = []
+
+        def read(offset: int, length: int) -> Deferred[bytes]:
+            reads.append((offset, length))
+            return state.read(offset, length)
+
+        server = ChunkServer()
+        uploader = ChunkUploader(Remote(server), None)
+        chunks = self.successResultOf(
+            Deferred.fromCoroutine(rechunk(state.layout, read, ImmediateWorker(), uploader))
+        )
+        expected = chunk_bytes(bytes(64 * MiB))
+        self.assertEqual(
+            [(c.hash, c.length) for c in chunks], [(c.hash, c.length) for c in expected]
+        )
+        self.assertEqual({c.hash for c in chunks}, {zero_chunk()})
+        self.assertEqual(reads, [])
+        self.assertEqual(server.count("chunk_put"), 1)
+
+
+class UploaderTests(SynchronousTestCase):
+    """Batches of C{chunk_has}; only absent chunks are sent, each once."""
+
+    def test_batches(self) -> None:
+        """Full batches are probed together; present and repeated chunks are not sent."""
+        pieces = [pseudo_random(f"p{i}", 1000) for i in range(5)]
+        names = [blake3(p).hexdigest() for p in pieces]
+        server = ChunkServer({names[0]: pieces[0]})
+        uploaded: list[str] = []
+        uploader = ChunkUploader(
+            Remote(server), "mount:x", on_uploaded=lambda h, d: uploaded.append(h), batch_bytes=2500
+        )
+        for name, piece in [*zip(names, pieces, strict=True), (names[1], pieces[1])]:
+            self.successResultOf(Deferred.fromCoroutine(uploader.add(name, piece)))
+        self.successResultOf(Deferred.fromCoroutine(uploader.finish()))
+        self.assertEqual(
+            [c for c in server.calls if c[0] == "chunk_has"], [("chunk_has", 3), ("chunk_has", 2)]
+        )
+        self.assertEqual(server.count("chunk_put"), 4)
+        self.assertEqual((uploader.uploaded, sorted(uploaded)), (4, sorted(names[1:])))
+
+
+class CommitTests(SynchronousTestCase):
+    """The compare-and-swap commit against a real data-plane service."""
+
+    def test_missing_chunks_are_sent_again(self) -> None:
+        """A chunk this connection cannot see is read back, uploaded, and the put retried."""
+        fixture = FSFixture(self)
+        data = pseudo_random("missing", 5000)
+        name = blake3(data).hexdigest()
+        other = Remote(LocalConnection(fixture.service.service, AGENT, "other"))
+        self.successResultOf(other.chunk_put(name, data, session_id=None))
+        connection = LocalConnection(fixture.service.service, AGENT, "mine")
+        remote = Remote(connection)
+        chunks = chunk_layout([(name, len(data))])
+        request = CommitRequest(
+            path="/agent-1/f",
+            expected_version=0,
+            base=(),
+            chunks=chunks,
+            size=len(data),
+            mode=0o644,
+            mtime_ns=1,
+            uid=0,
+            gid=0,
+        )
+        uploader = ChunkUploader(remote, None)
+        outcome = self.successResultOf(
+            Deferred.fromCoroutine(
+                commit(
+                    remote,
+                    request,
+                    session_id=None,
+                    uploader=uploader,
+                    read=lambda offset, length: succeed(data[offset : offset + length]),
+                )
+            )
+        )
+        self.assertEqual(outcome, Committed(version=1, cas_retries=0))
+        self.assertEqual(connection.calls, ["manifest_put", "chunk_put", "manifest_put"])
+
+    def test_conflict_name(self) -> None:
+        """Conflict copy names carry a session tag and UTC time and fit 255 bytes."""
+        name = conflict_name("report.txt", "mount:abc", 0.0)
+        tag = blake3(b"mount:abc").hexdigest()[:8]
+        self.assertEqual(name, f"report.txt.conflict-{tag}-19700101T000000Z")
+        self.assertEqual(
+            conflict_name("a", None, 0.0, 2), "a.conflict-nosession-19700101T000000Z-2"
+        )
+        long = conflict_name("é" * 200, "s", 0.0)
+        self.assertLessEqual(len(long.encode()), 255)
+        self.assertTrue(long.endswith("19700101T000000Z"))

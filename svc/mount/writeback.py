@@ -1,0 +1,196 @@
+"""
+Write-back, part one: turning an open file's content into a chunk list and
+uploading the chunks the server lacks.
+
+L{rechunk} produces exactly the chunk list that cutting the whole current
+content from offset 0 would produce (FastCDC, L{svc.chunking}), but reads
+and cuts only around the changes:
+
+ - A cut always starts at a real boundary of the new content (offset 0, or
+   the end of the previous chunk). If a base chunk starts there and is
+   I{reusable} (L{svc.mount.extents.FileLayout.reusable}: its bytes and the
+   byte after it are unchanged), cutting would find the same chunk, so it
+   is taken as is: no read, no hashing, no upload. So the clean prefix is
+   skipped, and once the cuts after a change fall back onto a base boundary
+   (content-defined chunking re-synchronises within a chunk or two) the
+   rest of the base is reused.
+ - Otherwise the next chunk is cut from a window of at most
+   L{MAX_CHUNK_SIZE} bytes (the cutter never needs more to place one cut),
+   read through the open file (base chunks and spill file), on the worker.
+ - A window that lies wholly in a hole (zeros never written) is the
+   all-zero maximum chunk, known without reading (checked once against the
+   cutter: L{zero_chunk}).
+
+Memory: one window (16 MiB) plus the upload batch (L{ChunkUploader}).
+
+L{ChunkUploader} batches new chunks: one C{chunk_has} per batch (at most
+L{CHUNK_HAS_LIMIT} hashes or C{batch_bytes} bytes), then a C{chunk_put} for
+each absent chunk, all in flight at once; a chunk is asked about or sent at
+most once per write-back. Part two (the compare-and-swap commit) is
+L{svc.mount.commit}.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from functools import cache, partial
+
+from twisted.internet.defer import Deferred
+
+from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_hash
+from svc.chunking.core import iter_cut_points
+from svc.mount.errors import FSError
+from svc.mount.extents import FileLayout
+from svc.mount.remote import CHUNK_HAS_LIMIT, Remote, gather
+from svc.worker import IWorker
+
+DEFAULT_BATCH_BYTES = 64 << 20
+"""New-chunk bytes held before their C{chunk_has} batch is sent."""
+
+Reader = Callable[[int, int], Deferred[bytes]]
+"""C{read(offset, length)} of the content being written back."""
+
+
+def first_chunk(window: bytearray, length: int) -> tuple[int, str]:
+    """
+    The first chunk of C{window[:length]} (which holds L{MAX_CHUNK_SIZE}
+    bytes, or everything up to the end of the content): its length and
+    name. Blocking (hashing): run it on a worker.
+    """
+    with memoryview(window) as whole, whole[:length] as view:
+        _offset, size = next(iter_cut_points(view))
+        with view[:size] as data:
+            return size, chunk_hash(data)
+
+
+@cache
+def zero_chunk() -> str | None:
+    """
+    The name of a L{MAX_CHUNK_SIZE} run of zeros, if the cutter cuts such a
+    run as one maximum-size chunk (it does: FastCDC never finds a boundary
+    in zeros); L{None} otherwise, which disables the shortcut.
+    """
+    zeros = bytearray(MAX_CHUNK_SIZE)
+    size, name = first_chunk(zeros, MAX_CHUNK_SIZE)
+    return name if size == MAX_CHUNK_SIZE else None
+
+
+class ChunkUploader:
+    """
+    Sends the new chunks of one write-back; see the module docstring.
+
+    @ivar uploaded: chunks sent with C{chunk_put} (the flush's C{chunks_new}).
+    """
+
+    def __init__(
+        self,
+        remote: Remote,
+        session_id: str | None,
+        *,
+        on_uploaded: Callable[[str, bytes], object] = lambda chunk_hash, data: None,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
+        self._remote = remote
+        self._session_id = session_id
+        self._on_uploaded = on_uploaded
+        self._batch_bytes = batch_bytes
+        self._batch: dict[str, bytes] = {}
+        self._held = 0
+        self._settled: set[str] = set()
+        self.uploaded = 0
+
+    def knows(self, chunk_hash: str) -> bool:
+        """Whether C{chunk_hash} was already added to this write-back."""
+        return chunk_hash in self._settled or chunk_hash in self._batch
+
+    async def add(self, chunk_hash: str, data: bytes) -> None:
+        """A chunk of the new content; sends the batch when it is full."""
+        if self.knows(chunk_hash):
+            return
+        self._batch[chunk_hash] = data
+        self._held += len(data)
+        if self._held >= self._batch_bytes or len(self._batch) >= CHUNK_HAS_LIMIT:
+            await self._send()
+
+    async def finish(self) -> None:
+        """Send what is left; every added chunk is then stored."""
+        if self._batch:
+            await self._send()
+
+    async def put(self, chunk_hash: str, data: bytes) -> None:
+        """Upload one chunk unconditionally (a commit found it missing)."""
+        await self._remote.chunk_put(chunk_hash, data, session_id=self._session_id)
+        self.uploaded += 1
+        self._settled.add(chunk_hash)
+        self._on_uploaded(chunk_hash, data)
+
+    async def _send(self) -> None:
+        batch, self._batch, self._held = self._batch, {}, 0
+        hashes = list(batch)
+        present = await self._remote.chunk_has(hashes)
+        absent = [name for name, found in zip(hashes, present, strict=True) if not found]
+        puts = [
+            self._remote.chunk_put(name, batch[name], session_id=self._session_id)
+            for name in absent
+        ]
+        await gather(puts)
+        self.uploaded += len(absent)
+        self._settled.update(hashes)
+        for name in absent:
+            self._on_uploaded(name, batch[name])
+
+
+async def rechunk(
+    layout: FileLayout,
+    read: Reader,
+    worker: IWorker,
+    uploader: ChunkUploader,
+) -> tuple[ChunkRef, ...]:
+    """
+    The chunk list of the content described by C{layout} (read through
+    C{read}); every chunk not reused from the base goes to C{uploader}.
+    See the module docstring.
+    """
+    size = layout.size
+    zero = zero_chunk()
+    chunks: list[ChunkRef] = []
+    position = 0
+    window = bytearray()  # the content at [position, position + len(window))
+    while position < size:
+        index = layout.base_index_at(position)
+        if index is not None and layout.reusable(index):
+            reused = layout.base[index]
+            chunks.append(reused)
+            _advance(window, reused.length)
+            position = reused.end
+            continue
+        want = min(MAX_CHUNK_SIZE, size - position)
+        hole = want == MAX_CHUNK_SIZE and layout.is_hole(position, position + want)
+        if zero is not None and hole:
+            chunks.append(ChunkRef(position, want, zero))
+            if not uploader.knows(zero):
+                await uploader.add(zero, bytes(want))
+            _advance(window, want)
+            position += want
+            continue
+        if len(window) < want:
+            more = await read(position + len(window), want - len(window))
+            window += more
+            if len(window) < want:
+                raise FSError(errno.EIO, "content shorter than its size during write-back")
+        length, name = await worker.submit(partial(first_chunk, window, want))
+        data = bytes(window[:length])
+        _advance(window, length)
+        chunks.append(ChunkRef(position, length, name))
+        await uploader.add(name, data)
+        position += length
+    await uploader.finish()
+    return tuple(chunks)
+
+
+def _advance(window: bytearray, length: int) -> None:
+    if len(window) <= length:
+        window.clear()
+    else:
+        del window[:length]
