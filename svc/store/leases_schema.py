@@ -25,9 +25,11 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-import attrs
-
 from svc.store.lease_values import Lease, LeaseHolder, LeaseMode, LeaseReason
+from svc.store.sqlite_migrations import (
+    Migration,
+    apply_migrations,
+)
 
 _SCHEMA_1 = (
     # One row per live lease, including orphans kept after a restart. A row
@@ -71,30 +73,11 @@ _SCHEMA_1 = (
 )
 
 
-@attrs.frozen
-class Migration:
-    """
-    One numbered step of the schema: after applying ``statements``,
-    ``PRAGMA user_version`` is ``version``.
-    """
-
-    version: int = attrs.field(validator=attrs.validators.ge(1))
-    description: str
-    statements: tuple[str, ...]
-
-
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS: tuple[Migration, ...] = (Migration(1, "leases and the epoch counter", _SCHEMA_1),)
 
 #: The schema version this code reads and writes.
 CURRENT_VERSION = MIGRATIONS[-1].version
-
-
-class SchemaTooNew(Exception):
-    """
-    ``leases.db`` was written by a newer version of this code; it is refused
-    rather than risk damaging it.
-    """
 
 
 def configure(connection: sqlite3.Connection) -> None:
@@ -109,37 +92,12 @@ def configure(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA busy_timeout = 5000")
 
 
-def schema_version(connection: sqlite3.Connection) -> int:
-    """The C{user_version} of the database."""
-    row = connection.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
-
-
 def migrate(connection: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
     """
-    Bring the database up to the last of ``migrations`` in one transaction
-    and return the resulting version. ``connection`` must be in autocommit
-    mode (C{isolation_level=None}).
-
-    @raise SchemaTooNew: the file's version is beyond the last migration.
+    Bring leases.db up to the last of ``migrations`` (see
+    L{svc.store.sqlite_migrations.apply_migrations}); the resulting version.
     """
-    latest = migrations[-1].version if migrations else 0
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        current = schema_version(connection)
-        if current > latest:
-            raise SchemaTooNew(f"leases.db schema version {current} is newer than {latest}")
-        for migration in migrations:
-            if migration.version <= current:
-                continue
-            for statement in migration.statements:
-                connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {migration.version:d}")
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    return max(current, latest)
+    return apply_migrations(connection, migrations, "leases.db")
 
 
 def _to_ms(seconds: float) -> int:

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import sqlite3
 
-import attrs
+from svc.store.sqlite_migrations import (
+    Migration,
+    apply_migrations,
+)
 
 #: Kinds of inode, as stored in C{inodes.kind}.
 INODE_KINDS = ("file", "dir", "symlink", "fifo", "chardev", "blockdev", "socket")
@@ -168,18 +171,6 @@ _SCHEMA_1 = (
 )
 
 
-@attrs.frozen
-class Migration:
-    """
-    One numbered step of the schema: after applying ``statements``,
-    ``PRAGMA user_version`` is ``version``.
-    """
-
-    version: int = attrs.field(validator=attrs.validators.ge(1))
-    description: str
-    statements: tuple[str, ...]
-
-
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "namespace, chunk references, journal", _SCHEMA_1),
@@ -187,13 +178,6 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 #: The schema version this code reads and writes.
 CURRENT_VERSION = MIGRATIONS[-1].version
-
-
-class SchemaTooNew(Exception):
-    """
-    The database was written by a newer version of this code; opening it
-    could damage it, so it is refused.
-    """
 
 
 def configure(connection: sqlite3.Connection) -> None:
@@ -208,36 +192,9 @@ def configure(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA busy_timeout = 5000")
 
 
-def schema_version(connection: sqlite3.Connection) -> int:
-    """
-    The C{user_version} of the database.
-    """
-    row = connection.execute("PRAGMA user_version").fetchone()
-    return int(row[0])
-
-
 def migrate(connection: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
     """
-    Bring the database up to the last of ``migrations`` in one transaction
-    and return the resulting version. ``connection`` must be in autocommit
-    mode (C{isolation_level=None}).
-
-    @raise SchemaTooNew: the file's version is beyond the last migration.
+    Bring routes.db up to the last of ``migrations`` (see
+    L{svc.store.sqlite_migrations.apply_migrations}); the resulting version.
     """
-    latest = migrations[-1].version if migrations else 0
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        current = schema_version(connection)
-        if current > latest:
-            raise SchemaTooNew(f"routes.db schema version {current} is newer than {latest}")
-        for migration in migrations:
-            if migration.version <= current:
-                continue
-            for statement in migration.statements:
-                connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {migration.version:d}")
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
-    return max(current, latest)
+    return apply_migrations(connection, migrations, "routes.db")

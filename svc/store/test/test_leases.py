@@ -30,7 +30,8 @@ from svc.store.lease_values import (
     PutVerdict,
 )
 from svc.store.leases import LeaseTable
-from svc.store.leases_schema import CURRENT_VERSION, LeaseDatabase, SchemaTooNew
+from svc.store.leases_schema import CURRENT_VERSION, LeaseDatabase
+from svc.store.sqlite_migrations import SchemaTooNew
 from svc.testing.worker import ImmediateWorker
 
 T = TypeVar("T")

@@ -22,15 +22,8 @@ from svc.store.manifest_paths import (
 )
 from svc.store.manifest_values import ChunkRef, decode_chunks, encode_chunks
 from svc.store.manifests import ManifestStore
-from svc.store.routes_schema import (
-    CURRENT_VERSION,
-    MIGRATIONS,
-    Migration,
-    SchemaTooNew,
-    configure,
-    migrate,
-    schema_version,
-)
+from svc.store.routes_schema import CURRENT_VERSION, MIGRATIONS, configure, migrate
+from svc.store.sqlite_migrations import Migration, SchemaTooNew, schema_version
 from svc.testing.worker import ImmediateWorker
 
 
