@@ -11,7 +11,7 @@ import base64
 import hashlib
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from cryptography import x509
@@ -37,6 +37,7 @@ from svc.control.settings import ControlSettings
 from svc.control.store.interface import ControlStore
 from svc.control.store.outcomes import EnrollOutcome, EnrollRefusal, EnrollRefusalReason
 from svc.control.store.values import CertificateKind
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
 from svc.control.test.support import request
 from svc.control.test.test_dataplane_client import FakeDataPlane, credentials, fake_client
 from svc.control.test.test_enrollment_support import (
@@ -47,6 +48,7 @@ from svc.control.test.test_enrollment_support import (
     TRUST_DOMAIN,
     Enrolled,
     EnrollmentWorld,
+    RouteWorld,
     capture_logs,
 )
 from svc.pki import names
@@ -54,17 +56,22 @@ from svc.pki.chain import verify_chain
 from svc.pki.identity import DenyList, admit_agent
 from svc.pki.test.profiles import END_ENTITY_EXTENSIONS, ProfileAssertions
 
+if TYPE_CHECKING:
+    _Profile = ProfileAssertions
+else:
+    _Profile = object
 
-class EnrollTests(ProfileAssertions):
+
+class EnrollContract(RouteBackend, _Profile):
     """A good enroll token yields a leaf, its key, the chain and the server."""
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self)
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self)
 
-    def test_response_fields(self) -> None:
+    async def test_response_fields(self) -> None:
         """200 carries the spec's fields plus allocation id, serial, fingerprint and server name."""
-        allocation = self.world.provision()
-        answer = self.world.enroll(self.world.token(allocation))
+        allocation = await self.world.provision()
+        answer = await self.world.enroll(await self.world.token(allocation))
         self.assertEqual(answer.status, 200, answer.body)
         body = answer.json()
         self.assertEqual(
@@ -85,9 +92,9 @@ class EnrollTests(ProfileAssertions):
         self.assertEqual(body["server_name"], SERVER_FQDN)
         self.assertEqual(body["allocation_id"], allocation.allocation_id)
 
-    def test_key_belongs_to_leaf(self) -> None:
+    async def test_key_belongs_to_leaf(self) -> None:
         """client_key_pem is the unencrypted ed25519 key of client_cert_pem."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         self.assertIn("-----BEGIN PRIVATE KEY-----", enrolled.body["client_key_pem"])
         raw = (Encoding.Raw, PublicFormat.Raw)
         leaf_public = enrolled.leaf.public_key()
@@ -95,9 +102,9 @@ class EnrollTests(ProfileAssertions):
             leaf_public.public_bytes(*raw), enrolled.key.public_key().public_bytes(*raw)
         )
 
-    def test_leaf_profile(self) -> None:
+    async def test_leaf_profile(self) -> None:
         """The leaf: CN owner, OU tenant, SPIFFE tenant+agent SANs, clientAuth, 1 h, back-dated."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         leaf = enrolled.leaf
         self.assertEqual(
             leaf.subject,
@@ -124,9 +131,9 @@ class EnrollTests(ProfileAssertions):
         self.assertEqual(leaf.not_valid_before_utc, NOW - timedelta(minutes=5))
         self.assertEqual(leaf.not_valid_after_utc, NOW + timedelta(hours=1))
 
-    def test_leaf_is_admitted_by_the_data_plane_rules(self) -> None:
+    async def test_leaf_is_admitted_by_the_data_plane_rules(self) -> None:
         """The leaf chains to the org root and passes the data-plane admission rules."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         intermediate, root = enrolled.chain
         verify_chain(enrolled.leaf, [intermediate], root, NOW)
         identity = admit_agent(enrolled.leaf, intermediate, TRUST_DOMAIN, DenyList())
@@ -136,12 +143,12 @@ class EnrollTests(ProfileAssertions):
         )
         self.assertEqual(identity.serial, enrolled.serial)
 
-    def test_chain_order(self) -> None:
+    async def test_chain_order(self) -> None:
         """ca_chain_pem is the tenant intermediate followed by the org root, nothing else."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         self.assertEqual(len(enrolled.chain), 2)
         intermediate, root = enrolled.chain
-        ca = self.world.result(self.world.provider.get())
+        ca = await self.world.result(self.world.provider.get())
         assert ca is not None
         self.assertEqual(root, ca.root)
         self.assertEqual(root.issuer, root.subject)
@@ -149,15 +156,15 @@ class EnrollTests(ProfileAssertions):
         ou = intermediate.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
         self.assertEqual([a.value for a in ou], ["tenant=acme"])
 
-    def test_expires_at_format(self) -> None:
+    async def test_expires_at_format(self) -> None:
         """expires_at is the leaf's NotAfter as RFC 3339 UTC with Z and whole seconds."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         self.assertEqual(enrolled.body["expires_at"], "2026-11-01T13:00:00Z")
         self.assertRegex(enrolled.body["expires_at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
-    def test_serial_and_fingerprint(self) -> None:
+    async def test_serial_and_fingerprint(self) -> None:
         """serial is the leaf's canonical serial; agent_fingerprint the SHA-256 of its DER."""
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         self.assertEqual(enrolled.serial, names.format_serial(enrolled.leaf.serial_number))
         self.assertRegex(enrolled.body["agent_fingerprint"], r"^[0-9a-f]{64}$")
         self.assertEqual(
@@ -165,30 +172,30 @@ class EnrollTests(ProfileAssertions):
             hashlib.sha256(enrolled.leaf.public_bytes(Encoding.DER)).hexdigest(),
         )
 
-    def test_signing_events_recorded(self) -> None:
+    async def test_signing_events_recorded(self) -> None:
         """The leaf and the new intermediate are recorded as issued; the token names the leaf."""
-        token = self.world.token()
-        enrolled = Enrolled(self.world.enroll(token).json())
-        leaf = self.world.result(self.world.store.find_certificate(enrolled.serial))
+        token = await self.world.token()
+        enrolled = Enrolled((await self.world.enroll(token)).json())
+        leaf = await self.world.result(self.world.store.find_certificate(enrolled.serial))
         self.assertEqual(leaf.kind, CertificateKind.AGENT_LEAF)
         self.assertEqual(
             (leaf.tenant_id, leaf.agent_id, leaf.subject), ("acme", "agent-1", "alice")
         )
         self.assertEqual(leaf.fingerprint, enrolled.body["agent_fingerprint"])
         self.assertEqual(leaf.not_after, NOW + timedelta(hours=1))
-        intermediate = self.world.result(
+        intermediate = await self.world.result(
             self.world.store.find_certificate(
                 names.format_serial(enrolled.intermediate.serial_number)
             )
         )
         self.assertEqual(intermediate.kind, CertificateKind.TENANT_INTERMEDIATE)
         self.assertEqual(intermediate.tenant_id, "acme")
-        self.assertEqual(self.world.token_row(token).leaf_serial, enrolled.serial)
+        self.assertEqual((await self.world.token_row(token)).leaf_serial, enrolled.serial)
 
-    def test_signing_events_logged(self) -> None:
+    async def test_signing_events_logged(self) -> None:
         """Each signing logs one ca_signed line with kind, serial, tenant, agent and not_after."""
         events = capture_logs(self)
-        enrolled = self.world.enrolled()
+        enrolled = await self.world.enrolled()
         signed = [e for e in events if e.get("ca_signed")]
         self.assertEqual([e["kind"] for e in signed], ["tenant_intermediate", "agent_leaf"])
         leaf_line = signed[1]
@@ -196,114 +203,119 @@ class EnrollTests(ProfileAssertions):
         self.assertEqual((leaf_line["tenant"], leaf_line["agent"]), ("acme", "agent-1"))
         self.assertEqual(leaf_line["not_after"], (NOW + timedelta(hours=1)).isoformat())
 
-    def test_intermediate_created_once_per_tenant(self) -> None:
+    async def test_intermediate_created_once_per_tenant(self) -> None:
         """A second agent of the tenant gets the same intermediate; no second one is signed."""
-        first = self.world.enrolled()
-        second_allocation = self.world.provision(agent_id="agent-2")
-        second = Enrolled(self.world.enroll(self.world.token(second_allocation)).json())
+        first = await self.world.enrolled()
+        second_allocation = await self.world.provision(agent_id="agent-2")
+        second = Enrolled(
+            (await self.world.enroll((await self.world.token(second_allocation)))).json()
+        )
         self.assertEqual(first.intermediate, second.intermediate)
-        rows = self.world.store._connection.execute(
-            "SELECT count(*) FROM issued_certificates WHERE kind = 'tenant_intermediate'"
-        ).fetchone()
-        self.assertEqual(rows[0], 1)
+        [(count,)] = await self.sql(
+            self.world.store,
+            "SELECT count(*) FROM issued_certificates WHERE kind = 'tenant_intermediate'",
+        )
+        self.assertEqual(count, 1)
 
-    def test_other_tenant_other_intermediate(self) -> None:
+    async def test_other_tenant_other_intermediate(self) -> None:
         """Another tenant's leaf is signed by its own intermediate."""
-        first = self.world.enrolled()
-        other = self.world.provision(agent_id="agent-9", owner_id="bob", tenant_id="beta")
-        second = Enrolled(self.world.enroll(self.world.token(other)).json())
+        first = await self.world.enrolled()
+        other = await self.world.provision(agent_id="agent-9", owner_id="bob", tenant_id="beta")
+        second = Enrolled((await self.world.enroll((await self.world.token(other)))).json())
         self.assertNotEqual(first.intermediate, second.intermediate)
         self.assertEqual(second.leaf.subject.rfc4514_string(), "CN=bob,OU=tenant=beta")
 
-    def test_no_api_alias(self) -> None:
+    async def test_no_api_alias(self) -> None:
         """/agent/enroll is not served under /api."""
-        token = self.world.token()
-        answer = self.world.post_json(
+        token = await self.world.token()
+        answer = await self.world.post_json(
             "/api/agent/enroll", None, {"Authorization": f"Bearer {token}"}
         )
         self.assertEqual(answer.status, 404)
-        self.assertFalse(self.world.token_spent(token))
+        self.assertFalse(await self.world.token_spent(token))
 
 
-class EnrollTokenStateTests(SynchronousTestCase):
+class EnrollTokenStateContract(RouteBackend, _Profile):
     """Every enroll-token state other than issued is refused and leaves state unchanged."""
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self)
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self)
 
-    def assertError(self, token: str | None, status: int, code: str, description: str = "") -> None:
-        answer = self.world.enroll(token)
+    async def assertError(
+        self, token: str | None, status: int, code: str, description: str = ""
+    ) -> None:
+        answer = await self.world.enroll(token)
         self.assertEqual(answer.status, status, answer.body)
         body = answer.json()
         self.assertEqual(body["error"], code)
         self.assertEqual(body.get("error_description", ""), description)
 
-    def test_missing_token(self) -> None:
+    async def test_missing_token(self) -> None:
         """No Authorization header: 401 invalid_token with WWW-Authenticate."""
-        answer = self.world.enroll(None)
+        answer = await self.world.enroll(None)
         self.assertEqual(answer.status, 401)
         self.assertEqual(answer.json(), {"error": "invalid_token"})
         self.assertEqual(answer.header("WWW-Authenticate"), "Bearer")
 
-    def test_unknown_token(self) -> None:
+    async def test_unknown_token(self) -> None:
         """A token nobody issued: 401 invalid_token."""
-        self.assertError(new_secret_token(), 401, "invalid_token")
+        await self.assertError(new_secret_token(), 401, "invalid_token")
 
-    def test_consumed_token(self) -> None:
+    async def test_consumed_token(self) -> None:
         """A token already spent: 401 invalid_token, and no second leaf."""
-        token = self.world.token()
-        self.assertEqual(self.world.enroll(token).status, 200)
-        self.assertError(token, 401, "invalid_token")
-        count = self.world.store._connection.execute(
-            "SELECT count(*) FROM issued_certificates WHERE kind = 'agent_leaf'"
-        ).fetchone()
-        self.assertEqual(count[0], 1)
-
-    def test_expired_token(self) -> None:
-        """A token past its expiry: 401 invalid_token."""
-        token = self.world.token(ttl=timedelta(seconds=60))
-        self.world.clock.advance(60)
-        self.assertError(token, 401, "invalid_token")
-        self.assertFalse(self.world.token_spent(token))
-
-    def test_revoked_token(self) -> None:
-        """A revoked token: 401 invalid_token."""
-        token = self.world.token()
-        self.world.result(
-            self.world.store.revoke_enroll_token(self.world.token_row(token).token_id, NOW)
+        token = await self.world.token()
+        self.assertEqual((await self.world.enroll(token)).status, 200)
+        await self.assertError(token, 401, "invalid_token")
+        [(count,)] = await self.sql(
+            self.world.store, "SELECT count(*) FROM issued_certificates WHERE kind = 'agent_leaf'"
         )
-        self.assertError(token, 401, "invalid_token")
+        self.assertEqual(count, 1)
 
-    def test_suspended_user(self) -> None:
+    async def test_expired_token(self) -> None:
+        """A token past its expiry: 401 invalid_token."""
+        token = await self.world.token(ttl=timedelta(seconds=60))
+        self.world.clock.advance(60)
+        await self.assertError(token, 401, "invalid_token")
+        self.assertFalse(await self.world.token_spent(token))
+
+    async def test_revoked_token(self) -> None:
+        """A revoked token: 401 invalid_token."""
+        token = await self.world.token()
+        await self.world.result(
+            self.world.store.revoke_enroll_token((await self.world.token_row(token)).token_id, NOW)
+        )
+        await self.assertError(token, 401, "invalid_token")
+
+    async def test_suspended_user(self) -> None:
         """The allocation's owner is suspended: 403 user_suspended, token unspent."""
-        token = self.world.token()
-        self.world.result(self.world.store.set_user_suspended("alice", True))
-        self.assertError(token, 403, "access_denied", "user_suspended")
-        self.assertFalse(self.world.token_spent(token))
+        token = await self.world.token()
+        await self.world.result(self.world.store.set_user_suspended("alice", True))
+        await self.assertError(token, 403, "access_denied", "user_suspended")
+        self.assertFalse(await self.world.token_spent(token))
 
-    def test_suspended_tenant(self) -> None:
+    async def test_suspended_tenant(self) -> None:
         """The allocation's tenant is suspended: 403 tenant_suspended, token unspent."""
-        token = self.world.token()
-        self.world.result(self.world.store.set_tenant_suspended("acme", True))
-        self.assertError(token, 403, "access_denied", "tenant_suspended")
-        self.assertFalse(self.world.token_spent(token))
+        token = await self.world.token()
+        await self.world.result(self.world.store.set_tenant_suspended("acme", True))
+        await self.assertError(token, 403, "access_denied", "tenant_suspended")
+        self.assertFalse(await self.world.token_spent(token))
 
-    def test_owner_scoped_allocation(self) -> None:
+    async def test_owner_scoped_allocation(self) -> None:
         """A token bound to an allocation without an agent: 403 agent_scope_required."""
-        token = self.world.token(self.world.provision(agent_id=None))
-        self.assertError(token, 403, "access_denied", "agent_scope_required")
-        self.assertFalse(self.world.token_spent(token))
+        token = await self.world.token(await self.world.provision(agent_id=None))
+        await self.assertError(token, 403, "access_denied", "agent_scope_required")
+        self.assertFalse(await self.world.token_spent(token))
 
-    def test_revoking_the_allocation_revokes_its_tokens(self) -> None:
+    async def test_revoking_the_allocation_revokes_its_tokens(self) -> None:
         """After the allocation is revoked its unspent token is revoked too: 401."""
-        allocation = self.world.provision()
-        token = self.world.token(allocation)
-        self.world.result(self.world.store.revoke_allocation(allocation.allocation_id, NOW))
-        self.assertError(token, 401, "invalid_token")
+        allocation = await self.world.provision()
+        token = await self.world.token(allocation)
+        await self.world.result(self.world.store.revoke_allocation(allocation.allocation_id, NOW))
+        await self.assertError(token, 401, "invalid_token")
 
-    def test_allocation_revoked_refusal(self) -> None:
+    async def test_allocation_revoked_refusal(self) -> None:
         """A store refusal allocation_revoked is 410 revoked."""
-        token = self.world.token()
+        token = await self.world.token()
         real = self.world.store
 
         class Refusing:
@@ -314,24 +326,43 @@ class EnrollTokenStateTests(SynchronousTestCase):
                 return succeed(EnrollRefusal(EnrollRefusalReason.ALLOCATION_REVOKED))
 
         self.world.serve(attrs.evolve(self.world.deps, store=cast(ControlStore, Refusing())))
-        self.assertError(token, 410, "revoked")
+        await self.assertError(token, 410, "revoked")
 
-    def test_tenant_not_on_allowlist(self) -> None:
+    async def test_tenant_not_on_allowlist(self) -> None:
         """A tenant off the allowlist: 403 tenant_not_allowed, token unspent, no intermediate."""
-        world = EnrollmentWorld(self, SVC_TENANT_ALLOWLIST="other")
-        token = world.token()
-        answer = world.enroll(token)
+        world = await RouteWorld.open(self, SVC_TENANT_ALLOWLIST="other")
+        token = await world.token()
+        answer = await world.enroll(token)
         self.assertEqual(answer.status, 403)
         self.assertEqual(
             answer.json(), {"error": "access_denied", "error_description": "tenant_not_allowed"}
         )
-        self.assertFalse(world.token_spent(token))
+        self.assertFalse(await world.token_spent(token))
         self.assertFalse((world.secrets / "ca" / "tenant" / "acme").exists())
 
-    def test_allowlisted_tenant(self) -> None:
+    async def test_allowlisted_tenant(self) -> None:
         """A tenant on SVC_TENANT_ALLOWLIST enrolls."""
-        world = EnrollmentWorld(self, SVC_TENANT_ALLOWLIST="other,acme")
-        self.assertEqual(world.enroll(world.token()).status, 200)
+        world = await RouteWorld.open(self, SVC_TENANT_ALLOWLIST="other,acme")
+        self.assertEqual((await world.enroll((await world.token()))).status, 200)
+
+
+# Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class EnrollTests(EnrollContract, SQLiteBackend, ProfileAssertions):
+    """Enroll over SQLite."""
+
+
+class PostgresEnrollTests(EnrollContract, PostgresBackend, ProfileAssertions):
+    """Enroll over PostgreSQL."""
+
+
+class EnrollTokenStateTests(EnrollTokenStateContract, SQLiteBackend):
+    """EnrollTokenState over SQLite."""
+
+
+class PostgresEnrollTokenStateTests(EnrollTokenStateContract, PostgresBackend):
+    """EnrollTokenState over PostgreSQL."""
 
 
 class RefusalMappingTests(SynchronousTestCase):

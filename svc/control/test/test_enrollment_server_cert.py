@@ -7,7 +7,7 @@ errors of C{docs/specifications/control-dataplane.md}.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -18,11 +18,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.routes_enrollment import parse_host_port
 from svc.control.store.values import CertificateKind
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
 from svc.control.test.support import Answer
 from svc.control.test.test_enrollment_support import (
     NOW,
     SERVICE_TOKEN,
-    EnrollmentWorld,
+    RouteWorld,
 )
 from svc.pki import names
 from svc.pki.pem import cert_from_pem
@@ -44,11 +45,17 @@ def csr_pem(key: Any = None, common_name: str = "ignored.example") -> str:
     return csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
-class SignServerCertTests(ProfileAssertions):
+if TYPE_CHECKING:
+    _Profile = ProfileAssertions
+else:
+    _Profile = object
+
+
+class SignServerCertContract(RouteBackend, _Profile):
     """The route signs, registers and answers as the control-dataplane spec says."""
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self, with_server=False)
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self, with_server=False)
         self.key = Ed25519PrivateKey.generate()
 
     def body(self, **changes: Any) -> dict[str, Any]:
@@ -62,8 +69,10 @@ class SignServerCertTests(ProfileAssertions):
         body.update(changes)
         return {k: v for k, v in body.items() if v is not None}
 
-    def sign(self, body: dict[str, Any] | None, headers: dict[str, str] | None = None) -> Answer:
-        return self.world.post_json(SIGN, body, AUTH if headers is None else headers)
+    async def sign(
+        self, body: dict[str, Any] | None, headers: dict[str, str] | None = None
+    ) -> Answer:
+        return await self.world.post_json(SIGN, body, AUTH if headers is None else headers)
 
     def assertBadRequest(self, answer: Answer, description: str) -> None:
         self.assertEqual(answer.status, 400, answer.body)
@@ -71,15 +80,15 @@ class SignServerCertTests(ProfileAssertions):
             answer.json(), {"error": "invalid_request", "error_description": description}
         )
 
-    def test_signed_leaf(self) -> None:
+    async def test_signed_leaf(self) -> None:
         """200: a server leaf for the CSR's key and the fqdn, issued by the returned org root."""
-        answer = self.sign(self.body())
+        answer = await self.sign(self.body())
         self.assertEqual(answer.status, 200, answer.body)
         body = answer.json()
         self.assertEqual(set(body), {"cert_pem", "root_ca_pem", "not_after", "server_id"})
         cert = cert_from_pem(body["cert_pem"].encode())
         root = cert_from_pem(body["root_ca_pem"].encode())
-        ca = self.world.result(self.world.provider.get())
+        ca = await self.world.result(self.world.provider.get())
         assert ca is not None
         self.assertEqual(root, ca.root)
         self.assertLinked(cert, root)
@@ -94,10 +103,10 @@ class SignServerCertTests(ProfileAssertions):
         self.assertEqual(cert.not_valid_after_utc, NOW + timedelta(days=90))
         self.assertEqual(body["not_after"], "2027-01-30T12:00:00Z")
 
-    def test_server_registered(self) -> None:
+    async def test_server_registered(self) -> None:
         """The server is registered by fqdn with its advertised address, capacity and leaf."""
-        body = self.sign(self.body()).json()
-        (server,) = self.world.result(self.world.store.list_servers())
+        body = (await self.sign(self.body())).json()
+        (server,) = await self.world.result(self.world.store.list_servers())
         self.assertEqual(server.server_id, body["server_id"])
         self.assertEqual(
             (server.fqdn, server.address, server.capacity),
@@ -107,40 +116,42 @@ class SignServerCertTests(ProfileAssertions):
         self.assertEqual(server.cert_serial, names.format_serial(cert.serial_number))
         self.assertEqual(server.cert_not_after, cert.not_valid_after_utc)
 
-    def test_signing_recorded(self) -> None:
+    async def test_signing_recorded(self) -> None:
         """The server leaf is recorded as an issued certificate."""
-        body = self.sign(self.body()).json()
+        body = (await self.sign(self.body())).json()
         cert = cert_from_pem(body["cert_pem"].encode())
-        record = self.world.result(
+        record = await self.world.result(
             self.world.store.find_certificate(names.format_serial(cert.serial_number))
         )
         self.assertEqual(
             (record.kind, record.subject), (CertificateKind.SERVER_LEAF, "dp1.example.test")
         )
 
-    def test_resign_keeps_registration(self) -> None:
+    async def test_resign_keeps_registration(self) -> None:
         """Signing again for the same fqdn keeps the server id and updates address and capacity."""
-        first = self.sign(self.body()).json()
-        second = self.sign(self.body(advertise_addr="[2001:db8::0001]:7443", capacity=3)).json()
+        first = (await self.sign(self.body())).json()
+        second = (
+            await self.sign(self.body(advertise_addr="[2001:db8::0001]:7443", capacity=3))
+        ).json()
         self.assertEqual(first["server_id"], second["server_id"])
-        (server,) = self.world.result(self.world.store.list_servers())
+        (server,) = await self.world.result(self.world.store.list_servers())
         self.assertEqual((server.address, server.capacity), ("[2001:db8::1]:7443", 3))
 
-    def test_default_capacity(self) -> None:
+    async def test_default_capacity(self) -> None:
         """Without capacity the server takes the default number of tenants."""
-        self.sign(self.body(capacity=None))
-        (server,) = self.world.result(self.world.store.list_servers())
+        await self.sign(self.body(capacity=None))
+        (server,) = await self.world.result(self.world.store.list_servers())
         self.assertEqual(server.capacity, self.world.deps.default_server_capacity)
 
-    def test_registration_enables_enrollment(self) -> None:
+    async def test_registration_enables_enrollment(self) -> None:
         """After registration an enrollment is placed on the server."""
-        self.sign(self.body())
-        answer = self.world.enroll(self.world.token())
+        await self.sign(self.body())
+        answer = await self.world.enroll(await self.world.token())
         self.assertEqual(answer.status, 200)
         self.assertEqual(answer.json()["server_addr"], "dp1.example.test:7443")
         self.assertEqual(answer.json()["server_name"], "dp1.example.test")
 
-    def test_bad_csr(self) -> None:
+    async def test_bad_csr(self) -> None:
         """Garbage, a CSR with a bad signature or a non-ed25519 key: 400 bad_csr."""
         pem = csr_pem(self.key)
         tampered = x509.load_pem_x509_csr(pem.encode())
@@ -152,10 +163,10 @@ class SignServerCertTests(ProfileAssertions):
             broken.decode(),
             csr_pem(ec.generate_private_key(ec.SECP256R1())),
         ):
-            self.assertBadRequest(self.sign(self.body(csr_pem=value)), "bad_csr")
-        self.assertEqual(self.world.result(self.world.store.list_servers()), ())
+            self.assertBadRequest(await self.sign(self.body(csr_pem=value)), "bad_csr")
+        self.assertEqual(await self.world.result(self.world.store.list_servers()), ())
 
-    def test_bad_fields(self) -> None:
+    async def test_bad_fields(self) -> None:
         """Bad fqdn, addresses or capacity, and missing fields: 400 naming the field."""
         cases: dict[str, list[dict[str, Any]]] = {
             "bad_fqdn": [{"fqdn": "not a host"}, {"fqdn": "x" * 65}],
@@ -172,23 +183,34 @@ class SignServerCertTests(ProfileAssertions):
         }
         for description, variants in cases.items():
             for changes in variants:
-                self.assertBadRequest(self.sign(self.body(**changes)), description)
+                self.assertBadRequest(await self.sign(self.body(**changes)), description)
 
-    def test_service_token_required(self) -> None:
+    async def test_service_token_required(self) -> None:
         """Without the service token: 401 invalid_token."""
         for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
-            answer = self.sign(self.body(), headers)
+            answer = await self.sign(self.body(), headers)
             self.assertEqual(answer.status, 401)
             self.assertEqual(answer.json(), {"error": "invalid_token"})
 
-    def test_no_ca(self) -> None:
+    async def test_no_ca(self) -> None:
         """Without an org root: 503 with Retry-After, nothing registered."""
-        world = EnrollmentWorld(self, with_root=False, with_server=False)
-        answer = world.post_json(SIGN, self.body(), AUTH)
+        world = await RouteWorld.open(self, with_root=False, with_server=False)
+        answer = await world.post_json(SIGN, self.body(), AUTH)
         self.assertEqual(answer.status, 503)
         self.assertEqual(answer.header("Retry-After"), "60")
         self.assertEqual(answer.json()["error"], "temporarily_unavailable")
-        self.assertEqual(world.result(world.store.list_servers()), ())
+        self.assertEqual(await world.result(world.store.list_servers()), ())
+
+
+# Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class SignServerCertTests(SignServerCertContract, SQLiteBackend, ProfileAssertions):
+    """SignServerCert over SQLite."""
+
+
+class PostgresSignServerCertTests(SignServerCertContract, PostgresBackend, ProfileAssertions):
+    """SignServerCert over PostgreSQL."""
 
 
 class ParseHostPortTests(SynchronousTestCase):

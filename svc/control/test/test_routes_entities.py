@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 from twisted.internet.task import Clock
-from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 
 from svc.control.app import build_control_app
@@ -23,9 +21,9 @@ from svc.control.routing import Feature
 from svc.control.settings import ControlSettings
 from svc.control.store.outcomes import EnrollGrant
 from svc.control.store.values import AllocationState, MountHolder
-from svc.control.test.support import Answer, request
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
+from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import FakeDataPlane, fake_client
-from svc.testing.control_store import memory_control_store
 
 NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
 TOKEN = "service-token-" + "x" * 30
@@ -56,13 +54,13 @@ class RecordedPushes:
         self.quotas.append(update)
 
 
-class EntityRouteCase(SynchronousTestCase):
-    """An app with the entity routes over a fresh store."""
+class EntityRouteCase(RouteBackend):
+    """An app with the entity routes over a fresh store (on either backend)."""
 
-    def setUp(self) -> None:
+    async def set_up(self) -> None:
         self.clock = Clock()
         self.clock.advance(NOW.timestamp())
-        self.store = memory_control_store()
+        self.store = await self.open_control_store()
         self.plane = FakeDataPlane(FQDN)
         self.pushes = RecordedPushes()
         self.ca_ready = True
@@ -83,7 +81,7 @@ class EntityRouteCase(SynchronousTestCase):
         )
         self.resource: Resource = app.resource()
 
-    def call(
+    async def call(
         self,
         method: str,
         path: str,
@@ -91,18 +89,17 @@ class EntityRouteCase(SynchronousTestCase):
         *,
         headers: dict[str, str] | None = None,
     ) -> Answer:
-        return request(
-            self,
+        return await self.send(
             self.resource,
             method,
             path,
             headers=SERVICE if headers is None else headers,
-            body=None if body is None else json.dumps(body).encode(),
+            body=json_body(body),
         )
 
-    def provision(self, agent: str = "a1", owner: str = "acme", **extra: Any) -> Answer:
+    async def provision(self, agent: str = "a1", owner: str = "acme", **extra: Any) -> Answer:
         body = {"type": "agent", "id": agent, "owner": owner, "grant_bytes": 1000, **extra}
-        return self.call("POST", "/v1/entities", body)
+        return await self.call("POST", "/v1/entities", body)
 
     def assertError(self, answer: Answer, status: int, code: str, description: str = "") -> None:
         expected: dict[str, object] = {"error": code}
@@ -110,17 +107,17 @@ class EntityRouteCase(SynchronousTestCase):
             expected["error_description"] = description
         self.assertEqual((answer.status, answer.json()), (status, expected))
 
-    def place(self, tenant: str = "acme") -> None:
-        self.successResultOf(self.store.register_server(FQDN, "10.0.0.1:7443", 10, NOW))
-        self.successResultOf(self.store.place_tenant(tenant, NOW))
+    async def place(self, tenant: str = "acme") -> None:
+        await self.result(self.store.register_server(FQDN, "10.0.0.1:7443", 10, NOW))
+        await self.result(self.store.place_tenant(tenant, NOW))
 
 
-class ProvisionTests(EntityRouteCase):
+class ProvisionContract(EntityRouteCase):
     """POST /v1/entities."""
 
-    def test_provision_agent(self) -> None:
+    async def test_provision_agent(self) -> None:
         """A new agent is provisioned: 200 with its allocation and virtual_path."""
-        answer = self.provision(tenant="team-1")
+        answer = await self.provision(tenant="team-1")
         self.assertEqual(answer.status, 200)
         body = answer.json()
         self.assertEqual(len(body.pop("allocation_id")), 32)
@@ -139,9 +136,9 @@ class ProvisionTests(EntityRouteCase):
             },
         )
 
-    def test_general_headers(self) -> None:
+    async def test_general_headers(self) -> None:
         """Responses carry X-Request-ID (echoed) and Svc-API-Version: 1."""
-        answer = self.call(
+        answer = await self.call(
             "POST",
             "/v1/entities",
             {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 1},
@@ -150,50 +147,52 @@ class ProvisionTests(EntityRouteCase):
         self.assertEqual(answer.header("X-Request-ID"), "req-42")
         self.assertEqual(answer.header("Svc-API-Version"), "1")
 
-    def test_tenant_defaults_to_owner(self) -> None:
+    async def test_tenant_defaults_to_owner(self) -> None:
         """Without a tenant the owner is the tenant."""
-        self.assertEqual(self.provision().json()["tenant"], "acme")
+        self.assertEqual((await self.provision()).json()["tenant"], "acme")
 
-    def test_idempotent(self) -> None:
+    async def test_idempotent(self) -> None:
         """The same request again answers the same allocation with created false."""
-        first = self.provision().json()
-        again = self.provision()
+        first = (await self.provision()).json()
+        again = await self.provision()
         self.assertEqual(again.status, 200)
         self.assertEqual(again.json(), {**first, "created": False})
         self.assertEqual(len(self.pushes.quotas), 1)
 
-    def test_api_alias(self) -> None:
+    async def test_api_alias(self) -> None:
         """The route is also served under /api."""
         body = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 5}
-        self.assertEqual(self.call("POST", "/api/v1/entities", body).status, 200)
+        self.assertEqual((await self.call("POST", "/api/v1/entities", body)).status, 200)
 
-    def test_conflicts(self) -> None:
+    async def test_conflicts(self) -> None:
         """A different grant, owner or a foreign tenant is 409 with the store's code."""
-        self.provision()
+        await self.provision()
         grant = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 5}
-        self.assertError(self.call("POST", "/v1/entities", grant), 409, "grant_mismatch")
-        self.assertError(self.provision(owner="other"), 409, "agent_owner_mismatch")
+        self.assertError(await self.call("POST", "/v1/entities", grant), 409, "grant_mismatch")
+        self.assertError(await self.provision(owner="other"), 409, "agent_owner_mismatch")
         self.assertError(
-            self.provision(agent="a2", owner="other", tenant="acme"), 409, "tenant_owner_mismatch"
+            await self.provision(agent="a2", owner="other", tenant="acme"),
+            409,
+            "tenant_owner_mismatch",
         )
 
-    def test_revoked_agent_not_reprovisioned(self) -> None:
+    async def test_revoked_agent_not_reprovisioned(self) -> None:
         """A revoked agent id is 410 revoked: ids are never reused."""
-        self.provision()
-        self.call("DELETE", "/v1/entities/agent/a1")
-        self.assertError(self.provision(), 410, "revoked")
+        await self.provision()
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        self.assertError(await self.provision(), 410, "revoked")
 
-    def test_provision_account(self) -> None:
+    async def test_provision_account(self) -> None:
         """An account entity is an owner-scoped allocation without a virtual path."""
         body = {"type": "account", "id": "acme", "grant_bytes": 10}
-        answer = self.call("POST", "/v1/entities", body)
+        answer = await self.call("POST", "/v1/entities", body)
         self.assertEqual(answer.status, 200)
         self.assertEqual(answer.json()["type"], "account")
         self.assertEqual(answer.json()["owner"], "acme")
         self.assertNotIn("virtual_path", answer.json())
         self.assertEqual(self.pushes.quotas, [])
 
-    def test_invalid_bodies(self) -> None:
+    async def test_invalid_bodies(self) -> None:
         """Bad ids, missing fields, bad byte counts and unknown types are 400."""
         cases: list[tuple[dict[str, object], str]] = [
             ({"type": "robot", "id": "a1", "owner": "o", "grant_bytes": 1}, "unknown_entity_type"),
@@ -226,63 +225,65 @@ class ProvisionTests(EntityRouteCase):
         ]
         for body, description in cases:
             self.assertError(
-                self.call("POST", "/v1/entities", body), 400, "invalid_request", description
+                await self.call("POST", "/v1/entities", body), 400, "invalid_request", description
             )
 
-    def test_body_required(self) -> None:
+    async def test_body_required(self) -> None:
         """An empty body is 400 body_required."""
-        self.assertError(self.call("POST", "/v1/entities"), 400, "invalid_request", "body_required")
+        self.assertError(
+            await self.call("POST", "/v1/entities"), 400, "invalid_request", "body_required"
+        )
 
-    def test_service_token_required(self) -> None:
+    async def test_service_token_required(self) -> None:
         """Without the service token the route is 401 invalid_token with WWW-Authenticate."""
         for headers in ({}, {"Authorization": "Bearer wrong-token"}):
-            answer = self.call("POST", "/v1/entities", {"type": "agent"}, headers=headers)
+            answer = await self.call("POST", "/v1/entities", {"type": "agent"}, headers=headers)
             self.assertError(answer, 401, "invalid_token")
             self.assertEqual(answer.header("WWW-Authenticate"), "Bearer")
 
-    def test_grant_pushed_when_created(self) -> None:
+    async def test_grant_pushed_when_created(self) -> None:
         """A new agent's grant is handed to the push loop."""
-        self.provision()
+        await self.provision()
         [update] = self.pushes.quotas
         self.assertEqual(update.body()["grant_bytes"], 1000)
 
 
-class ResolveTests(EntityRouteCase):
+class ResolveContract(EntityRouteCase):
     """GET /v1/entities/{type}/{id}."""
 
-    def test_agent(self) -> None:
+    async def test_agent(self) -> None:
         """An agent resolves to the provisioning answer without `created`."""
-        created = self.provision().json()
+        created = (await self.provision()).json()
         del created["created"]
-        answer = self.call("GET", "/v1/entities/agent/a1")
+        answer = await self.call("GET", "/v1/entities/agent/a1")
         self.assertEqual((answer.status, answer.json()), (200, created))
-        self.assertEqual(self.call("GET", "/api/v1/entities/agent/a1").json(), created)
+        self.assertEqual((await self.call("GET", "/api/v1/entities/agent/a1")).json(), created)
 
-    def test_unknown(self) -> None:
+    async def test_unknown(self) -> None:
         """Unknown agents, accounts and entity types are 404."""
-        self.assertEqual(self.call("GET", "/v1/entities/agent/nobody").status, 404)
-        self.assertEqual(self.call("GET", "/v1/entities/account/nobody").status, 404)
-        answer = self.call("GET", "/v1/entities/robot/a1")
+        self.assertEqual((await self.call("GET", "/v1/entities/agent/nobody")).status, 404)
+        self.assertEqual((await self.call("GET", "/v1/entities/account/nobody")).status, 404)
+        answer = await self.call("GET", "/v1/entities/robot/a1")
         self.assertError(answer, 404, "not_found", "unknown_entity_type")
 
-    def test_invalid_id(self) -> None:
+    async def test_invalid_id(self) -> None:
         """An id outside the certificate alphabet is 400."""
-        answer = self.call("GET", "/v1/entities/agent/a..b")
+        answer = await self.call("GET", "/v1/entities/agent/a..b")
         self.assertError(answer, 400, "invalid_request", "invalid_agent_id")
 
-    def test_revoked_is_gone(self) -> None:
+    async def test_revoked_is_gone(self) -> None:
         """A revoked agent resolves to 410 revoked."""
-        self.provision()
-        self.call("DELETE", "/v1/entities/agent/a1")
-        self.assertError(self.call("GET", "/v1/entities/agent/a1"), 410, "revoked")
+        await self.provision()
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        self.assertError(await self.call("GET", "/v1/entities/agent/a1"), 410, "revoked")
 
-    def test_account(self) -> None:
+    async def test_account(self) -> None:
         """An account shows its budget and every allocation."""
-        self.provision("a1")
+        await self.provision("a1")
         self.clock.advance(1)
-        self.provision("a2", tenant="team-2")
-        self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 5000})
-        body = self.call("GET", "/v1/entities/account/acme").json()
+        await self.provision("a2", tenant="team-2")
+        await self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 5000})
+        body = (await self.call("GET", "/v1/entities/account/acme")).json()
         self.assertEqual(
             (body["type"], body["id"], body["budget_bytes"], body["suspended"]),
             ("account", "acme", 5000, False),
@@ -293,168 +294,174 @@ class ResolveTests(EntityRouteCase):
         )
 
 
-class QuotaTests(EntityRouteCase):
+class QuotaContract(EntityRouteCase):
     """PATCH /v1/entities/agent/{id}."""
 
-    def test_sets_grant_and_pushes(self) -> None:
+    async def test_sets_grant_and_pushes(self) -> None:
         """The grant changes and the change is handed to the push loop."""
-        self.provision()
-        answer = self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": 77})
+        await self.provision()
+        answer = await self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": 77})
         self.assertEqual((answer.status, answer.json()["grant_bytes"]), (200, 77))
         self.assertEqual(self.pushes.quotas[-1].body()["grant_bytes"], 77)
-        stored = self.successResultOf(self.store.get_agent_allocation("a1"))
+        stored = await self.result(self.store.get_agent_allocation("a1"))
         self.assertEqual(stored.grant_bytes, 77)
 
-    def test_errors(self) -> None:
+    async def test_errors(self) -> None:
         """Unknown 404, revoked 410, accounts and bad values 400."""
         self.assertEqual(
-            self.call("PATCH", "/v1/entities/agent/nobody", {"grant_bytes": 1}).status, 404
+            (await self.call("PATCH", "/v1/entities/agent/nobody", {"grant_bytes": 1})).status, 404
         )
-        self.provision()
+        await self.provision()
         self.assertError(
-            self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": "1"}),
+            await self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": "1"}),
             400,
             "invalid_request",
             "invalid_grant_bytes",
         )
         self.assertError(
-            self.call("PATCH", "/v1/entities/account/acme", {"grant_bytes": 1}),
+            await self.call("PATCH", "/v1/entities/account/acme", {"grant_bytes": 1}),
             400,
             "invalid_request",
             "not_supported_for_type",
         )
-        self.call("DELETE", "/v1/entities/agent/a1")
+        await self.call("DELETE", "/v1/entities/agent/a1")
         self.assertError(
-            self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": 1}), 410, "revoked"
+            await self.call("PATCH", "/v1/entities/agent/a1", {"grant_bytes": 1}), 410, "revoked"
         )
 
 
-class RevokeTests(EntityRouteCase):
+class RevokeContract(EntityRouteCase):
     """DELETE /v1/entities/{type}/{id}."""
 
-    def test_revoke_agent(self) -> None:
+    async def test_revoke_agent(self) -> None:
         """Revocation is 204 without a body, idempotent, and triggers a revocation push."""
-        self.provision()
-        answer = self.call("DELETE", "/v1/entities/agent/a1")
+        await self.provision()
+        answer = await self.call("DELETE", "/v1/entities/agent/a1")
         self.assertEqual(
             (answer.status, answer.body, answer.header("Content-Type")), (204, b"", None)
         )
         self.assertEqual(self.pushes.revocations, 1)
-        self.assertEqual(self.call("DELETE", "/api/v1/entities/agent/a1").status, 204)
-        stored = self.successResultOf(self.store.get_agent_allocation("a1"))
+        self.assertEqual((await self.call("DELETE", "/api/v1/entities/agent/a1")).status, 204)
+        stored = await self.result(self.store.get_agent_allocation("a1"))
         self.assertEqual(stored.state, AllocationState.REVOKED)
 
-    def test_revoke_ends_mount_with_revocation(self) -> None:
+    async def test_revoke_ends_mount_with_revocation(self) -> None:
         """Revoking a mounted agent's allocation puts the holder's leaf on the revocation list."""
-        allocation_id = self.provision().json()["allocation_id"]
-        self.place()
+        allocation_id = (await self.provision()).json()["allocation_id"]
+        await self.place()
         holder = MountHolder("a1", "5e", NOW + timedelta(hours=1))
-        self.successResultOf(
+        await self.result(
             self.store.acquire_mount(allocation_id, holder, NOW, timedelta(seconds=60))
         )
-        self.call("DELETE", "/v1/entities/agent/a1")
-        active = self.successResultOf(self.store.active_revocations(NOW))
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        active = await self.result(self.store.active_revocations(NOW))
         self.assertEqual([r.serial for r in active], ["5e"])
 
-    def test_revoke_account(self) -> None:
+    async def test_revoke_account(self) -> None:
         """Revoking an account suspends it and revokes all its allocations."""
-        self.provision("a1")
-        self.provision("a2")
-        self.assertEqual(self.call("DELETE", "/v1/entities/account/acme").status, 204)
+        await self.provision("a1")
+        await self.provision("a2")
+        self.assertEqual((await self.call("DELETE", "/v1/entities/account/acme")).status, 204)
         for agent in ("a1", "a2"):
-            self.assertEqual(self.call("GET", f"/v1/entities/agent/{agent}").status, 410)
-        self.assertTrue(self.call("GET", "/v1/entities/account/acme").json()["suspended"])
+            self.assertEqual((await self.call("GET", f"/v1/entities/agent/{agent}")).status, 410)
+        self.assertTrue((await self.call("GET", "/v1/entities/account/acme")).json()["suspended"])
 
-    def test_unknown(self) -> None:
+    async def test_unknown(self) -> None:
         """Revoking an unknown entity is 404."""
-        self.assertEqual(self.call("DELETE", "/v1/entities/agent/nobody").status, 404)
-        self.assertEqual(self.call("DELETE", "/v1/entities/account/nobody").status, 404)
+        self.assertEqual((await self.call("DELETE", "/v1/entities/agent/nobody")).status, 404)
+        self.assertEqual((await self.call("DELETE", "/v1/entities/account/nobody")).status, 404)
 
 
-class ReassignTests(EntityRouteCase):
+class ReassignContract(EntityRouteCase):
     """POST /v1/entities/agent/{id}/reassign."""
 
-    def test_reassign(self) -> None:
+    async def test_reassign(self) -> None:
         """The agent moves to the new owner (and tenant, default the owner)."""
-        self.provision()
-        answer = self.call("POST", "/v1/entities/agent/a1/reassign", {"owner": "globex"})
+        await self.provision()
+        answer = await self.call("POST", "/v1/entities/agent/a1/reassign", {"owner": "globex"})
         self.assertEqual(answer.status, 200)
         self.assertEqual((answer.json()["owner"], answer.json()["tenant"]), ("globex", "globex"))
         self.assertEqual(self.pushes.revocations, 1)
         self.assertEqual(self.pushes.quotas[-1].body()["tenant"], "globex")
-        answer = self.call(
+        answer = await self.call(
             "POST", "/api/v1/entities/agent/a1/reassign", {"owner": "globex", "tenant": "g2"}
         )
         self.assertEqual(answer.json()["tenant"], "g2")
 
-    def test_errors(self) -> None:
+    async def test_errors(self) -> None:
         """Foreign tenant 409, unknown 404, revoked 410, accounts and bad bodies 400."""
-        self.provision("a1")
-        self.provision("b1", owner="other")
+        await self.provision("a1")
+        await self.provision("b1", owner="other")
         self.assertError(
-            self.call("POST", "/v1/entities/agent/a1/reassign", {"owner": "x", "tenant": "other"}),
+            await self.call(
+                "POST", "/v1/entities/agent/a1/reassign", {"owner": "x", "tenant": "other"}
+            ),
             409,
             "tenant_owner_mismatch",
         )
         self.assertEqual(
-            self.call("POST", "/v1/entities/agent/zz/reassign", {"owner": "x"}).status, 404
+            (await self.call("POST", "/v1/entities/agent/zz/reassign", {"owner": "x"})).status, 404
         )
         self.assertError(
-            self.call("POST", "/v1/entities/agent/a1/reassign", {"tenant": "x"}),
+            await self.call("POST", "/v1/entities/agent/a1/reassign", {"tenant": "x"}),
             400,
             "invalid_request",
             "missing_field:owner",
         )
         self.assertError(
-            self.call("POST", "/v1/entities/account/acme/reassign", {"owner": "x"}),
+            await self.call("POST", "/v1/entities/account/acme/reassign", {"owner": "x"}),
             400,
             "invalid_request",
             "not_supported_for_type",
         )
-        self.call("DELETE", "/v1/entities/agent/a1")
+        await self.call("DELETE", "/v1/entities/agent/a1")
         self.assertError(
-            self.call("POST", "/v1/entities/agent/a1/reassign", {"owner": "x"}), 410, "revoked"
+            await self.call("POST", "/v1/entities/agent/a1/reassign", {"owner": "x"}),
+            410,
+            "revoked",
         )
 
 
-class BudgetTests(EntityRouteCase):
+class BudgetContract(EntityRouteCase):
     """POST /v1/entities/account/{owner}/budget."""
 
-    def test_set_and_clear(self) -> None:
+    async def test_set_and_clear(self) -> None:
         """A budget is set, pushed for each of the owner's tenants, and cleared with null."""
-        self.provision("a1")
-        self.provision("a2", tenant="team-2")
-        answer = self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 9})
+        await self.provision("a1")
+        await self.provision("a2", tenant="team-2")
+        answer = await self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 9})
         self.assertEqual(
             (answer.status, answer.json()),
             (200, {"type": "account", "id": "acme", "budget_bytes": 9}),
         )
         budgets = [u.body() for u in self.pushes.quotas if "account_budget_bytes" in u.body()]
         self.assertEqual([b["tenant"] for b in budgets], ["acme", "team-2"])
-        answer = self.call("POST", "/api/v1/entities/account/acme/budget", {"budget_bytes": None})
+        answer = await self.call(
+            "POST", "/api/v1/entities/account/acme/budget", {"budget_bytes": None}
+        )
         self.assertIsNone(answer.json()["budget_bytes"])
 
-    def test_creates_account(self) -> None:
+    async def test_creates_account(self) -> None:
         """Setting a budget for a new owner creates the account."""
-        self.call("POST", "/v1/entities/account/newco/budget", {"budget_bytes": 1})
-        self.assertEqual(self.call("GET", "/v1/entities/account/newco").status, 200)
+        await self.call("POST", "/v1/entities/account/newco/budget", {"budget_bytes": 1})
+        self.assertEqual((await self.call("GET", "/v1/entities/account/newco")).status, 200)
 
-    def test_invalid(self) -> None:
+    async def test_invalid(self) -> None:
         """A missing or negative budget, or a bad owner id, is 400."""
         for body in ({}, {"budget_bytes": -5}, {"budget_bytes": "9"}):
-            answer = self.call("POST", "/v1/entities/account/acme/budget", body)
+            answer = await self.call("POST", "/v1/entities/account/acme/budget", body)
             self.assertEqual(answer.status, 400, body)
-        answer = self.call("POST", "/v1/entities/account/-x/budget", {"budget_bytes": 1})
+        answer = await self.call("POST", "/v1/entities/account/-x/budget", {"budget_bytes": 1})
         self.assertError(answer, 400, "invalid_request", "invalid_owner")
 
 
-class EnrollTokenTests(EntityRouteCase):
+class EnrollTokenContract(EntityRouteCase):
     """POST /v1/agents/{id}/enroll-token."""
 
-    def test_mint(self) -> None:
+    async def test_mint(self) -> None:
         """A token of 256 bits (unpadded base64url) is returned; only its SHA-256 is stored."""
-        allocation_id = self.provision().json()["allocation_id"]
-        answer = self.call("POST", "/v1/agents/a1/enroll-token")
+        allocation_id = (await self.provision()).json()["allocation_id"]
+        answer = await self.call("POST", "/v1/agents/a1/enroll-token")
         self.assertEqual(answer.status, 200)
         body = answer.json()
         token = body["token"]
@@ -465,60 +472,60 @@ class EnrollTokenTests(EntityRouteCase):
         self.assertEqual(body["allocation_id"], allocation_id)
         self.assertEqual(body["expires_at"], "2026-11-22T19:10:00Z")
         digest = hashlib.sha256(token.encode()).hexdigest()
-        grant = self.successResultOf(self.store.peek_enroll_token(digest, NOW))
+        grant = await self.result(self.store.peek_enroll_token(digest, NOW))
         assert isinstance(grant, EnrollGrant)
         self.assertEqual(grant.token_id, body["token_id"])
 
-    def test_tokens_differ(self) -> None:
+    async def test_tokens_differ(self) -> None:
         """Each mint is a new token."""
-        self.provision()
-        first = self.call("POST", "/v1/agents/a1/enroll-token").json()["token"]
-        second = self.call("POST", "/v1/agents/a1/enroll-token").json()["token"]
+        await self.provision()
+        first = (await self.call("POST", "/v1/agents/a1/enroll-token")).json()["token"]
+        second = (await self.call("POST", "/v1/agents/a1/enroll-token")).json()["token"]
         self.assertNotEqual(first, second)
 
-    def test_errors(self) -> None:
+    async def test_errors(self) -> None:
         """Unknown agent 404, revoked 410, bad id 400; not aliased under /api."""
-        self.assertEqual(self.call("POST", "/v1/agents/nobody/enroll-token").status, 404)
-        self.assertEqual(self.call("POST", "/v1/agents/a%2Fb/enroll-token").status, 404)
+        self.assertEqual((await self.call("POST", "/v1/agents/nobody/enroll-token")).status, 404)
+        self.assertEqual((await self.call("POST", "/v1/agents/a%2Fb/enroll-token")).status, 404)
         self.assertError(
-            self.call("POST", "/v1/agents/.a/enroll-token"),
+            await self.call("POST", "/v1/agents/.a/enroll-token"),
             400,
             "invalid_request",
             "invalid_agent_id",
         )
-        self.provision()
-        self.assertEqual(self.call("POST", "/api/v1/agents/a1/enroll-token").status, 404)
-        self.call("DELETE", "/v1/entities/agent/a1")
-        self.assertError(self.call("POST", "/v1/agents/a1/enroll-token"), 410, "revoked")
+        await self.provision()
+        self.assertEqual((await self.call("POST", "/api/v1/agents/a1/enroll-token")).status, 404)
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        self.assertError(await self.call("POST", "/v1/agents/a1/enroll-token"), 410, "revoked")
 
-    def test_new_enroll_token(self) -> None:
+    async def test_new_enroll_token(self) -> None:
         """The token and its digest belong together."""
         token, digest = new_enroll_token(lambda n: b"\xff" * n)
         self.assertEqual(token, "_" * 42 + "8")
         self.assertEqual(digest, hashlib.sha256(token.encode()).hexdigest())
 
 
-class PurgeSweepTests(EntityRouteCase):
+class PurgeSweepContract(EntityRouteCase):
     """POST /v1/admin/purge-sweep."""
 
-    def test_unavailable_without_ca(self) -> None:
+    async def test_unavailable_without_ca(self) -> None:
         """Without an agent CA the sweep is 503 (after authentication)."""
         self.ca_ready = False
         self.assertError(
-            self.call("POST", "/v1/admin/purge-sweep"),
+            await self.call("POST", "/v1/admin/purge-sweep"),
             503,
             "temporarily_unavailable",
             "agent_ca_not_configured",
         )
-        self.assertEqual(self.call("POST", "/v1/admin/purge-sweep", headers={}).status, 401)
+        self.assertEqual((await self.call("POST", "/v1/admin/purge-sweep", headers={})).status, 401)
 
-    def test_purges_revoked(self) -> None:
+    async def test_purges_revoked(self) -> None:
         """Revoked agents on a server are purged there and marked purged; live ones are kept."""
-        self.provision("a1")
-        self.provision("a2")
-        self.place()
-        self.call("DELETE", "/v1/entities/agent/a1")
-        answer = self.call("POST", "/api/v1/admin/purge-sweep")
+        await self.provision("a1")
+        await self.provision("a2")
+        await self.place()
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        answer = await self.call("POST", "/api/v1/admin/purge-sweep")
         self.assertEqual(answer.status, 200)
         [purged] = answer.json()["purged"]
         self.assertEqual(
@@ -529,48 +536,50 @@ class PurgeSweepTests(EntityRouteCase):
             self.plane.bodies("/control/purge-agent"),
             [{"owner": "acme", "tenant": "acme", "agent_id": "a1"}],
         )
-        stored = self.successResultOf(self.store.get_agent_allocation("a1"))
+        stored = await self.result(self.store.get_agent_allocation("a1"))
         self.assertEqual(stored.state, AllocationState.PURGED)
-        self.assertEqual(self.call("POST", "/v1/admin/purge-sweep").json()["purged"], [])
+        self.assertEqual((await self.call("POST", "/v1/admin/purge-sweep")).json()["purged"], [])
 
-    def test_unplaced_purged_without_call(self) -> None:
+    async def test_unplaced_purged_without_call(self) -> None:
         """An agent whose tenant never reached a server has no data: marked purged directly."""
-        self.provision()
-        self.call("DELETE", "/v1/entities/agent/a1")
-        [purged] = self.call("POST", "/v1/admin/purge-sweep").json()["purged"]
+        await self.provision()
+        await self.call("DELETE", "/v1/entities/agent/a1")
+        [purged] = (await self.call("POST", "/v1/admin/purge-sweep")).json()["purged"]
         self.assertEqual((purged["count"], purged["bytes_freed"]), (0, 0))
         self.assertEqual(self.plane.requests, [])
 
-    def test_failure_kept_for_next_sweep(self) -> None:
+    async def test_failure_kept_for_next_sweep(self) -> None:
         """A server that cannot purge leaves the allocation revoked, listed as failed."""
-        self.provision()
-        self.place()
-        self.call("DELETE", "/v1/entities/agent/a1")
+        await self.provision()
+        await self.place()
+        await self.call("DELETE", "/v1/entities/agent/a1")
         self.plane.statuses["/control/purge-agent"] = 500
-        body = self.call("POST", "/v1/admin/purge-sweep").json()
+        body = (await self.call("POST", "/v1/admin/purge-sweep")).json()
         self.assertEqual(body["purged"], [])
         self.assertEqual(body["failed"][0]["error"], "dataplane_unreachable")
-        stored = self.successResultOf(self.store.get_agent_allocation("a1"))
+        stored = await self.result(self.store.get_agent_allocation("a1"))
         self.assertEqual(stored.state, AllocationState.REVOKED)
         del self.plane.statuses["/control/purge-agent"]
-        self.assertEqual(len(self.call("POST", "/v1/admin/purge-sweep").json()["purged"]), 1)
+        self.assertEqual(
+            len((await self.call("POST", "/v1/admin/purge-sweep")).json()["purged"]), 1
+        )
 
 
-class UsageTests(EntityRouteCase):
+class UsageContract(EntityRouteCase):
     """GET /v1/tenants/{owner}/usage."""
 
-    def test_unavailable_without_ca(self) -> None:
+    async def test_unavailable_without_ca(self) -> None:
         """Without an agent CA usage is 503."""
         self.ca_ready = False
-        self.assertEqual(self.call("GET", "/v1/tenants/acme/usage").status, 503)
+        self.assertEqual((await self.call("GET", "/v1/tenants/acme/usage")).status, 503)
 
-    def test_usage(self) -> None:
+    async def test_usage(self) -> None:
         """The server's figures are merged with the grants and the budget."""
-        self.provision("a1")
-        self.provision("a2")
-        self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 100})
-        self.place()
-        answer = self.call("GET", "/api/v1/tenants/acme/usage")
+        await self.provision("a1")
+        await self.provision("a2")
+        await self.call("POST", "/v1/entities/account/acme/budget", {"budget_bytes": 100})
+        await self.place()
+        answer = await self.call("GET", "/api/v1/tenants/acme/usage")
         self.assertEqual(answer.status, 200)
         self.assertEqual(
             answer.json(),
@@ -586,24 +595,99 @@ class UsageTests(EntityRouteCase):
         )
         self.assertEqual(self.plane.requests[0].args, {"owner": ["acme"]})
 
-    def test_unplaced_owner(self) -> None:
+    async def test_unplaced_owner(self) -> None:
         """An owner with no tenant on any server uses nothing."""
-        self.provision()
-        body = self.call("GET", "/v1/tenants/acme/usage").json()
+        await self.provision()
+        body = (await self.call("GET", "/v1/tenants/acme/usage")).json()
         self.assertEqual(body["used_bytes"], 0)
         self.assertEqual(self.plane.requests, [])
 
-    def test_errors(self) -> None:
+    async def test_errors(self) -> None:
         """Unknown owner 404, bad id 400, unreachable server 503."""
-        self.assertEqual(self.call("GET", "/v1/tenants/nobody/usage").status, 404)
-        self.assertEqual(self.call("GET", "/v1/tenants/a..b/usage").status, 400)
-        self.provision()
-        self.place()
+        self.assertEqual((await self.call("GET", "/v1/tenants/nobody/usage")).status, 404)
+        self.assertEqual((await self.call("GET", "/v1/tenants/a..b/usage")).status, 400)
+        await self.provision()
+        await self.place()
         self.plane.reachable = False
         self.assertError(
-            self.call("GET", "/v1/tenants/acme/usage"),
+            await self.call("GET", "/v1/tenants/acme/usage"),
             503,
             "temporarily_unavailable",
             "dataplane_unreachable",
         )
         self.flushLoggedErrors()
+
+
+# Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class ProvisionTests(ProvisionContract, SQLiteBackend):
+    """Provision routes over SQLite."""
+
+
+class PostgresProvisionTests(ProvisionContract, PostgresBackend):
+    """Provision routes over PostgreSQL."""
+
+
+class ResolveTests(ResolveContract, SQLiteBackend):
+    """Resolve routes over SQLite."""
+
+
+class PostgresResolveTests(ResolveContract, PostgresBackend):
+    """Resolve routes over PostgreSQL."""
+
+
+class QuotaTests(QuotaContract, SQLiteBackend):
+    """Quota routes over SQLite."""
+
+
+class PostgresQuotaTests(QuotaContract, PostgresBackend):
+    """Quota routes over PostgreSQL."""
+
+
+class RevokeTests(RevokeContract, SQLiteBackend):
+    """Revoke routes over SQLite."""
+
+
+class PostgresRevokeTests(RevokeContract, PostgresBackend):
+    """Revoke routes over PostgreSQL."""
+
+
+class ReassignTests(ReassignContract, SQLiteBackend):
+    """Reassign routes over SQLite."""
+
+
+class PostgresReassignTests(ReassignContract, PostgresBackend):
+    """Reassign routes over PostgreSQL."""
+
+
+class BudgetTests(BudgetContract, SQLiteBackend):
+    """Budget routes over SQLite."""
+
+
+class PostgresBudgetTests(BudgetContract, PostgresBackend):
+    """Budget routes over PostgreSQL."""
+
+
+class EnrollTokenTests(EnrollTokenContract, SQLiteBackend):
+    """EnrollToken routes over SQLite."""
+
+
+class PostgresEnrollTokenTests(EnrollTokenContract, PostgresBackend):
+    """EnrollToken routes over PostgreSQL."""
+
+
+class PurgeSweepTests(PurgeSweepContract, SQLiteBackend):
+    """PurgeSweep routes over SQLite."""
+
+
+class PostgresPurgeSweepTests(PurgeSweepContract, PostgresBackend):
+    """PurgeSweep routes over PostgreSQL."""
+
+
+class UsageTests(UsageContract, SQLiteBackend):
+    """Usage routes over SQLite."""
+
+
+class PostgresUsageTests(UsageContract, PostgresBackend):
+    """Usage routes over PostgreSQL."""

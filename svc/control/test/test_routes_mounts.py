@@ -27,12 +27,12 @@ from svc.control.routes_mounts import MountDeps, mount_routes
 from svc.control.routing import AuthKind
 from svc.control.settings import ControlSettings
 from svc.control.store.values import CertificateKind, IssuedCertificate
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
 from svc.control.test.support import Answer, request
 from svc.control.test.test_dataplane_client import fake_client
 from svc.control.test.test_enrollment_support import Enrolled, EnrollmentWorld
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
 from svc.sessions import PREFIX
-from svc.testing.control_store import memory_control_store
 
 NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
 LEAF_EXPIRY = NOW + timedelta(hours=1)
@@ -68,13 +68,13 @@ ENROLLMENT_1 = Caller("acme", "a1", "acme", "a1a1", LEAF_EXPIRY)
 ENROLLMENT_2 = Caller("acme", "a1", "acme", "b2b2", LEAF_EXPIRY)
 
 
-class MountRouteCase(SynchronousTestCase):
+class MountRouteCase(RouteBackend):
     """An app with entity and mount routes, one agent provisioned, one server."""
 
-    def setUp(self) -> None:
+    async def set_up(self) -> None:
         self.clock = Clock()
         self.clock.advance(NOW.timestamp())
-        self.store = memory_control_store()
+        self.store = await self.open_control_store()
         self.pushes = RecordedPushes()
         self.auth = StubAgentAuthenticator()
         settings = ControlSettings.from_environ(ENVIRON)
@@ -98,24 +98,23 @@ class MountRouteCase(SynchronousTestCase):
             {AuthKind.AGENT_IDENTITY: self.authenticator()},
         ).resource()
         body = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 10}
-        self.allocation_id = self.post_json("/v1/entities", body, SERVICE).json()["allocation_id"]
-        self.register_server()
+        provisioned = await self.post_json("/v1/entities", body, SERVICE)
+        self.allocation_id = provisioned.json()["allocation_id"]
+        await self.register_server()
 
     def authenticator(self) -> Authenticator:
         return self.auth
 
-    def register_server(self) -> None:
-        self.successResultOf(self.store.register_server("dp1.test", SERVER_ADDR, 10, NOW))
+    async def register_server(self) -> None:
+        await self.result(self.store.register_server("dp1.test", SERVER_ADDR, 10, NOW))
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock.seconds(), UTC)
 
-    def post_json(self, path: str, body: object, headers: dict[str, str]) -> Answer:
-        return request(
-            self, self.resource, "POST", path, headers=headers, body=json.dumps(body).encode()
-        )
+    async def post_json(self, path: str, body: object, headers: dict[str, str]) -> Answer:
+        return await self.send(self.resource, "POST", path, headers=headers, body=json_body(body))
 
-    def mount(
+    async def mount(
         self,
         caller: Caller | None = ENROLLMENT_1,
         body: object = None,
@@ -128,24 +127,24 @@ class MountRouteCase(SynchronousTestCase):
         target = f"/allocations/{allocation_id or self.allocation_id}/mount{path}"
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data else {}
-        return request(self, self.resource, method, target, headers=headers, body=data)
+        return await self.send(self.resource, method, target, headers=headers, body=data)
 
-    def refresh(self, caller: Caller = ENROLLMENT_1) -> Answer:
-        return self.mount(caller, path="/refresh")
+    async def refresh(self, caller: Caller = ENROLLMENT_1) -> Answer:
+        return await self.mount(caller, path="/refresh")
 
-    def release(self, caller: Caller = ENROLLMENT_1) -> Answer:
-        return self.mount(caller, method="DELETE")
+    async def release(self, caller: Caller = ENROLLMENT_1) -> Answer:
+        return await self.mount(caller, method="DELETE")
 
     def assertError(self, answer: Answer, status: int, code: str) -> None:
         self.assertEqual((answer.status, answer.json()["error"]), (status, code), answer.body)
 
 
-class AcquireTests(MountRouteCase):
+class AcquireContract(MountRouteCase):
     """POST /allocations/{id}/mount."""
 
-    def test_granted(self) -> None:
+    async def test_granted(self) -> None:
         """A first mount is granted with the lease times, a mount session id and the server."""
-        answer = self.mount()
+        answer = await self.mount()
         self.assertEqual(answer.status, 200)
         body = answer.json()
         self.assertTrue(body.pop("session_id").startswith(PREFIX))
@@ -163,10 +162,10 @@ class AcquireTests(MountRouteCase):
         self.assertEqual(answer.header("Svc-API-Version"), "1")
         self.assertIsNotNone(answer.header("X-Request-ID"))
 
-    def test_already_mounted(self) -> None:
+    async def test_already_mounted(self) -> None:
         """The same enrollment mounting again is 409 already_mounted with the lease times."""
-        self.mount()
-        answer = self.mount()
+        await self.mount()
+        answer = await self.mount()
         self.assertEqual(
             (answer.status, answer.json()),
             (
@@ -179,11 +178,11 @@ class AcquireTests(MountRouteCase):
             ),
         )
 
-    def test_lease_live(self) -> None:
+    async def test_lease_live(self) -> None:
         """Another enrollment is 409 lease_live with the incumbent's bound_at and expiry."""
-        self.mount()
+        await self.mount()
         self.clock.advance(30)
-        answer = self.mount(ENROLLMENT_2)
+        answer = await self.mount(ENROLLMENT_2)
         self.assertEqual(
             (answer.status, answer.json()),
             (
@@ -196,122 +195,125 @@ class AcquireTests(MountRouteCase):
             ),
         )
 
-    def test_force_takes_over(self) -> None:
+    async def test_force_takes_over(self) -> None:
         """With force true another enrollment takes the live lease with a new session."""
-        first = self.mount().json()
+        first = (await self.mount()).json()
         self.clock.advance(30)
-        answer = self.mount(ENROLLMENT_2, {"force": True})
+        answer = await self.mount(ENROLLMENT_2, {"force": True})
         self.assertEqual(answer.status, 200)
         self.assertNotEqual(answer.json()["session_id"], first["session_id"])
         self.assertEqual(answer.json()["bound_at"], "2026-11-22T19:00:30Z")
-        self.assertError(self.refresh(ENROLLMENT_1), 410, "lease_lost")
-        self.assertEqual(self.refresh(ENROLLMENT_2).status, 200)
+        self.assertError(await self.refresh(ENROLLMENT_1), 410, "lease_lost")
+        self.assertEqual((await self.refresh(ENROLLMENT_2)).status, 200)
 
-    def test_force_false_is_default(self) -> None:
+    async def test_force_false_is_default(self) -> None:
         """force false behaves as no force."""
-        self.mount()
-        self.assertError(self.mount(ENROLLMENT_2, {"force": False}), 409, "lease_live")
+        await self.mount()
+        self.assertError(await self.mount(ENROLLMENT_2, {"force": False}), 409, "lease_live")
 
-    def test_expired_lease_free(self) -> None:
+    async def test_expired_lease_free(self) -> None:
         """Once the incumbent's lease expires another enrollment mounts without force."""
-        self.mount()
+        await self.mount()
         self.clock.advance(TTL)
-        self.assertEqual(self.mount(ENROLLMENT_2).status, 200)
+        self.assertEqual((await self.mount(ENROLLMENT_2)).status, 200)
 
-    def test_wrong_agent(self) -> None:
+    async def test_wrong_agent(self) -> None:
         """A leaf of another agent, or of the agent in another tenant, is 409 wrong_agent."""
         other_agent = Caller("acme", "a2", "acme", "c3", LEAF_EXPIRY)
         other_tenant = Caller("globex", "a1", "acme", "d4", LEAF_EXPIRY)
-        self.assertError(self.mount(other_agent), 409, "wrong_agent")
-        self.assertError(self.mount(other_tenant, {"force": True}), 409, "wrong_agent")
+        self.assertError(await self.mount(other_agent), 409, "wrong_agent")
+        self.assertError(await self.mount(other_tenant, {"force": True}), 409, "wrong_agent")
 
-    def test_insufficient_capacity(self) -> None:
+    async def test_insufficient_capacity(self) -> None:
         """With no server room for the tenant the mount is 409 insufficient_capacity."""
         body = {"type": "agent", "id": "z1", "owner": "zeta", "grant_bytes": 1}
-        allocation = self.post_json("/v1/entities", body, SERVICE).json()["allocation_id"]
-        self.successResultOf(self.store.register_server("dp1.test", SERVER_ADDR, 1, NOW))
-        self.mount()  # places acme: the server is now full
+        allocation = (await self.post_json("/v1/entities", body, SERVICE)).json()["allocation_id"]
+        await self.result(self.store.register_server("dp1.test", SERVER_ADDR, 1, NOW))
+        await self.mount()  # places acme: the server is now full
         caller = Caller("zeta", "z1", "zeta", "e5", LEAF_EXPIRY)
-        self.assertError(self.mount(caller, allocation_id=allocation), 409, "insufficient_capacity")
+        self.assertError(
+            await self.mount(caller, allocation_id=allocation), 409, "insufficient_capacity"
+        )
 
-    def test_unknown_and_revoked(self) -> None:
+    async def test_unknown_and_revoked(self) -> None:
         """An unknown allocation is 404; a revoked one 410 revoked."""
-        self.assertEqual(self.mount(allocation_id="0" * 32).status, 404)
-        request(self, self.resource, "DELETE", "/v1/entities/agent/a1", headers=SERVICE)
-        self.assertError(self.mount(), 410, "revoked")
-        self.assertError(self.refresh(), 410, "revoked")
-        self.assertError(self.release(), 410, "revoked")
+        self.assertEqual((await self.mount(allocation_id="0" * 32)).status, 404)
+        await self.send(self.resource, "DELETE", "/v1/entities/agent/a1", headers=SERVICE)
+        self.assertError(await self.mount(), 410, "revoked")
+        self.assertError(await self.refresh(), 410, "revoked")
+        self.assertError(await self.release(), 410, "revoked")
 
-    def test_bad_force(self) -> None:
+    async def test_bad_force(self) -> None:
         """A non-boolean force is 400."""
-        answer = self.mount(body={"force": "yes"})
+        answer = await self.mount(body={"force": "yes"})
         self.assertEqual(
             (answer.status, answer.json()["error_description"]), (400, "invalid_force")
         )
 
-    def test_no_identity(self) -> None:
+    async def test_no_identity(self) -> None:
         """Without an agent identity the routes are 401 invalid_client."""
-        self.assertError(self.mount(None), 401, "invalid_client")
+        self.assertError(await self.mount(None), 401, "invalid_client")
 
-    def test_not_under_api(self) -> None:
+    async def test_not_under_api(self) -> None:
         """The mount routes are not aliased under /api."""
         self.auth.caller = ENROLLMENT_1
-        answer = request(
-            self, self.resource, "POST", f"/api/allocations/{self.allocation_id}/mount"
+        answer = await self.send(
+            self.resource, "POST", f"/api/allocations/{self.allocation_id}/mount"
         )
         self.assertEqual(answer.status, 404)
 
 
-class RefreshTests(MountRouteCase):
+class RefreshContract(MountRouteCase):
     """POST /allocations/{id}/mount/refresh."""
 
-    def test_extends(self) -> None:
+    async def test_extends(self) -> None:
         """The holder's refresh moves the expiry to now + TTL and keeps the session."""
-        session = self.mount().json()["session_id"]
+        session = (await self.mount()).json()["session_id"]
         self.clock.advance(100)
-        answer = self.refresh()
+        answer = await self.refresh()
         self.assertEqual(answer.status, 200)
         self.assertEqual(answer.json()["lease_expires_at"], "2026-11-22T19:03:40Z")
         self.assertEqual(answer.json()["bound_at"], "2026-11-22T19:00:00Z")
         self.assertEqual(answer.json()["session_id"], session)
 
-    def test_not_holder(self) -> None:
+    async def test_not_holder(self) -> None:
         """A caller that never held the lease, or after release, gets 410 lease_lost."""
-        self.assertError(self.refresh(), 410, "lease_lost")
-        self.mount()
-        self.assertError(self.refresh(ENROLLMENT_2), 410, "lease_lost")
-        self.release()
-        self.assertError(self.refresh(), 410, "lease_lost")
+        self.assertError(await self.refresh(), 410, "lease_lost")
+        await self.mount()
+        self.assertError(await self.refresh(ENROLLMENT_2), 410, "lease_lost")
+        await self.release()
+        self.assertError(await self.refresh(), 410, "lease_lost")
 
 
-class ReleaseTests(MountRouteCase):
+class ReleaseContract(MountRouteCase):
     """DELETE /allocations/{id}/mount."""
 
-    def test_release_revokes_leaf(self) -> None:
+    async def test_release_revokes_leaf(self) -> None:
         """Release is 204, records the leaf serial in cert_revocations and pushes at once."""
-        self.mount()
-        answer = self.release()
+        await self.mount()
+        answer = await self.release()
         self.assertEqual((answer.status, answer.body), (204, b""))
-        active = self.successResultOf(self.store.active_revocations(self.now()))
+        active = await self.result(self.store.active_revocations(self.now()))
         self.assertEqual([(r.serial, r.not_after) for r in active], [("a1a1", LEAF_EXPIRY)])
         self.assertEqual(self.pushes.revocations, 1)
-        self.assertIsNone(self.successResultOf(self.store.get_mount_lease(self.allocation_id)))
+        lease = await self.result(self.store.get_mount_lease(self.allocation_id))
+        self.assertIsNone(lease)
 
-    def test_not_holder(self) -> None:
+    async def test_not_holder(self) -> None:
         """Releasing a lease one does not hold is 410 lease_lost and revokes nothing."""
-        self.mount()
-        self.assertError(self.release(ENROLLMENT_2), 410, "lease_lost")
-        self.assertEqual(self.successResultOf(self.store.active_revocations(self.now())), ())
+        await self.mount()
+        self.assertError(await self.release(ENROLLMENT_2), 410, "lease_lost")
+        self.assertEqual(await self.result(self.store.active_revocations(self.now())), ())
         self.assertEqual(self.pushes.revocations, 0)
 
-    def test_mount_after_release(self) -> None:
+    async def test_mount_after_release(self) -> None:
         """After a release a new enrollment mounts without force."""
-        self.mount()
-        self.release()
-        self.assertEqual(self.mount(ENROLLMENT_2).status, 200)
+        await self.mount()
+        await self.release()
+        self.assertEqual((await self.mount(ENROLLMENT_2)).status, 200)
 
 
-class FingerprintIdentityTests(MountRouteCase):
+class FingerprintIdentityContract(MountRouteCase):
     """The mount routes with the real agent-identity authenticator."""
 
     def authenticator(self) -> Authenticator:
@@ -319,7 +321,7 @@ class FingerprintIdentityTests(MountRouteCase):
             self.store, AgentCAProvider.fixed(None), self.clock.seconds, 65536
         )
 
-    def test_mount_by_fingerprint(self) -> None:
+    async def test_mount_by_fingerprint(self) -> None:
         """An agent_fingerprint of a recorded leaf mounts, and the leaf is revoked on release."""
         fingerprint = "f" * 64
         leaf = IssuedCertificate(
@@ -332,15 +334,50 @@ class FingerprintIdentityTests(MountRouteCase):
             agent_id="a1",
             fingerprint=fingerprint,
         )
-        self.successResultOf(self.store.record_certificate(leaf))
-        answer = self.mount(body={"agent_fingerprint": fingerprint, "force": False})
+        await self.result(self.store.record_certificate(leaf))
+        answer = await self.mount(body={"agent_fingerprint": fingerprint, "force": False})
         self.assertEqual(answer.status, 200)
-        answer = self.mount(body={"agent_fingerprint": fingerprint}, method="DELETE")
+        answer = await self.mount(body={"agent_fingerprint": fingerprint}, method="DELETE")
         self.assertEqual(answer.status, 204)
-        active = self.successResultOf(self.store.active_revocations(self.now()))
+        active = await self.result(self.store.active_revocations(self.now()))
         self.assertEqual([r.serial for r in active], ["abc123"])
-        answer = self.mount(body={"agent_fingerprint": fingerprint})
+        answer = await self.mount(body={"agent_fingerprint": fingerprint})
         self.assertError(answer, 401, "invalid_client")
+
+
+# Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class AcquireTests(AcquireContract, SQLiteBackend):
+    """Acquire over SQLite."""
+
+
+class PostgresAcquireTests(AcquireContract, PostgresBackend):
+    """Acquire over PostgreSQL."""
+
+
+class RefreshTests(RefreshContract, SQLiteBackend):
+    """Refresh over SQLite."""
+
+
+class PostgresRefreshTests(RefreshContract, PostgresBackend):
+    """Refresh over PostgreSQL."""
+
+
+class ReleaseTests(ReleaseContract, SQLiteBackend):
+    """Release over SQLite."""
+
+
+class PostgresReleaseTests(ReleaseContract, PostgresBackend):
+    """Release over PostgreSQL."""
+
+
+class FingerprintIdentityTests(FingerprintIdentityContract, SQLiteBackend):
+    """FingerprintIdentity over SQLite."""
+
+
+class PostgresFingerprintIdentityTests(FingerprintIdentityContract, PostgresBackend):
+    """FingerprintIdentity over PostgreSQL."""
 
 
 class RenewedLeafTests(SynchronousTestCase):
