@@ -1,31 +1,296 @@
 """
 ``twist svc-mount``: options and service construction.
 
-This part is not built yet: its options refuse to run rather than pretend.
+Start-up (``docs/specifications/mount-runtime.md``): enroll, take the mount
+lease, connect to the data plane and wait for HELLO, open the chunk cache,
+start L{MountFS}, then mount it with llfuse, whose loop runs in a thread of
+its own (twist owns the main thread for the reactor; see
+L{svc.mount.runner}). Shutdown (SIGTERM/SIGINT through twist): write back
+every open file, unmount, release the lease, close the connection.
 """
 
 from __future__ import annotations
 
-from twisted.application.service import IService
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from cryptography import x509
+from twisted.application.service import IService, Service
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 from twisted.python import usage
 
-NOT_BUILT = (
-    "svc-mount is not built yet in this release; "
-    "see README.md for what currently works."
-)
+from svc.audit.client_events import enrollment_event
+from svc.audit.events import AuditEvent
+from svc.audit.sink import JsonlAuditSink
+from svc.dataplane.client import connect_dataplane
+from svc.mount.bridge import Bridge, ReactorCaller, invalidator, sync_all
+from svc.mount.cache import ChunkCache
+from svc.mount.control_client import LeaseLost, MountControlClient
+from svc.mount.fs import MountFS
+from svc.mount.remote import Remote
+from svc.mount.runner import FuseLoop
+from svc.mount.settings import MountSettings, SettingsError, settings_from
+from svc.pki import names
+from svc.policy import UNRESTRICTED, load_policy_file
+from svc.worker import ThreadWorker
+
+_log = Logger()
+
+OPTION_VARIABLES = {
+    "control-url": "SVC_CONTROL_URL",
+    "enroll-token": "SVC_ENROLL_TOKEN",
+    "mount-point": "SVC_MOUNT_POINT",
+    "policy-file": "SVC_POLICY_FILE",
+    "audit-log": "SVC_AUDIT_LOG",
+    "ca-file": "SVC_CA_FILE",
+    "cache-dir": "SVC_CACHE_DIR",
+    "workers": "SVC_FUSE_WORKERS",
+}
+
+RENEW_AT = 2 / 3
+"""Renew the agent certificate at this fraction of its remaining life."""
 
 
 class Options(usage.Options):
     """
-    Command-line options for ``twist svc-mount``.
+    Command-line options for ``twist svc-mount``; each defaults to its
+    C{SVC_*} environment variable.
     """
 
+    optParameters = [
+        [name, None, None, f"(default: ${variable})"] for name, variable in OPTION_VARIABLES.items()
+    ]
+    optFlags = [
+        ["allow-other", None, "Let other users use the mount ($SVC_MOUNT_ALLOW_OTHER)."],
+        ["force", None, "Take the mount lease over from another enrollment ($SVC_MOUNT_FORCE)."],
+    ]
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+        self._environ = dict(os.environ) if environ is None else environ
+        self.settings: MountSettings | None = None
+
     def postOptions(self) -> None:
-        raise usage.UsageError(NOT_BUILT)
+        overrides: dict[str, str | None] = {
+            variable: self[name] for name, variable in OPTION_VARIABLES.items()
+        }
+        if self["allow-other"]:
+            overrides["SVC_MOUNT_ALLOW_OTHER"] = "1"
+        if self["force"]:
+            overrides["SVC_MOUNT_FORCE"] = "1"
+        try:
+            self.settings = settings_from(self._environ, overrides)
+        except SettingsError as error:
+            raise usage.UsageError(str(error)) from None
+
+
+def agent_id_of(leaf: Any) -> str:
+    """The agent id in a leaf's C{spiffe://<domain>/agent/<id>} SAN."""
+
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    for uri in sans.get_values_for_type(x509.UniformResourceIdentifier):
+        parts = names.split_spiffe_id(uri)
+        if parts is not None and parts[1].startswith("agent/"):
+            return parts[1].removeprefix("agent/")
+    raise ValueError("the agent certificate names no agent")
+
+
+class MountService(Service):
+    """The whole mount client: see the module docstring."""
+
+    def __init__(self, reactor: Any, settings: MountSettings) -> None:
+        self._reactor = reactor
+        self._settings = settings
+        self._stopping = False
+        self._timers: list[Any] = []
+        self._fs: Any = None
+        self._bridge: Any = None
+        self._loop: Any = None
+        self._control: Any = None
+        self._creds: Any = None
+        self._dataplane: Any = None
+        self._cache: Any = None
+        self._sink: Any = None
+        self._worker: Any = None
+        self.ready: Deferred[None] = Deferred()
+
+    def _emit(self, event: AuditEvent) -> None:
+        if self._sink is not None:
+            self._sink.emit(event)
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        starting = Deferred.fromCoroutine(self._start())
+
+        def failed(reason: Any) -> None:
+            _log.failure("svc-mount could not start", reason)
+            if self._reactor.running:
+                self._reactor.stop()
+
+        starting.addCallbacks(self.ready.callback, failed)
+
+    async def _start(self) -> None:
+
+        settings = self._settings
+        reactor = self._reactor
+        for directory in (settings.chunk_dir, settings.spill_dir):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        policy = load_policy_file(settings.policy_file) if settings.policy_file else UNRESTRICTED
+        if settings.audit_log is not None:
+            self._sink = JsonlAuditSink(settings.audit_log, reactor)
+            self._sink.start()
+        self._worker = ThreadWorker(reactor, "svc-mount-worker", threads=2)
+
+        self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
+        try:
+            creds = await self._control.enroll(settings.enroll_token)
+        except Exception:
+            self._emit(enrollment_event(ts=reactor.seconds(), serial=None))
+            raise
+        self._emit(enrollment_event(ts=reactor.seconds(), serial=creds.serial))
+        self._creds = creds
+        agent_id = agent_id_of(creds.leaf())
+        _log.info("enrolled as agent {agent}, serial {serial}", agent=agent_id, serial=creds.serial)
+
+        lease = await self._control.acquire_mount(creds, force=settings.force)
+        _log.info(
+            "mount lease held until {until} (session {session})",
+            until=lease.lease_expires_at.isoformat(),
+            session=lease.session_id,
+        )
+        self._schedule_refresh(lease.ttl_seconds)
+        self._schedule_renewal()
+
+        host, _, port = creds.server_addr.rpartition(":")
+        self._dataplane = await connect_dataplane(reactor, (host, int(port)), creds.client_tls())
+        remote = Remote(self._dataplane)
+        self._cache = await ChunkCache.open(
+            settings.chunk_dir, self._worker, reactor, emit=self._emit
+        )
+        cache = self._cache
+
+        class CachedChunks:
+            def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+                fetched: Deferred[bytes] = cache.fetch(chunk_hash, remote.chunk_get)
+                return fetched
+
+            def put(self, chunk_hash: str, data: bytes, /) -> object:
+                return cache.put(chunk_hash, data)
+
+        self._fs = MountFS(
+            remote=remote,
+            chunks=CachedChunks(),
+            agent_id=agent_id,
+            session_id=lease.session_id,
+            spill_dir=settings.spill_dir,
+            worker=self._worker,
+            now=reactor.seconds,
+            emit=self._emit,
+            policy=policy,
+            invalidate=invalidator(),
+        )
+        await self._fs.start()
+        self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)
+        self._loop = FuseLoop(
+            reactor,
+            self._bridge,
+            settings.mount_point,
+            workers=settings.workers,
+            allow_other=settings.allow_other,
+        )
+        self._loop.mount()
+        self._loop.ended.addCallback(self._loop_ended)
+
+    def _loop_ended(self, result: object) -> None:
+        if not self._stopping:
+            _log.warn("the mount was unmounted from outside ({result}); stopping", result=result)
+            self._reactor.stop()
+
+    # Lease and certificate upkeep
+
+    def _schedule_refresh(self, ttl_seconds: float) -> None:
+        delay = max(1.0, ttl_seconds / 3)
+        self._timers.append(self._reactor.callLater(delay, self._refresh))
+
+    def _refresh(self) -> None:
+
+        async def refreshing() -> None:
+            try:
+                lease = await self._control.refresh_mount(self._creds)
+            except LeaseLost as error:
+                reason = f"mount lease lost: {error}"
+                _log.error("{reason}; the mount is read-only from now on", reason=reason)
+                if self._fs is not None:
+                    self._fs.set_read_only(reason)
+                return
+            except Exception as error:
+                _log.warn("mount lease refresh failed, retrying: {error}", error=error)
+                self._schedule_refresh(30.0)
+                return
+            self._schedule_refresh(lease.ttl_seconds)
+
+        if not self._stopping:
+            Deferred.fromCoroutine(refreshing())
+
+    def _schedule_renewal(self) -> None:
+        remaining = (self._creds.not_after - datetime.now(UTC)).total_seconds()
+        delay = max(60.0, remaining * RENEW_AT)
+        self._timers.append(self._reactor.callLater(delay, self._renew))
+
+    def _renew(self) -> None:
+        async def renewing() -> None:
+            try:
+                self._creds = await self._control.renew(self._creds)
+                _log.info("agent certificate renewed, serial {serial}", serial=self._creds.serial)
+            except Exception as error:
+                _log.warn("certificate renewal failed, retrying: {error}", error=error)
+            self._schedule_renewal()
+
+        if not self._stopping:
+            Deferred.fromCoroutine(renewing())
+
+    # Shutdown
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()  # type: ignore[no-untyped-call]
+        self._stopping = True
+        for timer in self._timers:
+            if timer.active():
+                timer.cancel()
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+
+        if self._fs is not None and self._bridge is not None:
+            failed = await sync_all(self._fs, self._bridge.open_handles())
+            _log.info("wrote back open files before unmounting ({failed} failed)", failed=failed)
+        if self._loop is not None:
+            await self._loop.unmount()
+        if self._creds is not None and self._control is not None:
+            try:
+                await self._control.release_mount(self._creds)
+                _log.info("mount lease released")
+            except Exception as error:
+                _log.warn("could not release the mount lease: {error}", error=error)
+        if self._dataplane is not None:
+            await self._dataplane.close()
+        if self._cache is not None:
+            await self._cache.close()
+        if self._sink is not None:
+            await self._sink.stop()
 
 
 def makeService(options: Options) -> IService:
-    """
-    Refuse: the part is not built yet.
-    """
-    raise SystemExit(NOT_BUILT)
+    """The mount service over the global reactor."""
+    from twisted.internet import reactor  # noqa: PLC0415 (installed by twist by now)
+
+    assert options.settings is not None
+    service: Any = MountService(reactor, options.settings)
+    return cast(IService, service)
+
+
+__all__ = ["MountService", "Options", "Path", "makeService"]

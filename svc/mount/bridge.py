@@ -1,0 +1,400 @@
+"""
+The llfuse bridge: an C{llfuse.Operations} whose handlers only translate.
+
+Each handler runs on an llfuse worker thread. It turns the kernel's
+arguments into L{MountFS} arguments, runs the operation on the reactor thread
+through L{ReactorCaller} (with the llfuse global lock released and a
+timeout: a FUSE thread never waits forever), and turns the answer back into
+llfuse values. L{FSError} becomes C{FUSEError(errno)}; a timeout or any
+other exception is EIO (the latter logged as a bug).
+
+Threads and timeouts: ``docs/specifications/mount-runtime.md``.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import llfuse
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from svc.audit.events import NO_PROCESS, CallerProcess
+from svc.mount.attributes import BLOCK_SIZE, AttributeChanges, Entry
+from svc.mount.errors import FSError
+from svc.mount.fs import MountFS
+from svc.mount.settings import BridgeTimeouts
+
+T = TypeVar("T")
+
+_log = Logger()
+
+DEFAULT_TIMEOUTS = BridgeTimeouts()
+
+READDIR_PAGE = 64
+"""Entries asked of L{MountFS.readdir} per call (the kernel's buffer is small)."""
+
+
+def process_name(pid: int, proc: str = "/proc") -> str | None:
+    """The command name of C{pid} (C{/proc/<pid>/comm}), L{None} if unknown."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as comm:
+            name = comm.read(64).rstrip(b"\n").decode("utf-8", "replace")
+    except OSError:
+        return None
+    return name or None
+
+
+def caller_of(ctx: Any) -> CallerProcess:
+    """The L{CallerProcess} behind an llfuse C{RequestContext}."""
+    pid = getattr(ctx, "pid", None)
+    uid = getattr(ctx, "uid", None)
+    gid = getattr(ctx, "gid", None)
+    if not isinstance(pid, int) or pid <= 0:
+        return CallerProcess(uid=uid, gid=gid)
+    return CallerProcess(command=process_name(pid), pid=pid, uid=uid, gid=gid)
+
+
+class ReactorCaller:
+    """
+    Runs a function on the reactor thread from a FUSE thread and waits for
+    its result, at most C{timeout} seconds, with the llfuse lock released.
+    """
+
+    def __init__(
+        self,
+        reactor: IReactorFromThreads,
+        released: Callable[[], AbstractContextManager[Any]] = lambda: llfuse.lock_released,
+    ) -> None:
+        self._reactor = reactor
+        self._released = released
+
+    def call(self, timeout: float, what: str, f: Callable[..., Any], *args: Any) -> Any:
+        """
+        C{f(*args)} on the reactor thread; its (Deferred's) result.
+
+        @raise llfuse.FUSEError: C{FSError.errno}; EIO on timeout or a bug.
+        """
+        done = threading.Event()
+        box: list[object] = []
+
+        def finished(result: object) -> None:
+            box.append(result)
+            done.set()
+
+        def run() -> None:
+            maybeDeferred(f, *args).addBoth(finished)
+
+        self._reactor.callFromThread(run)
+        with self._released():
+            answered = done.wait(timeout)
+        if not answered:
+            _log.error("{what} got no answer within {timeout}s: EIO", what=what, timeout=timeout)
+            raise llfuse.FUSEError(errno.EIO)
+        result = box[0]
+        if isinstance(result, Failure):
+            error = result.value
+            if isinstance(error, FSError):
+                raise llfuse.FUSEError(error.errno)
+            _log.failure("{what} failed unexpectedly: EIO", result, what=what)
+            raise llfuse.FUSEError(errno.EIO)
+        return result
+
+
+class Bridge(llfuse.Operations):  # type: ignore[misc]
+    """
+    The FUSE operations of one mount, translating to C{fs}. It remembers
+    the caller of each open handle (llfuse passes no context to C{read},
+    C{write}, C{flush}, C{release}, C{readdir}).
+    """
+
+    def __init__(
+        self, fs: MountFS, caller: ReactorCaller, timeouts: BridgeTimeouts = DEFAULT_TIMEOUTS
+    ) -> None:
+        super().__init__()
+        self._fs = fs
+        self._call = caller
+        self._timeouts = timeouts
+        self._owners: dict[int, CallerProcess] = {}
+        self._dir_owners: dict[int, CallerProcess] = {}
+        self._owners_lock = threading.Lock()
+
+    # Helpers
+
+    def _op(self, what: str, f: Callable[..., Deferred[T]], *args: Any) -> T:
+        result: T = self._call.call(self._timeouts.op_seconds, what, f, *args)
+        return result
+
+    def _sync(self, what: str, f: Callable[..., T], *args: Any) -> T:
+        result: T = self._call.call(self._timeouts.op_seconds, what, f, *args)
+        return result
+
+    def _writeback(self, what: str, f: Callable[..., Deferred[T]], *args: Any) -> T:
+        result: T = self._call.call(self._timeouts.writeback_seconds, what, f, *args)
+        return result
+
+    def _attributes(self, entry: Entry) -> llfuse.EntryAttributes:
+        attributes = entry.attributes
+        out = llfuse.EntryAttributes()
+        out.st_ino = entry.ino
+        out.generation = 0
+        out.entry_timeout = self._timeouts.entry_seconds
+        out.attr_timeout = self._timeouts.attr_seconds
+        out.st_mode = attributes.st_mode
+        out.st_nlink = max(1, attributes.nlink)
+        out.st_uid = attributes.uid
+        out.st_gid = attributes.gid
+        out.st_rdev = attributes.rdev
+        out.st_size = attributes.size
+        out.st_blksize = BLOCK_SIZE
+        out.st_blocks = attributes.st_blocks
+        out.st_atime_ns = attributes.atime_ns
+        out.st_mtime_ns = attributes.mtime_ns
+        out.st_ctime_ns = attributes.ctime_ns
+        return out
+
+    def _owner(self, fh: int) -> CallerProcess:
+        with self._owners_lock:
+            return self._owners.get(fh, NO_PROCESS)
+
+    def _remember(self, fh: int, caller: CallerProcess) -> None:
+        with self._owners_lock:
+            self._owners[fh] = caller
+
+    # Names and attributes
+
+    def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> llfuse.EntryAttributes:
+        """A name in a directory."""
+        return self._attributes(
+            self._op("lookup", self._fs.lookup, parent_inode, name, caller_of(ctx))
+        )
+
+    def getattr(self, inode: int, ctx: Any = None) -> llfuse.EntryAttributes:
+        """An inode's attributes."""
+        attributes = self._op("getattr", self._fs.getattr, inode, caller_of(ctx))
+        return self._attributes(Entry(inode, attributes))
+
+    def setattr(
+        self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any = None
+    ) -> llfuse.EntryAttributes:
+        """Change mode, owner, size or times (a size change may write back)."""
+        changes = AttributeChanges(
+            mode=attr.st_mode & 0o7777 if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+        )
+        call = self._writeback if changes.size is not None else self._op
+        attributes = call("setattr", self._fs.setattr, inode, changes, caller_of(ctx))
+        return self._attributes(Entry(inode, attributes))
+
+    def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        """The kernel dropped lookups; nothing to wait for."""
+        self._call_no_wait(self._fs.forget, list(inode_list))
+
+    def _call_no_wait(self, f: Callable[..., object], *args: Any) -> None:
+        reactor: Any = self._call._reactor
+        reactor.callFromThread(f, *args)
+
+    def readlink(self, inode: int, ctx: Any = None) -> bytes:
+        """A symlink's target."""
+        result: bytes = self._op("readlink", self._fs.readlink, inode, caller_of(ctx))
+        return result
+
+    def statfs(self, ctx: Any = None) -> llfuse.StatvfsData:
+        """Capacity and usage."""
+        stats = self._op("statfs", self._fs.statfs, caller_of(ctx))
+        out = llfuse.StatvfsData()
+        out.f_bsize = stats.block_size
+        out.f_frsize = stats.block_size
+        out.f_blocks = stats.blocks
+        out.f_bfree = stats.blocks_free
+        out.f_bavail = stats.blocks_available
+        out.f_files = stats.files
+        out.f_ffree = stats.files_free
+        out.f_favail = stats.files_free
+        out.f_namemax = stats.name_max
+        return out
+
+    # Directories
+
+    def opendir(self, inode: int, ctx: Any = None) -> int:
+        """Open a directory (lists it unless complete)."""
+        caller = caller_of(ctx)
+        fh: int = self._op("opendir", self._fs.opendir, inode, caller)
+        with self._owners_lock:
+            self._dir_owners[fh] = caller
+        return fh
+
+    def readdir(self, fh: int, off: int) -> Iterator[tuple[bytes, llfuse.EntryAttributes, int]]:
+        """Entries from offset C{off}, a page at a time."""
+        with self._owners_lock:
+            caller = self._dir_owners.get(fh, NO_PROCESS)
+        while True:
+            page = self._sync("readdir", self._fs.readdir, fh, off, caller, READDIR_PAGE)
+            for item in page:
+                yield (item.name, self._attributes(item.entry), item.next_offset)
+            if len(page) < READDIR_PAGE:
+                return
+            off = page[-1].next_offset
+
+    def releasedir(self, fh: int) -> None:
+        """Close a directory handle."""
+        with self._owners_lock:
+            self._dir_owners.pop(fh, None)
+        self._sync("releasedir", self._fs.releasedir, fh)
+
+    def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: Any = None
+    ) -> llfuse.EntryAttributes:
+        """Create a directory."""
+        return self._attributes(
+            self._op("mkdir", self._fs.mkdir, parent_inode, name, mode, caller_of(ctx))
+        )
+
+    def rmdir(self, parent_inode: int, name: bytes, ctx: Any = None) -> None:
+        """Remove an empty directory."""
+        self._op("rmdir", self._fs.rmdir, parent_inode, name, caller_of(ctx))
+
+    def unlink(self, parent_inode: int, name: bytes, ctx: Any = None) -> None:
+        """Remove a name."""
+        self._op("unlink", self._fs.unlink, parent_inode, name, caller_of(ctx))
+
+    def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        ctx: Any = None,
+    ) -> None:
+        """Rename, replacing the target."""
+        self._op(
+            "rename",
+            self._fs.rename,
+            parent_inode_old,
+            name_old,
+            parent_inode_new,
+            name_new,
+            caller_of(ctx),
+        )
+
+    def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: Any = None
+    ) -> llfuse.EntryAttributes:
+        """A hard link."""
+        return self._attributes(
+            self._op("link", self._fs.link, inode, new_parent_inode, new_name, caller_of(ctx))
+        )
+
+    def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: Any = None
+    ) -> llfuse.EntryAttributes:
+        """A symlink."""
+        return self._attributes(
+            self._op("symlink", self._fs.symlink, parent_inode, name, target, caller_of(ctx))
+        )
+
+    def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: Any = None
+    ) -> llfuse.EntryAttributes:
+        """A regular file, FIFO, socket or device node."""
+        return self._attributes(
+            self._op("mknod", self._fs.mknod, parent_inode, name, mode, rdev, caller_of(ctx))
+        )
+
+    # Files
+
+    def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: Any = None
+    ) -> tuple[int, llfuse.EntryAttributes]:
+        """Create and open a regular file."""
+        caller = caller_of(ctx)
+        opened, entry = self._op("create", self._fs.create, parent_inode, name, mode, flags, caller)
+        self._remember(opened.fh, caller)
+        return opened.fh, self._attributes(entry)
+
+    def open(self, inode: int, flags: int, ctx: Any = None) -> int:
+        """Open a regular file."""
+        caller = caller_of(ctx)
+        opened = self._op("open", self._fs.open, inode, flags, caller)
+        self._remember(opened.fh, caller)
+        fh: int = opened.fh
+        return fh
+
+    def read(self, fh: int, off: int, size: int) -> bytes:
+        """Read from an open file."""
+        data: bytes = self._op("read", self._fs.read, fh, off, size, self._owner(fh))
+        return data
+
+    def write(self, fh: int, off: int, buf: bytes) -> int:
+        """Write to an open file (kept locally until write-back)."""
+        written: int = self._op("write", self._fs.write, fh, off, bytes(buf), self._owner(fh))
+        return written
+
+    def flush(self, fh: int) -> None:
+        """Write back on close of a descriptor."""
+        self._writeback("flush", self._fs.flush, fh, self._owner(fh))
+
+    def fsync(self, fh: int, datasync: bool) -> None:
+        """Write back."""
+        self._writeback("fsync", self._fs.fsync, fh, bool(datasync), self._owner(fh))
+
+    def release(self, fh: int) -> None:
+        """Close a file handle."""
+        owner = self._owner(fh)
+        try:
+            self._writeback("release", self._fs.release, fh, owner)
+        finally:
+            with self._owners_lock:
+                self._owners.pop(fh, None)
+
+    # Shutdown (reactor thread)
+
+    def open_handles(self) -> dict[int, CallerProcess]:
+        """The open file handles and their callers."""
+        with self._owners_lock:
+            return dict(self._owners)
+
+
+def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
+    """
+    On the reactor thread: write back every open handle (before unmounting);
+    fires with how many failed (each logged).
+    """
+
+    async def syncing() -> int:
+        failed = 0
+        for fh, caller in sorted(handles.items()):
+            try:
+                await fs.fsync(fh, False, caller)
+            except FSError as error:
+                failed += 1
+                _log.error(
+                    "write-back of handle {fh} failed at shutdown: {error}", fh=fh, error=error
+                )
+        return failed
+
+    return Deferred.fromCoroutine(syncing())
+
+
+def invalidator() -> Callable[[int], None]:
+    """C{MountFS}'s C{invalidate}: drop an inode's kernel page cache."""
+
+    def invalidate(ino: int) -> None:
+        try:
+            llfuse.invalidate_inode(ino)
+        except Exception as error:  # not mounted, or the kernel refused
+            _log.info("could not invalidate inode {ino}: {error}", ino=ino, error=error)
+
+    return invalidate

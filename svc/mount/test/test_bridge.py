@@ -1,0 +1,242 @@
+"""
+Tests for L{svc.mount.bridge}: the translation of llfuse calls into
+L{MountFS} calls, errors and timeouts, without mounting (the real mount is
+``tests/test_mount_system.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+import llfuse
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.audit.events import CallerProcess
+from svc.mount.attributes import (
+    AttributeChanges,
+    Attributes,
+    DirEntry,
+    Entry,
+    FileKind,
+    FsStats,
+    QuotaReport,
+)
+from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name
+from svc.mount.errors import FSError
+from svc.mount.settings import BridgeTimeouts
+
+
+class ImmediateReactor:
+    """Runs C{callFromThread} calls at once, or never when C{dropping}."""
+
+    def __init__(self) -> None:
+        self.dropping = False
+        self.calls = 0
+
+    def callFromThread(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if not self.dropping:
+            f(*args, **kwargs)
+
+
+def attributes(kind: FileKind = FileKind.FILE, size: int = 10) -> Attributes:
+    return Attributes(
+        server_inode=77,
+        kind=kind,
+        mode=0o640,
+        uid=1,
+        gid=2,
+        size=size,
+        mtime_ns=3,
+        atime_ns=4,
+        ctime_ns=5,
+        version=1,
+        nlink=1,
+    )
+
+
+class Fields:
+    """Stands in for llfuse.SetattrFields (whose attributes are read-only)."""
+
+    def __init__(self, **update: bool) -> None:
+        for name in ("mode", "uid", "gid", "size", "mtime", "atime"):
+            setattr(self, f"update_{name}", update.get(name, False))
+
+
+class Context:
+    def __init__(self, pid: int, uid: int = 1000, gid: int = 1000) -> None:
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+
+
+class RecordingFS:
+    """A MountFS stand-in that records calls and answers from C{answers}."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.answers: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        def method(*args: Any) -> Any:
+            self.calls.append((name, args))
+            answer = self.answers.get(name)
+            if isinstance(answer, BaseException):
+                return fail(answer)
+            if callable(answer):
+                return answer(*args)
+            return succeed(answer)
+
+        return method
+
+
+class RecordingCaller(ReactorCaller):
+    """Remembers the timeout of each call."""
+
+    def __init__(self, reactor: ImmediateReactor) -> None:
+        threads: Any = reactor
+        super().__init__(threads, contextlib.nullcontext)
+        self.timeouts: list[tuple[str, float]] = []
+
+    def call(self, timeout: float, what: str, f: Callable[..., Any], *args: Any) -> Any:
+        self.timeouts.append((what, timeout))
+        return super().call(timeout, what, f, *args)
+
+
+class BridgeTests(SynchronousTestCase):
+    """Each llfuse handler translates to one MountFS call and back."""
+
+    def setUp(self) -> None:
+        self.reactor = ImmediateReactor()
+        self.fs = RecordingFS()
+        self.caller = RecordingCaller(self.reactor)
+        self.timeouts = BridgeTimeouts(
+            op_seconds=0.05, writeback_seconds=7.0, entry_seconds=11, attr_seconds=13
+        )
+        self.bridge = Bridge(self.fs, self.caller, self.timeouts)  # type: ignore[arg-type]
+
+    def fuse_errno(self, call: Callable[[], object]) -> int:
+        with self.assertRaises(llfuse.FUSEError) as raised:
+            call()
+        return int(raised.exception.errno)
+
+    def test_lookup_translates_entry(self) -> None:
+        """lookup answers EntryAttributes with the FUSE inode, full mode and the cache timeouts."""
+        self.fs.answers["lookup"] = Entry(5, attributes())
+        out = self.bridge.lookup(1, b"name", Context(os.getpid()))
+        self.assertEqual(out.st_ino, 5)
+        self.assertEqual(out.st_mode, stat.S_IFREG | 0o640)
+        self.assertEqual((out.st_size, out.st_uid, out.st_gid), (10, 1, 2))
+        self.assertEqual((out.entry_timeout, out.attr_timeout), (11, 13))
+        name, args = self.fs.calls[0]
+        self.assertEqual((name, args[:2]), ("lookup", (1, b"name")))
+        self.assertEqual(args[2].pid, os.getpid())
+
+    def test_fs_error_becomes_fuse_error(self) -> None:
+        """An FSError's errno is the FUSEError's errno."""
+        self.fs.answers["unlink"] = FSError(errno.ENOTEMPTY, "no")
+        self.assertEqual(
+            self.fuse_errno(lambda: self.bridge.unlink(1, b"x", None)), errno.ENOTEMPTY
+        )
+
+    def test_bug_becomes_eio(self) -> None:
+        """Any other exception is EIO, and logged."""
+        self.fs.answers["mkdir"] = RuntimeError("bug")
+        self.assertEqual(
+            self.fuse_errno(lambda: self.bridge.mkdir(1, b"d", 0o755, None)), errno.EIO
+        )
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_timeout_becomes_eio(self) -> None:
+        """A call the reactor never answers fails with EIO after the timeout."""
+        self.fs.answers["getattr"] = lambda *a: Deferred()
+        self.assertEqual(self.fuse_errno(lambda: self.bridge.getattr(1, None)), errno.EIO)
+
+    def test_dropped_call_times_out(self) -> None:
+        """A call the reactor never runs fails with EIO too: nothing waits forever."""
+        self.reactor.dropping = True
+        self.assertEqual(self.fuse_errno(lambda: self.bridge.statfs(None)), errno.EIO)
+
+    def test_writeback_calls_wait_longer(self) -> None:
+        """flush, fsync, release and a truncation use the write-back timeout."""
+        self.fs.answers["open"] = type("R", (), {"fh": 9, "keep_cache": False})()
+        self.fs.answers["setattr"] = attributes(size=0)
+        self.assertEqual(self.bridge.open(4, os.O_RDWR, Context(os.getpid())), 9)
+        self.bridge.flush(9)
+        self.bridge.fsync(9, True)
+        self.bridge.release(9)
+        fields = Fields(size=True)
+        attr = llfuse.EntryAttributes()
+        attr.st_size = 0
+        self.bridge.setattr(4, attr, fields, None, None)
+        self.assertEqual(
+            self.caller.timeouts,
+            [("open", 0.05), ("flush", 7.0), ("fsync", 7.0), ("release", 7.0), ("setattr", 7.0)],
+        )
+        self.assertEqual(self.fs.calls[-1][1][1], AttributeChanges(size=0))
+        flush_caller = self.fs.calls[1][1][1]
+        self.assertEqual(flush_caller.pid, os.getpid())
+
+    def test_setattr_fields(self) -> None:
+        """Only the fields llfuse marks are asked to change; mode loses its type bits."""
+        self.fs.answers["setattr"] = attributes()
+        fields = Fields(mode=True)
+        attr = llfuse.EntryAttributes()
+        attr.st_mode = stat.S_IFREG | 0o600
+        self.bridge.setattr(4, attr, fields, None, None)
+        self.assertEqual(self.fs.calls[0][1][1], AttributeChanges(mode=0o600))
+        self.assertEqual(self.caller.timeouts, [("setattr", 0.05)])
+
+    def test_readdir_pages(self) -> None:
+        """readdir asks page after page until a short one, resuming at next_offset."""
+        entries = [
+            DirEntry(f"n{i}".encode(), Entry(10 + i, attributes()), i + 1) for i in range(70)
+        ]
+        self.fs.answers["opendir"] = 3
+        self.fs.answers["readdir"] = lambda fh, off, caller, limit: entries[off : off + limit]
+        fh = self.bridge.opendir(1, Context(os.getpid()))
+        names = [name for name, _attr, _next in self.bridge.readdir(fh, 0)]
+        self.assertEqual(names, [e.name for e in entries])
+        offsets = [args[1] for name, args in self.fs.calls if name == "readdir"]
+        self.assertEqual(offsets, [0, 64])
+
+    def test_statfs(self) -> None:
+        """statfs reports the quota in blocks and a 255-byte name limit."""
+        self.fs.answers["statfs"] = FsStats.from_quota(QuotaReport(1 << 20, 4096))
+        out = self.bridge.statfs(None)
+        self.assertEqual(
+            (out.f_bsize, out.f_blocks, out.f_bfree, out.f_namemax), (4096, 256, 255, 255)
+        )
+
+    def test_create_remembers_caller(self) -> None:
+        """create answers (fh, attributes); later writes carry the creating process."""
+        opened = type("R", (), {"fh": 12, "keep_cache": False})()
+        self.fs.answers["create"] = (opened, Entry(8, attributes(size=0)))
+        self.fs.answers["write"] = 3
+        fh, out = self.bridge.create(1, b"f", 0o644, os.O_WRONLY, Context(os.getpid(), 5, 6))
+        self.assertEqual((fh, out.st_ino), (12, 8))
+        self.assertEqual(self.bridge.write(12, 0, b"abc"), 3)
+        caller = self.fs.calls[-1][1][3]
+        self.assertEqual((caller.uid, caller.gid), (5, 6))
+        self.assertEqual(self.bridge.open_handles(), {12: caller})
+
+
+class CallerTests(SynchronousTestCase):
+    """The caller of a request comes from the llfuse context and /proc."""
+
+    def test_process_name(self) -> None:
+        """The command name of this process is read from /proc/<pid>/comm."""
+        with open(f"/proc/{os.getpid()}/comm") as comm:
+            expected = comm.read().strip()
+        self.assertEqual(process_name(os.getpid()), expected)
+
+    def test_unknown_process(self) -> None:
+        """A pid without /proc entry (or 0) has no name, but keeps uid and gid."""
+        self.assertIsNone(process_name(0))
+        self.assertEqual(caller_of(Context(0, 3, 4)), CallerProcess(uid=3, gid=4))

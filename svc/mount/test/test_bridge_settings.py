@@ -1,0 +1,74 @@
+"""
+Tests for L{svc.mount.settings} and the C{twist svc-mount} options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.settings import SettingsError, settings_from
+from svc.mount.tap import Options
+
+ENV = {
+    "SVC_CONTROL_URL": "http://control/",
+    "SVC_ENROLL_TOKEN": "secret-token",
+    "SVC_MOUNT_POINT": "/mnt/agent",
+    "HOME": "/home/agent",
+}
+
+
+class SettingsTests(SynchronousTestCase):
+    """Settings come from SVC_* variables, options win."""
+
+    def test_from_environment(self) -> None:
+        """The required variables suffice; the URL loses its trailing slash; the token hides."""
+        settings = settings_from(ENV)
+        self.assertEqual(settings.control_url, "http://control")
+        self.assertEqual(settings.mount_point, Path("/mnt/agent"))
+        self.assertFalse(settings.allow_other)
+        self.assertNotIn("secret-token", repr(settings))
+
+    def test_default_cache_root(self) -> None:
+        """Without SVC_CACHE_DIR the cache is the spec's $XDG_CACHE_HOME/svc, else ~/.cache/svc."""
+        self.assertEqual(settings_from(ENV).chunk_dir, Path("/home/agent/.cache/svc"))
+        xdg = settings_from({**ENV, "XDG_CACHE_HOME": "/xdg"})
+        self.assertEqual(xdg.chunk_dir, Path("/xdg/svc"))
+        self.assertEqual(xdg.spill_dir, Path("/xdg/svc/spill"))
+        env = {k: v for k, v in ENV.items() if k != "HOME"}
+        with self.assertRaises(SettingsError) as raised:
+            settings_from(env)
+        self.assertIn("SVC_CACHE_DIR", str(raised.exception))
+
+    def test_missing(self) -> None:
+        """A missing required variable is refused by name."""
+        env = dict(ENV)
+        del env["SVC_MOUNT_POINT"]
+        with self.assertRaises(SettingsError) as raised:
+            settings_from(env)
+        self.assertIn("SVC_MOUNT_POINT", str(raised.exception))
+
+    def test_bad_workers(self) -> None:
+        """SVC_FUSE_WORKERS must be a positive integer."""
+        for bad in ("x", "0"):
+            with self.assertRaises(SettingsError):
+                settings_from({**ENV, "SVC_FUSE_WORKERS": bad})
+
+    def test_options_override(self) -> None:
+        """Command-line options override the environment; flags set allow_other and force."""
+        options = Options(environ=dict(ENV))
+        options.parseOptions(
+            ["--mount-point", "/elsewhere", "--cache-dir", "/c", "--allow-other", "--force"]
+        )
+        assert options.settings is not None
+        self.assertEqual(options.settings.mount_point, Path("/elsewhere"))
+        self.assertEqual(options.settings.spill_dir, Path("/c/spill"))
+        self.assertTrue(options.settings.allow_other)
+        self.assertTrue(options.settings.force)
+
+    def test_options_refuse(self) -> None:
+        """Options without a control URL are a usage error."""
+        options = Options(environ={})
+        self.assertRaises(usage.UsageError, options.parseOptions, [])

@@ -1,0 +1,184 @@
+"""
+The acceptance test of the mount client: the real stack (``python -m
+svc.quickstart start``), ``twist svc-mount`` as a process, ordinary tools
+writing through the kernel, an unmount by SIGTERM and a remount with an
+empty cache that must show every byte again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from twisted.trial.unittest import SkipTest, TestCase
+
+from svc.quickstart import DEMO_AGENT, http
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MOUNT_TIMEOUT = 60.0
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("CI") == "true":
+        return None
+    if os.geteuid() != 0:
+        return "mounting FUSE needs root here"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    return None
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every path under C{root}: its kind and its bytes (or symlink target)."""
+    found: dict[str, tuple[str, bytes]] = {}
+    for directory, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(directory) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                found[rel] = ("link", os.readlink(path).encode())
+            elif path.is_dir():
+                found[rel] = ("dir", b"")
+            else:
+                found[rel] = ("file", path.read_bytes())
+    return found
+
+
+class MountSystemTests(TestCase):
+    """The mount client end to end, through the kernel."""
+
+    def setUp(self) -> None:
+        reason = _skip_reason()
+        if reason is not None:
+            raise SkipTest(reason)
+        self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-system-"))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.stack = self.tmp / "stack"
+        self.addCleanup(self.quickstart, "stop")
+        started = self.quickstart("start")
+        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
+        self.state = json.loads((self.stack / "state.json").read_text())
+        self.control_url = f"http://127.0.0.1:{self.state['control_port']}"
+        self.mount_point = self.tmp / "mnt"
+        self.mount_point.mkdir()
+
+    def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=180,
+            check=False,
+        )
+
+    def enroll_token(self) -> str:
+        status, minted = http(
+            "POST",
+            self.control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token",
+            {},
+            self.state["token"],
+        )
+        self.assertEqual(status, 200, minted)
+        token: str = minted["token"]
+        return token
+
+    def mount(self, label: str) -> subprocess.Popen[bytes]:
+        """Start twist svc-mount with a fresh cache; wait for the mount."""
+        log = self.tmp / f"mount-{label}.log"
+        environ = {
+            **os.environ,
+            "SVC_CONTROL_URL": self.control_url,
+            "SVC_ENROLL_TOKEN": self.enroll_token(),
+            "SVC_MOUNT_POINT": str(self.mount_point),
+            "SVC_CACHE_DIR": str(self.tmp / f"cache-{label}"),
+            "SVC_AUDIT_LOG": str(self.tmp / f"audit-{label}.jsonl"),
+            "SVC_MOUNT_FORCE": "1",
+        }
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
+                env=environ,
+                cwd=ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        self.addCleanup(self.force_down, process)
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while not os.path.ismount(self.mount_point):
+            if process.poll() is not None or time.monotonic() > deadline:
+                self.fail(f"no mount; log:\n{log.read_text(errors='replace')}")
+            time.sleep(0.2)
+        self.logs = log
+        return process
+
+    def force_down(self, process: subprocess.Popen[bytes]) -> None:
+        """Cleanup: never leave a mount or a process behind."""
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if os.path.ismount(self.mount_point):
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+
+    def unmount(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGTERM: write back, unmount, release the lease, exit."""
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        self.assertFalse(os.path.ismount(self.mount_point), self.logs.read_text())
+
+    def sh(self, command: str) -> str:
+        done = subprocess.run(
+            ["sh", "-euc", command],
+            cwd=self.mount_point,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        self.assertEqual(done.returncode, 0, f"{command}: {done.stderr}\n{self.logs.read_text()}")
+        return done.stdout
+
+    def test_tools_write_and_remount_reads_everything(self) -> None:
+        """cp -r, echo, mkdir -p, mv, ln -s and sqlite3 survive a remount with an empty cache."""
+        source = self.tmp / "tree"
+        (source / "sub" / "deeper").mkdir(parents=True)
+        (source / "a.txt").write_text("alpha\n")
+        (source / "sub" / "b.bin").write_bytes(os.urandom(300_000))
+        (source / "sub" / "deeper" / "c.txt").write_text("gamma " * 1000)
+
+        process = self.mount("first")
+        self.sh(f"cp -r {source} tree")
+        self.sh("echo hello > hello.txt")
+        self.sh("mkdir -p x/y/z && echo deep > x/y/z/f")
+        self.sh("mv hello.txt x/moved.txt")
+        self.sh("ln -s x/moved.txt link")
+        self.assertEqual(self.sh("cat link"), "hello\n")
+        self.assertEqual(
+            (self.mount_point / "tree" / "sub" / "b.bin").read_bytes(),
+            (source / "sub" / "b.bin").read_bytes(),
+        )
+        if shutil.which("sqlite3"):
+            self.sh("sqlite3 db.sqlite 'create table t(x); insert into t values (1),(2),(3);'")
+            self.assertEqual(self.sh("sqlite3 db.sqlite 'select sum(x) from t'"), "6\n")
+        before = snapshot(self.mount_point)
+        self.assertIn("x/moved.txt", before)
+        self.unmount(process)
+
+        self.mount("second")
+        after = snapshot(self.mount_point)
+        self.assertEqual(sorted(after), sorted(before))
+        self.assertEqual(after, before)
+        if shutil.which("sqlite3"):
+            self.assertEqual(self.sh("sqlite3 db.sqlite 'select sum(x) from t'"), "6\n")
