@@ -160,18 +160,24 @@ class Stack:
 
     def stop(self) -> list[str]:
         stopped = []
-        for name in ("dataplane", "control"):
+        # The mount first: it flushes, unmounts and releases its lease, which
+        # needs both planes still running.
+        for name in ("mount", "dataplane", "control"):
             pid = self.running(name)
             if pid is None:
                 continue
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + (60 if name == "mount" else 20)
             while time.monotonic() < deadline and self.running(name) is not None:
                 time.sleep(0.1)
             if self.running(name) is not None:
                 os.kill(pid, signal.SIGKILL)
             (self.root / f"{name}.pid").unlink(missing_ok=True)
             stopped.append(name)
+        mount_point = self.load_state().get("mount_point")
+        if mount_point and os.path.ismount(mount_point):
+            # A mount process killed without unmounting leaves a dead mount.
+            subprocess.run(["umount", "-l", mount_point], check=False)  # noqa: S603, S607
         return stopped
 
 
@@ -311,8 +317,67 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
         server_name=enrollment.get("server_name", "localhost"),
         session_id=lease["session_id"],
         agent_fingerprint=enrollment["agent_fingerprint"],
+        mount_point=entity["virtual_path"],
     )
     stack.save_state(state)
+
+
+def fuse_available() -> str | None:
+    """
+    Why FUSE cannot be used here, or None when it can.
+    """
+    if not Path("/dev/fuse").exists():
+        return "/dev/fuse is missing"
+    if os.geteuid() != 0:
+        return "mounting needs root in this demo"
+    return None
+
+
+def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
+    """
+    Start C{twist svc-mount} for the demo agent at its virtual path and use
+    the disk with plain file I/O; returns the lines to print about it.
+    """
+    unavailable = fuse_available()
+    if unavailable is not None:
+        return f"The FUSE mount was skipped: {unavailable}."
+    mount_point = Path(state["mount_point"])
+    if os.path.ismount(mount_point):
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)  # noqa: S603, S607
+    mount_point.mkdir(parents=True, exist_ok=True)
+    # The demo's own enrollment above held the lease; hand it to the mount.
+    http(
+        "DELETE",
+        control_url + f"/allocations/{state['allocation_id']}/mount",
+        {"agent_fingerprint": state["agent_fingerprint"]},
+    )
+    status, minted = http(
+        "POST", control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token", {}, state["token"]
+    )
+    if status != 200:
+        raise SystemExit(f"enroll-token failed: {status} {minted}")
+    _say(f"mounting the agent's disk at {mount_point} (log: {stack.root / 'mount.log'})")
+    stack.spawn(
+        "mount",
+        [stack._bin("twist"), "svc-mount"],
+        {
+            **os.environ,
+            "SVC_CONTROL_URL": control_url,
+            "SVC_ENROLL_TOKEN": minted["token"],
+            "SVC_MOUNT_POINT": str(mount_point),
+            "SVC_CACHE_DIR": str(stack.root / "cache"),
+            "SVC_AUDIT_LOG": str(stack.root / "mount-audit.log"),
+        },
+    )
+    wait_until("the mount", lambda: os.path.ismount(mount_point))
+    note = mount_point / "written-through-fuse.txt"
+    note.write_text("This file was written with plain file I/O through the FUSE mount.\n")
+    listing = sorted(p.name for p in mount_point.iterdir())
+    _say(f"wrote {note.name} through the mount; the disk holds {listing}")
+    return (
+        f"  the agent's disk  {mount_point}   (mounted; try: ls -l {mount_point})\n"
+        f"  mount audit log   {stack.root / 'mount-audit.log'}"
+    )
 
 
 def start(stack: Stack) -> int:
@@ -320,7 +385,7 @@ def start(stack: Stack) -> int:
     Bring the stack up, provision and enroll the demo agent, write a file.
     """
     stack.root.mkdir(parents=True, exist_ok=True)
-    if stack.running("control") or stack.running("dataplane"):
+    if stack.running("control") or stack.running("dataplane") or stack.running("mount"):
         _say("a demo stack is already running; stopping it first")
         stack.stop()
     state = stack.first_time_state()
@@ -339,6 +404,7 @@ def start(stack: Stack) -> int:
         [sys.executable, "-m", "svc.quickstart_write", str(stack.root)],
         check=True,
     )
+    mounted = mount_disk(stack, state, control_url)
     print(
         f"""
 The demo stack is running (state in {stack.root}):
@@ -348,7 +414,7 @@ The demo stack is running (state in {stack.root}):
 Try:
   .venv/bin/svc audit tail --file {stack.root / "dataplane-audit.log"} --limit 20
   curl -s {control_url}/healthz
-Not built yet: the FUSE mount (twist svc-mount), so the disk is not shown as a directory.
+{mounted}
 Stop everything with: scripts/demo stop
 """,
         flush=True,

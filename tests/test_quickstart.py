@@ -14,6 +14,8 @@ from pathlib import Path
 
 from twisted.trial.unittest import TestCase
 
+from svc.quickstart import fuse_available
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -45,7 +47,7 @@ class QuickstartTests(TestCase):
         self.addCleanup(self.quickstart, "stop")
 
     def test_start_writes_and_stop_cleans_up(self) -> None:
-        """The demo writes and verifies a file, its processes run, and stop ends them all."""
+        """The demo writes a file over mTLS and through the mount; stop ends and unmounts all."""
         started = self.quickstart("start")
         self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
         self.assertIn("read back", started.stdout)
@@ -57,9 +59,18 @@ class QuickstartTests(TestCase):
         audit = (self.state / "dataplane-audit.log").read_text().splitlines()
         events = [json.loads(line)["event"] for line in audit]
         self.assertIn("manifest_put", events)
+        mount_point = Path(state["mount_point"])
+        if fuse_available() is None:
+            self.assertIn("wrote written-through-fuse.txt through the mount", started.stdout)
+            self.assertTrue(os.path.ismount(mount_point))
+            self.assertIn("hello.txt", os.listdir(mount_point))
+            pids.append(int((self.state / "mount.pid").read_text()))
+        elif os.environ.get("CI") == "true":
+            self.fail(f"FUSE unavailable under CI: {fuse_available()}")
         stopped = self.quickstart("stop")
         self.assertEqual(stopped.returncode, 0, stopped.stderr)
         self.assertFalse(any(_alive(pid) for pid in pids))
+        self.assertFalse(os.path.ismount(mount_point))
         self.assertFalse((self.state / "control.pid").exists())
         # A second start reuses the same CA and data (the file is there, version 2 now).
         again = self.quickstart("start")

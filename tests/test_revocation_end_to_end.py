@@ -57,28 +57,42 @@ class RevocationPushTests(TestCase):
         self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
         self.state: dict[str, Any] = json.loads((self.state_dir / "state.json").read_text())
 
-    def connect(self) -> Deferred[DataPlaneClient]:
-        agent = self.state_dir / "agent"
-        chain = certs_from_pem((agent / "chain.pem").read_bytes())
+    def enroll(self) -> dict[str, Any]:
+        """A fresh enrollment of the demo agent, holding its mount lease."""
+        control = f"http://127.0.0.1:{self.state['control_port']}"
+        status, minted = http(
+            "POST", control + "/v1/agents/demo-agent/enroll-token", {}, self.state["token"]
+        )
+        self.assertEqual(status, 200, minted)
+        status, enrollment = http("POST", control + "/agent/enroll", None, minted["token"])
+        self.assertEqual(status, 200, enrollment)
+        mount = f"{control}/allocations/{self.state['allocation_id']}/mount"
+        proof = {"agent_fingerprint": enrollment["agent_fingerprint"], "force": True}
+        status, lease = http("POST", mount, proof)
+        self.assertEqual(status, 200, lease)
+        enrollment["mount_url"] = mount
+        return enrollment
+
+    def connect(self, enrollment: dict[str, Any]) -> Deferred[DataPlaneClient]:
+        chain = certs_from_pem(enrollment["ca_chain_pem"].encode())
         tls = client_tls_options(
-            cert_from_pem((agent / "leaf.pem").read_bytes()),
-            key_from_pem((agent / "key.pem").read_bytes()),
+            cert_from_pem(enrollment["client_cert_pem"].encode()),
+            key_from_pem(enrollment["client_key_pem"].encode()),
             chain[:-1],
             chain[-1],
-            self.state["server_name"],
+            enrollment["server_name"],
         )
-        host, port = self.state["server_addr"].rsplit(":", 1)
+        host, port = enrollment["server_addr"].rsplit(":", 1)
         return connect_dataplane(reactor, (host, int(port)), tls)
 
     async def test_release_closes_live_connection(self) -> None:
         """After DELETE /allocations/{id}/mount the live connection ends; a new one is refused."""
-        client = await self.connect()
+        enrollment = self.enroll()
+        client = await self.connect(enrollment)
         await client.call("ping", {})
         closed = client.when_closed()
-        fingerprint = self.state["agent_fingerprint"]
-        control = f"http://127.0.0.1:{self.state['control_port']}"
-        url = f"{control}/allocations/{self.state['allocation_id']}/mount"
-        status, body = http("DELETE", url, {"agent_fingerprint": fingerprint})
+        fingerprint = enrollment["agent_fingerprint"]
+        status, body = http("DELETE", enrollment["mount_url"], {"agent_fingerprint": fingerprint})
         self.assertEqual(status, 204, body)
         # The release pushes at once; allow up to two push intervals (plus start-up slack).
         for _ in range(PUSH_INTERVAL * 10 + 20):
@@ -87,4 +101,4 @@ class RevocationPushTests(TestCase):
             await deferLater(reactor, 0.5, lambda: None)
         self.assertTrue(closed.called, "the data plane kept the revoked agent connected")
         with self.assertRaises(AdmissionFailed):
-            await self.connect()
+            await self.connect(enrollment)
