@@ -1,0 +1,268 @@
+"""
+Shared plumbing for system tests through a real FUSE mount: the quickstart
+stack (C{python -m svc.quickstart start}) with its own mount stopped, and
+C{twist svc-mount} processes started by the test with their own cache, audit
+log and (optionally) policy file. Cleanup always stops the stack and leaves
+nothing mounted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+from blake3 import blake3
+from twisted.trial.unittest import SkipTest, TestCase
+
+from svc.quickstart import DEMO_AGENT, http
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+MOUNT_TIMEOUT = 60.0
+
+
+def skip_reason() -> str | None:
+    """Why the real mount cannot run here (never skipped under CI)."""
+    if os.environ.get("CI") == "true":
+        return None
+    if os.geteuid() != 0:
+        return "mounting FUSE needs root here"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    return None
+
+
+def lstat_tree(root: Path) -> dict[str, tuple[Any, ...]]:
+    """
+    Every path under C{root} (relative), with what C{os.lstat} shows of it:
+    kind-and-permission mode, size, mtime to the second, and the symlink
+    target, the sorted listing or the BLAKE3 of the bytes.
+    """
+    found: dict[str, tuple[Any, ...]] = {}
+    for directory, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, root)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                content: Any = os.readlink(path)
+            elif os.path.isdir(path):
+                content = sorted(os.listdir(path))
+            else:
+                with open(path, "rb") as handle:
+                    content = blake3(handle.read()).hexdigest()
+            found[rel] = (st.st_mode, st.st_size, int(st.st_mtime), content)
+    return found
+
+
+def audit_lines(path: Path) -> list[dict[str, Any]]:
+    """The audit log's lines, decoded (empty when the file is missing)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+class Mount:
+    """One C{twist svc-mount} process and its files."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], log: Path, cache: Path, audit: Path
+    ) -> None:
+        self.process = process
+        self.log = log
+        self.cache = cache
+        self.audit = audit
+
+    def audit_lines(self) -> list[dict[str, Any]]:
+        return audit_lines(self.audit)
+
+
+class MountStackCase(TestCase):
+    """
+    Base class: C{setUp} starts the quickstart stack and stops its own mount;
+    L{mount} starts a fresh C{twist svc-mount} at C{self.mount_point}.
+    """
+
+    def setUp(self) -> None:
+        reason = skip_reason()
+        if reason is not None:
+            raise SkipTest(reason)
+        self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-workloads-"))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.stack = self.tmp / "stack"
+        self.addCleanup(self._stop_stack)
+        started = self.quickstart("start")
+        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
+        self.state = json.loads((self.stack / "state.json").read_text())
+        self.control_url = f"http://127.0.0.1:{self.state['control_port']}"
+        self._stop_quickstart_mount()
+        self.mount_point = self.tmp / "mnt"
+        self.mount_point.mkdir()
+        self.mounts = 0
+
+    # The stack
+
+    def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=180,
+            check=False,
+        )
+
+    def _stop_stack(self) -> None:
+        self.quickstart("stop")
+        state_file = self.stack / "state.json"
+        if state_file.exists():
+            mount_point = json.loads(state_file.read_text()).get("mount_point")
+            if mount_point and os.path.ismount(mount_point):
+                subprocess.run(["umount", "-l", mount_point], check=False)
+
+    def _stop_quickstart_mount(self) -> None:
+        """SIGTERM the quickstart's own mount and wait until it is gone and unmounted."""
+        pid_file = self.stack / "mount.pid"
+        if not pid_file.exists():
+            return
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            self.fail("the quickstart's mount did not exit on SIGTERM")
+        pid_file.unlink(missing_ok=True)
+        self.assertFalse(os.path.ismount(self.state["mount_point"]))
+
+    def enroll_token(self) -> str:
+        status, minted = http(
+            "POST",
+            self.control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token",
+            {},
+            self.state["token"],
+        )
+        self.assertEqual(status, 200, minted)
+        token: str = minted["token"]
+        return token
+
+    # Mounts
+
+    def mount(self, policy: dict[str, Any] | None = None, cache: Path | None = None) -> Mount:
+        """
+        Start twist svc-mount with a fresh audit log and a fresh cache (or
+        C{cache}); wait for the mount.
+        """
+        self.mounts += 1
+        label = str(self.mounts)
+        log = self.tmp / f"mount-{label}.log"
+        cache = cache or self.tmp / f"cache-{label}"
+        audit = self.tmp / f"audit-{label}.jsonl"
+        environ = {
+            **os.environ,
+            "SVC_CONTROL_URL": self.control_url,
+            "SVC_ENROLL_TOKEN": self.enroll_token(),
+            "SVC_MOUNT_POINT": str(self.mount_point),
+            "SVC_CACHE_DIR": str(cache),
+            "SVC_AUDIT_LOG": str(audit),
+            "SVC_MOUNT_FORCE": "1",
+        }
+        if policy is not None:
+            policy_file = self.tmp / f"policy-{label}.json"
+            policy_file.write_text(json.dumps(policy))
+            environ["SVC_POLICY_FILE"] = str(policy_file)
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
+                env=environ,
+                cwd=ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        self.addCleanup(self._force_down, process)
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while not os.path.ismount(self.mount_point):
+            if process.poll() is not None or time.monotonic() > deadline:
+                self.fail(f"no mount; log:\n{log.read_text(errors='replace')}")
+            time.sleep(0.2)
+        return Mount(process, log, cache, audit)
+
+    def _force_down(self, process: subprocess.Popen[bytes]) -> None:
+        """Cleanup: never leave a mount or a process behind."""
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if os.path.ismount(self.mount_point):
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+
+    def unmount(self, mount: Mount) -> None:
+        """SIGTERM: write back, unmount, release the lease, exit."""
+        mount.process.send_signal(signal.SIGTERM)
+        code = mount.process.wait(120)
+        log = mount.log.read_text(errors="replace")
+        self.assertFalse(os.path.ismount(self.mount_point), log)
+        # twist ends a SIGTERM'd run by re-raising the signal on itself.
+        self.assertIn(code, (0, -signal.SIGTERM), log)
+
+    def sh(self, command: str, mount: Mount | None = None, timeout: float = 180) -> str:
+        done = subprocess.run(
+            ["sh", "-euc", command],
+            cwd=self.mount_point,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        log = mount.log.read_text(errors="replace") if mount else ""
+        self.assertEqual(done.returncode, 0, f"{command}: {done.stdout}{done.stderr}\n{log}")
+        return done.stdout
+
+    # The data plane's HTTPS surface
+
+    def dataplane_metrics(self) -> str:
+        """C{/metrics} of the data plane, over HTTPS trusting the org root."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(cafile=str(self.stack / "dataplane-state" / "org-root.pem"))
+        port = self.state["dataplane_http_port"]
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        connection = HTTPConnection("localhost", port, timeout=10)
+        connection.sock = context.wrap_socket(raw, server_hostname="localhost")
+        try:
+            connection.request("GET", "/metrics")
+            response = connection.getresponse()
+            body = response.read().decode()
+            self.assertEqual(response.status, 200, body)
+            return body
+        finally:
+            connection.close()
+
+    def chunk_counter(self, state: str) -> float:
+        """C{svc_chunks_total{state=...}} of the data plane (0 when absent)."""
+        pattern = re.compile(
+            r'^svc_chunks_total\{[^}]*state="' + re.escape(state) + r'"[^}]*\}\s+(\S+)', re.M
+        )
+        found = pattern.search(self.dataplane_metrics())
+        return float(found.group(1)) if found else 0.0

@@ -1,0 +1,291 @@
+"""
+Acceptance workloads of the mount client through the kernel, on the real
+stack: ordinary tools (git, tar, python -m venv) surviving a remount with an
+empty cache, deduplication of a large file, a corrupt cache chunk detected
+and repaired, and the path policy enforced on real file operations.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from blake3 import blake3
+
+from tests.mount_harness import Mount, MountStackCase, lstat_tree
+
+MIB = 1 << 20
+BIG = 256 * MIB
+
+
+def _wait_for(what: str, check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _flushes(mount: Mount, name: str) -> list[dict[str, Any]]:
+    """The mount's C{flush} audit lines about C{name} that carry chunk counts."""
+    return [
+        line
+        for line in mount.audit_lines()
+        if line["event"] == "flush" and line["path"].lstrip("/") == name and "chunks_new" in line
+    ]
+
+
+def _write_pseudo_random(path: Path, seed: bytes, size: int) -> None:
+    """C{size} bytes of BLAKE3 XOF output of C{seed}, written in 1 MiB blocks."""
+    xof = blake3(seed)
+    with path.open("wb") as handle:
+        for offset in range(0, size, MIB):
+            handle.write(xof.digest(length=MIB, seek=offset))
+
+
+def _without_directory_sizes(tree: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]]:
+    return {
+        rel: (mode, None if stat.S_ISDIR(mode) else size, mtime, content)
+        for rel, (mode, size, mtime, content) in tree.items()
+    }
+
+
+def _drop_page_cache() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+class ToolsRemountTests(MountStackCase):
+    """git, tar and venv through the mount; a remount with an empty cache shows it all."""
+
+    def _make_tarball(self) -> Path:
+        source = self.tmp / "tree"
+        (source / "bin").mkdir(parents=True)
+        (source / "data" / "deep").mkdir(parents=True)
+        script = source / "bin" / "run.sh"
+        script.write_text("#!/bin/sh\necho run\n")
+        script.chmod(0o755)
+        secret = source / "data" / "private.txt"
+        secret.write_text("only me\n")
+        secret.chmod(0o600)
+        (source / "data" / "deep" / "blob.bin").write_bytes(os.urandom(1_500_000))
+        (source / "data" / "empty").write_bytes(b"")
+        (source / "link-to-script").symlink_to("bin/run.sh")
+        for index, path in enumerate(sorted(source.rglob("*"), reverse=True)):
+            os.utime(path, (1_600_000_000 + index, 1_600_000_000 + index), follow_symlinks=False)
+        tarball = self.tmp / "tree.tar"
+        with tarfile.open(tarball, "w") as archive:
+            archive.add(source, arcname="tree")
+        return source
+
+    def test_git_tar_venv_survive_remount_with_empty_cache(self) -> None:
+        """git/tar/venv output is byte- and lstat-identical after a fresh-cache remount."""
+        source = self._make_tarball()
+        first = self.mount()
+        git = "git -c user.name=Test -c user.email=test@example.invalid"
+        self.sh(
+            f"mkdir repo && cd repo && git init -q && printf 'one\\n' > a.txt && "
+            f"mkdir sub && printf 'two\\n' > sub/b.txt && {git} add -A && "
+            f"{git} commit -q -m first && printf 'three\\n' >> a.txt && "
+            f"{git} commit -q -am second",
+            first,
+        )
+        self.sh(f"tar xf {self.tmp / 'tree.tar'}", first)
+        self.sh(f"{sys.executable} -m venv --without-pip venv", first)
+
+        # tar x reproduces the tree (directory sizes are file-system specific).
+        extracted = _without_directory_sizes(lstat_tree(self.mount_point / "tree"))
+        self.assertEqual(extracted, _without_directory_sizes(lstat_tree(source)))
+        before = lstat_tree(self.mount_point)
+        self.assertIn("repo/.git/HEAD", before)
+        self.assertIn("venv/pyvenv.cfg", before)
+        self.assertTrue(stat.S_ISLNK(before["venv/bin/python"][0]))
+        self.unmount(first)
+
+        second = self.mount()
+        self.assertNotEqual(second.cache, first.cache)
+        after = lstat_tree(self.mount_point)
+        self.assertEqual(sorted(after), sorted(before))
+        for rel in sorted(before):
+            self.assertEqual(after[rel], before[rel], rel)
+        self.sh("cd repo && git fsck --full --strict", second)
+        log = self.sh("cd repo && git log --format=%s", second)
+        self.assertEqual(log.split(), ["second", "first"])
+        self.assertEqual(
+            self.sh("./venv/bin/python -c 'import sys; print(sys.prefix)'", second).strip(),
+            str(self.mount_point / "venv"),
+        )
+
+
+class DedupTests(MountStackCase):
+    """Content-defined chunking deduplicates through the real mount."""
+
+    def test_second_copy_sends_no_chunks_and_a_small_edit_few(self) -> None:
+        """A 256 MiB copy uploads no new chunk; a 1 MiB edit in the middle at most 3."""
+        mount = self.mount()
+        cached_0 = self.chunk_counter("cached")
+        deduped_0 = self.chunk_counter("deduped")
+
+        _write_pseudo_random(self.mount_point / "one.bin", b"dedup seed", BIG)
+        (first,) = _wait_for("one.bin's flush", lambda: _flushes(mount, "one.bin"))
+        self.assertTrue(first["allowed"], first)
+        self.assertEqual(first["size"], BIG, first)
+        self.assertGreater(first["chunks_new"], 0, first)
+        total = first["chunks_new"] + first["chunks_reused"]
+        cached_1 = self.chunk_counter("cached")
+        self.assertEqual(cached_1 - cached_0, first["chunks_new"])
+
+        _write_pseudo_random(self.mount_point / "two.bin", b"dedup seed", BIG)
+        (second,) = _wait_for("two.bin's flush", lambda: _flushes(mount, "two.bin"))
+        self.assertTrue(second["allowed"], second)
+        self.assertEqual(second["chunks_new"], 0, second)
+        self.assertEqual(second["chunks_reused"], total, second)
+        # Nothing new was stored; a chunk the client sent anyway would count as deduped.
+        cached_2 = self.chunk_counter("cached")
+        deduped_2 = self.chunk_counter("deduped")
+        self.assertEqual(cached_2, cached_1)
+        self.assertGreaterEqual(deduped_2, deduped_0)
+
+        patch = blake3(b"patch").digest(length=MIB)
+        with (self.mount_point / "two.bin").open("r+b") as handle:
+            handle.seek(BIG // 2)
+            handle.write(patch)
+        edits = _wait_for("two.bin's second flush", lambda: _flushes(mount, "two.bin")[1:])
+        self.assertEqual(len(edits), 1, edits)
+        self.assertLessEqual(edits[0]["chunks_new"], 3, edits[0])
+        self.assertGreater(edits[0]["chunks_new"], 0, edits[0])
+        self.assertEqual(self.chunk_counter("cached") - cached_2, edits[0]["chunks_new"])
+        with (self.mount_point / "two.bin").open("rb") as handle:
+            handle.seek(BIG // 2 - MIB)
+            around = handle.read(3 * MIB)
+        xof = blake3(b"dedup seed")
+        self.assertEqual(
+            around,
+            xof.digest(length=MIB, seek=BIG // 2 - MIB)
+            + patch
+            + xof.digest(length=MIB, seek=BIG // 2 + MIB),
+        )
+
+
+class CacheCorruptionTests(MountStackCase):
+    """A corrupt chunk in the local cache is detected, dropped and fetched again."""
+
+    def test_flipped_byte_in_cached_chunk_is_refetched_and_audited_once(self) -> None:
+        """A flipped cached chunk byte: correct re-read, exactly one cache_corrupt line."""
+        data = os.urandom(512 * 1024)  # below the chunker's minimum: exactly one chunk
+        digest = blake3(data).hexdigest()
+        first = self.mount()
+        (self.mount_point / "c.bin").write_bytes(data)
+        self.assertEqual((self.mount_point / "c.bin").read_bytes(), data)
+        chunk_file = first.cache / "chunks" / digest[:2] / digest
+        _wait_for(f"the cached chunk {chunk_file}", chunk_file.exists)
+        # The mount keeps recently read chunks in memory (mount-fs.md), so
+        # dropping the page cache is not enough: remount on the same cache.
+        self.unmount(first)
+        cached = bytearray(chunk_file.read_bytes())
+        self.assertEqual(bytes(cached), data)
+        cached[len(cached) // 2] ^= 0xFF
+        chunk_file.write_bytes(bytes(cached))
+
+        mount = self.mount(cache=first.cache)
+        self.assertEqual((self.mount_point / "c.bin").read_bytes(), data)
+
+        def corrupt_lines() -> list[dict[str, Any]]:
+            return [line for line in mount.audit_lines() if line["event"] == "cache_corrupt"]
+
+        _wait_for("a cache_corrupt line", corrupt_lines)
+        _drop_page_cache()
+        self.assertEqual((self.mount_point / "c.bin").read_bytes(), data)
+        time.sleep(0.5)  # a second line would have been written by now
+        corrupt = corrupt_lines()
+        self.assertEqual(len(corrupt), 1, corrupt)
+        self.assertEqual(corrupt[0]["path"], digest)
+        self.assertFalse(corrupt[0]["allowed"])
+        self.assertIsNone(corrupt[0]["command"])
+        self.assertEqual(corrupt[0]["size"], len(data))
+        # The refetched chunk is cached again with the right bytes (or not at all).
+        if chunk_file.exists():
+            self.assertEqual(blake3(chunk_file.read_bytes()).hexdigest(), digest)
+
+
+class PolicyTests(MountStackCase):
+    """The client path policy (SVC_POLICY_FILE) on real file operations."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        seed = self.mount()
+        (self.mount_point / "docs").mkdir()
+        (self.mount_point / "docs" / "a.md").write_text("doc\n")
+        (self.mount_point / "keys").mkdir()
+        (self.mount_point / "keys" / "x.secret").write_text("secret\n")
+        (self.mount_point / "other.txt").write_text("other\n")
+        self.unmount(seed)
+
+    def assertDenied(self, mount: Mount, name: str) -> None:
+        """An audit line about C{name} with C{allowed: false}."""
+        denied = _wait_for(
+            f"an allowed: false line about {name}",
+            lambda: [
+                line
+                for line in mount.audit_lines()
+                if line["allowed"] is False and line["path"].lstrip("/") == name
+            ],
+        )
+        self.assertTrue(denied)
+
+    def test_deny_glob(self) -> None:
+        """A deny glob makes read/create of matches EACCES, audited allowed: false."""
+        mount = self.mount({"deny": ["*.secret"]})
+        with self.assertRaises(PermissionError):
+            (self.mount_point / "keys" / "x.secret").read_text()
+        self.assertDenied(mount, "keys/x.secret")
+        with self.assertRaises(PermissionError):
+            (self.mount_point / "new.secret").write_text("no\n")
+        self.assertDenied(mount, "new.secret")
+        with self.assertRaises(PermissionError):  # a lookup is refused too, not ENOENT
+            os.lstat(self.mount_point / "new.secret")
+        self.assertNotIn("x.secret", os.listdir(self.mount_point / "keys"))
+        self.assertEqual((self.mount_point / "docs" / "a.md").read_text(), "doc\n")
+        (self.mount_point / "docs" / "b.md").write_text("fine\n")
+        self.assertEqual((self.mount_point / "docs" / "b.md").read_text(), "fine\n")
+
+    def test_allow_list(self) -> None:
+        """An allow list makes paths outside it EACCES, audited allowed: false."""
+        mount = self.mount({"allow": ["docs/**"]})
+        with self.assertRaises(PermissionError):
+            (self.mount_point / "other.txt").read_text()
+        self.assertDenied(mount, "other.txt")
+        with self.assertRaises(PermissionError):
+            (self.mount_point / "outside.txt").write_text("no\n")
+        self.assertDenied(mount, "outside.txt")
+        self.assertEqual((self.mount_point / "docs" / "a.md").read_text(), "doc\n")
+        (self.mount_point / "docs" / "c.md").write_text("inside\n")
+        self.assertEqual((self.mount_point / "docs" / "c.md").read_text(), "inside\n")
+
+    def test_readonly(self) -> None:
+        """readonly refuses every write with EROFS or EACCES, audited allowed: false; reads work."""
+        mount = self.mount({"readonly": True})
+        self.assertEqual((self.mount_point / "docs" / "a.md").read_text(), "doc\n")
+        attempts = {
+            "docs/a.md": lambda: (self.mount_point / "docs" / "a.md").write_text("changed\n"),
+            "new.txt": lambda: (self.mount_point / "new.txt").write_text("no\n"),
+            "newdir": (self.mount_point / "newdir").mkdir,
+            "other.txt": (self.mount_point / "other.txt").unlink,
+        }
+        for name, attempt in attempts.items():
+            with self.assertRaises(OSError) as caught:
+                attempt()
+            self.assertIn(caught.exception.errno, (errno.EROFS, errno.EACCES), name)
+            self.assertDenied(mount, name)
+        self.assertEqual((self.mount_point / "docs" / "a.md").read_text(), "doc\n")
+        self.assertEqual((self.mount_point / "other.txt").read_text(), "other\n")
+        self.assertFalse((self.mount_point / "newdir").exists())
