@@ -379,10 +379,15 @@ def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
             try:
                 await fs.fsync(fh, False, caller)
             except FSError as error:
+                if error.errno == errno.EBADF:
+                    # Closed meanwhile: its release is writing it back, and is
+                    # waited for below.
+                    continue
                 failed += 1
                 _log.error(
                     "write-back of handle {fh} failed at shutdown: {error}", fh=fh, error=error
                 )
+        await fs.releases_settled()
         return failed
 
     return Deferred.fromCoroutine(syncing())

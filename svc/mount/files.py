@@ -60,6 +60,28 @@ class FileOps:
     def __init__(self, context: FSContext, namespace: NamespaceOps) -> None:
         self._ctx = context
         self._namespace = namespace
+        # Releases whose handle is already gone from the table but whose
+        # write-back is still running: shutdown waits for them.
+        self._releasing = 0
+        self._released: list[Deferred[None]] = []
+
+    def releases_settled(self) -> Deferred[None]:
+        """
+        Fires once no release write-back is in flight (at once when none is).
+        """
+        waiter: Deferred[None] = Deferred()
+        if self._releasing == 0:
+            waiter.callback(None)
+        else:
+            self._released.append(waiter)
+        return waiter
+
+    def _release_finished(self) -> None:
+        self._releasing -= 1
+        if self._releasing == 0:
+            waiters, self._released = self._released, []
+            for waiter in waiters:
+                waiter.callback(None)
 
     # Opening
 
@@ -252,7 +274,14 @@ class FileOps:
         handle = ctx.files.release(fh)
         if handle is None:
             raise FSError(errno.EBADF, f"no open file {fh}")
-        state = handle.state
+        self._releasing += 1
+        try:
+            await self._release_state(handle.state, caller)
+        finally:
+            self._release_finished()
+
+    async def _release_state(self, state: FileState, caller: CallerProcess) -> None:
+        ctx = self._ctx
         if state.handles:
             return
         failure: FSError | None = None

@@ -246,3 +246,7 @@ class MountFS:
     def release(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Close a file handle (the last one writes back and drops the spill file)."""
         return Deferred.fromCoroutine(self._files.release(fh, caller))
+
+    def releases_settled(self) -> Deferred[None]:
+        """Fires once no release's write-back is still running (for shutdown)."""
+        return self._files.releases_settled()

@@ -27,7 +27,7 @@ from svc.mount.attributes import (
     FsStats,
     QuotaReport,
 )
-from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name
+from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name, sync_all
 from svc.mount.errors import FSError
 from svc.mount.settings import BridgeTimeouts
 
@@ -240,3 +240,48 @@ class CallerTests(SynchronousTestCase):
         """A pid without /proc entry (or 0) has no name, but keeps uid and gid."""
         self.assertIsNone(process_name(0))
         self.assertEqual(caller_of(Context(0, 3, 4)), CallerProcess(uid=3, gid=4))
+
+
+class ShutdownFS:
+    """
+    A MountFS stand-in for L{sync_all}: fsync answers per handle, and the
+    release write-backs settle when the test says so.
+    """
+
+    def __init__(self, answers: dict[int, Exception | None]) -> None:
+        self.answers = answers
+        self.synced: list[int] = []
+        self.settled: Deferred[None] = Deferred()
+
+    def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
+        self.synced.append(fh)
+        answer = self.answers[fh]
+        return fail(answer) if answer is not None else succeed(None)
+
+    def releases_settled(self) -> Deferred[None]:
+        return self.settled
+
+
+class SyncAllTests(SynchronousTestCase):
+    """
+    Shutdown writes back every open handle and waits for releases in flight.
+    """
+
+    def test_released_handle_is_not_a_failure_and_release_is_awaited(self) -> None:
+        """A handle closed meanwhile (EBADF) is skipped, and the result waits for its release."""
+        fs = ShutdownFS({1: None, 2: FSError(errno.EBADF, "no open file 2"), 3: None})
+        caller = CallerProcess("app", 1, 0, 0)
+        result = sync_all(fs, {1: caller, 2: caller, 3: caller})  # type: ignore[arg-type]
+        self.assertEqual(fs.synced, [1, 2, 3])
+        self.assertNoResult(result)
+        fs.settled.callback(None)
+        self.assertEqual(self.successResultOf(result), 0)
+
+    def test_real_failure_counted(self) -> None:
+        """Any other write-back error is counted as a failure."""
+        fs = ShutdownFS({1: FSError(errno.EIO, "data plane gone")})
+        fs.settled.callback(None)
+        caller = CallerProcess("app", 1, 0, 0)
+        result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
+        self.assertEqual(self.successResultOf(result), 1)
+        self.flushLoggedErrors()
