@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.app import build_control_app
@@ -37,8 +39,7 @@ from svc.control.settings import ControlSettings
 from svc.control.store.interface import ControlStore
 from svc.control.store.outcomes import EnrollOutcome, EnrollRefusal, EnrollRefusalReason
 from svc.control.store.values import CertificateKind
-from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
-from svc.control.test.support import request
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, reactor
 from svc.control.test.test_dataplane_client import FakeDataPlane, credentials, fake_client
 from svc.control.test.test_enrollment_support import (
     GIB,
@@ -390,77 +391,92 @@ class RefusalMappingTests(SynchronousTestCase):
             self.assertEqual((error.status, error.code, error.description), answer, reason)
 
 
-class ReadinessTests(SynchronousTestCase):
+class ReadinessContract(RouteBackend):
     """503 with Retry-After: 60 while CA material or placement is missing; the token survives."""
 
-    def assertNotReady(self, world: EnrollmentWorld, token: str, description: str) -> None:
-        answer = world.enroll(token)
+    async def assertNotReady(self, world: RouteWorld, token: str, description: str) -> None:
+        answer = await world.enroll(token)
         self.assertEqual(answer.status, 503, answer.body)
         self.assertEqual(answer.header("Retry-After"), "60")
         self.assertEqual(
             answer.json(),
             {"error": "temporarily_unavailable", "error_description": description},
         )
-        self.assertFalse(world.token_spent(token))
+        self.assertFalse(await world.token_spent(token))
 
-    def test_no_org_root_yet(self) -> None:
+    async def test_no_org_root_yet(self) -> None:
         """Without an org root: 503; after 'svc ca init' the same token enrolls, no restart."""
-        world = EnrollmentWorld(self, with_root=False)
-        token = world.token()
-        self.assertNotReady(world, token, "agent_ca_not_ready")
-        world.init_root()
-        self.assertEqual(world.enroll(token).status, 200)
+        world = await RouteWorld.open(self, with_root=False)
+        token = await world.token()
+        await self.assertNotReady(world, token, "agent_ca_not_ready")
+        await world.init_root()
+        self.assertEqual((await world.enroll(token)).status, 200)
 
-    def test_no_server_registered(self) -> None:
+    async def test_no_server_registered(self) -> None:
         """Without a data-plane server: 503; once one registers the same token enrolls."""
-        world = EnrollmentWorld(self, with_server=False)
-        token = world.token()
-        self.assertNotReady(world, token, "placement_not_ready")
-        world.register_server()
-        answer = world.enroll(token)
+        world = await RouteWorld.open(self, with_server=False)
+        token = await world.token()
+        await self.assertNotReady(world, token, "placement_not_ready")
+        await world.register_server()
+        answer = await world.enroll(token)
         self.assertEqual(answer.status, 200)
         self.assertEqual(answer.json()["server_addr"], SERVER_ADDR)
 
-    def test_servers_full(self) -> None:
+    async def test_servers_full(self) -> None:
         """Every server at capacity: 503 placement_not_ready."""
-        world = EnrollmentWorld(self, with_server=False)
-        world.register_server(capacity=1)
-        world.enrolled()
-        other = world.provision(agent_id="agent-b", owner_id="bob", tenant_id="beta")
-        self.assertNotReady(world, world.token(other), "placement_not_ready")
+        world = await RouteWorld.open(self, with_server=False)
+        await world.register_server(capacity=1)
+        await world.enrolled()
+        other = await world.provision(agent_id="agent-b", owner_id="bob", tenant_id="beta")
+        await self.assertNotReady(world, await world.token(other), "placement_not_ready")
 
-    def test_not_mounted_without_agent_ca(self) -> None:
+    async def test_not_mounted_without_agent_ca(self) -> None:
         """Without an agent CA configured the enrollment routes do not exist (404)."""
-        world = EnrollmentWorld(self)
+        world = await RouteWorld.open(self)
         settings = ControlSettings.from_environ(
             {"DATABASE_URL": "sqlite:////x/db", "SVC_CONTROL_PLANE_TOKEN": "s" * 40}
         )
         app = build_control_app(settings, world.clock.seconds, routes=enrollment_routes(world.deps))
+        resource = app.resource()
         for path in ("/agent/enroll", "/agent/renew", "/control/sign-server-cert"):
-            self.assertEqual(request(self, app.resource(), "POST", path).status, 404, path)
+            self.assertEqual((await self.send(resource, "POST", path)).status, 404, path)
 
 
-class GrantPushTests(SynchronousTestCase):
+async def settled(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    """
+    Once C{done()} holds: at once if it already does (always so over SQLite,
+    where every store call has fired), else polling on the real reactor
+    (the push loop's store calls over PostgreSQL finish after the response).
+    """
+    waited = 0.0
+    while not done():
+        if waited >= timeout:
+            raise AssertionError(f"not settled after {timeout} s")
+        await deferLater(reactor, 0.01, lambda: None)
+        waited += 0.01
+
+
+class GrantPushContract(RouteBackend):
     """An enrollment tells the push loop the agent's grant, for the server it was placed on."""
 
-    def test_enrollment_queues_grant(self) -> None:
+    async def test_enrollment_queues_grant(self) -> None:
         """A successful enrollment queues the agent's grant once."""
-        world = EnrollmentWorld(self)
-        world.enrolled()
+        world = await RouteWorld.open(self)
+        await world.enrolled()
         self.assertEqual(world.pushes.quotas, [AgentGrant("alice", "acme", "agent-1", GIB)])
 
-    def test_refused_enrollment_queues_nothing(self) -> None:
+    async def test_refused_enrollment_queues_nothing(self) -> None:
         """A refused (401) or not-ready (503) enrollment queues no grant."""
-        world = EnrollmentWorld(self, with_server=False)
-        token = world.token()
-        self.assertEqual(world.enroll(new_secret_token()).status, 401)
-        self.assertEqual(world.enroll(token).status, 503)
+        world = await RouteWorld.open(self, with_server=False)
+        token = await world.token()
+        self.assertEqual((await world.enroll(new_secret_token())).status, 401)
+        self.assertEqual((await world.enroll(token)).status, 503)
         self.assertEqual(world.pushes.quotas, [])
 
-    def test_grant_reaches_server_placed_at_enrollment(self) -> None:
+    async def test_grant_reaches_server_placed_at_enrollment(self) -> None:
         """The grant provisioning could not deliver (tenant unplaced) reaches the server now."""
-        world = EnrollmentWorld(self, with_server=False)
-        world.result(
+        world = await RouteWorld.open(self, with_server=False)
+        await world.result(
             world.store.register_server(
                 SERVER_FQDN, SERVER_ADDR, 10, world.now(), http_address="10.0.0.1:8443"
             )
@@ -473,48 +489,74 @@ class GrantPushTests(SynchronousTestCase):
         loop.startService()
         self.addCleanup(loop.stopService)
         world.serve(attrs.evolve(world.deps, pushes=loop))
-        allocation = world.provision()
+        allocation = await world.provision()
         grant = AgentGrant("alice", "acme", "agent-1", GIB)
         loop.quota_changed(grant)  # what provisioning does: dropped, nowhere to send it
+        await settled(lambda: loop.pending_quotas == ())
         self.assertEqual(plane.bodies("/control/quotas"), [])
-        self.assertEqual(world.enroll(world.token(allocation)).status, 200)
+        self.assertEqual((await world.enroll(await world.token(allocation))).status, 200)
+        await settled(lambda: loop.pending_quotas == ())
         self.assertEqual(plane.bodies("/control/quotas"), [grant.body()])
         self.assertEqual(loop.pending_quotas, ())
 
 
-class RateLimitTests(SynchronousTestCase):
+class RateLimitContract(RouteBackend):
     """Enrollment is limited per token: SVC_ENROLL_RATE_LIMIT (count/seconds)."""
 
-    def test_limit_then_retry_after(self) -> None:
+    async def test_limit_then_retry_after(self) -> None:
         """The sixth attempt in 60 s is 429 with Retry-After; after the window it is judged anew."""
-        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="5/60")
+        world = await RouteWorld.open(self, SVC_ENROLL_RATE_LIMIT="5/60")
         token = new_secret_token()
         for _ in range(5):
-            self.assertEqual(world.enroll(token).status, 401)
+            self.assertEqual((await world.enroll(token)).status, 401)
         world.clock.advance(20)
-        answer = world.enroll(token)
+        answer = await world.enroll(token)
         self.assertEqual(answer.status, 429)
         self.assertEqual(answer.json(), {"error": "rate_limited"})
         self.assertEqual(answer.header("Retry-After"), "40")
         world.clock.advance(40)
-        self.assertEqual(world.enroll(token).status, 401)
+        self.assertEqual((await world.enroll(token)).status, 401)
 
-    def test_per_token(self) -> None:
+    async def test_per_token(self) -> None:
         """Another token is not limited by the first one's attempts."""
-        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="1/60")
-        self.assertEqual(world.enroll(new_secret_token()).status, 401)
-        self.assertEqual(world.enroll(world.token()).status, 200)
+        world = await RouteWorld.open(self, SVC_ENROLL_RATE_LIMIT="1/60")
+        self.assertEqual((await world.enroll(new_secret_token())).status, 401)
+        self.assertEqual((await world.enroll(await world.token())).status, 200)
 
-    def test_limited_token_is_not_spent(self) -> None:
+    async def test_limited_token_is_not_spent(self) -> None:
         """A rate-limited attempt does not touch the token; it enrolls once the window passes."""
-        world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="1/60", with_root=False)
-        token = world.token()
-        self.assertEqual(world.enroll(token).status, 503)
-        world.init_root()
-        self.assertEqual(world.enroll(token).status, 429)
-        self.assertFalse(world.token_spent(token))
+        world = await RouteWorld.open(self, SVC_ENROLL_RATE_LIMIT="1/60", with_root=False)
+        token = await world.token()
+        self.assertEqual((await world.enroll(token)).status, 503)
+        await world.init_root()
+        self.assertEqual((await world.enroll(token)).status, 429)
+        self.assertFalse(await world.token_spent(token))
         world.clock.advance(60)
-        self.assertEqual(world.enroll(token).status, 200)
+        self.assertEqual((await world.enroll(token)).status, 200)
+
+
+class ReadinessTests(ReadinessContract, SQLiteBackend):
+    """Readiness over SQLite."""
+
+
+class PostgresReadinessTests(ReadinessContract, PostgresBackend):
+    """Readiness over PostgreSQL."""
+
+
+class GrantPushTests(GrantPushContract, SQLiteBackend):
+    """GrantPush over SQLite."""
+
+
+class PostgresGrantPushTests(GrantPushContract, PostgresBackend):
+    """GrantPush over PostgreSQL."""
+
+
+class RateLimitTests(RateLimitContract, SQLiteBackend):
+    """RateLimit over SQLite."""
+
+
+class PostgresRateLimitTests(RateLimitContract, PostgresBackend):
+    """RateLimit over PostgreSQL."""
 
 
 class ConcurrentEnrollTests(SynchronousTestCase):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -31,7 +31,8 @@ from svc.control.agent_auth import (
 from svc.control.ca import AgentCAProvider
 from svc.control.errors import ApiError
 from svc.control.store.values import MountHolder
-from svc.control.test.test_enrollment_support import NOW, TRUST_DOMAIN, EnrollmentWorld
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
+from svc.control.test.test_enrollment_support import NOW, TRUST_DOMAIN, RouteWorld
 from svc.pki import names
 from svc.pki.filesystem import FilesystemCA
 from svc.testing.pki import forge_leaf
@@ -86,12 +87,21 @@ class FakeRequest:
         return self.headers.get(name.lower())
 
 
-class AuthenticatorTests(SynchronousTestCase):
+async def refusal(authenticated: Awaitable[AgentPrincipal]) -> ApiError:
+    """The L{ApiError} C{authenticated} fails with (anything else fails the test)."""
+    try:
+        principal = await authenticated
+    except ApiError as error:
+        return error
+    raise AssertionError(f"authenticated as {principal!r}, expected an ApiError")
+
+
+class AuthenticatorContract(RouteBackend):
     """The authenticator over an enrolled agent."""
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self)
-        self.enrolled = self.world.enrolled()
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self)
+        self.enrolled = await self.world.enrolled()
         self.authenticator = AgentIdentityAuthenticator(
             self.world.store, self.world.provider, self.world.clock.seconds, 65536
         )
@@ -99,13 +109,11 @@ class AuthenticatorTests(SynchronousTestCase):
     def authenticate(self, request: FakeRequest) -> Deferred[AgentPrincipal]:
         return Deferred.fromCoroutine(self.authenticator.authenticate(cast(Request, request)))
 
-    def principal(self, request: FakeRequest) -> AgentPrincipal:
-        return self.successResultOf(self.authenticate(request))
+    async def principal(self, request: FakeRequest) -> AgentPrincipal:
+        return await self.authenticate(request)
 
-    def refused(self, request: FakeRequest) -> ApiError:
-        error = self.failureResultOf(self.authenticate(request), ApiError).value
-        assert isinstance(error, ApiError)
-        return error
+    async def refused(self, request: FakeRequest) -> ApiError:
+        return await refusal(self.authenticate(request))
 
     def tls(self, leaf: x509.Certificate, *chain: x509.Certificate) -> FakeRequest:
         return FakeRequest(transport=FakeTLSTransport(leaf, list(chain)))
@@ -114,9 +122,9 @@ class AuthenticatorTests(SynchronousTestCase):
         ca = FilesystemCA(self.world.secrets, TRUST_DOMAIN, self.world.settings.ca_kek)
         return ca.tenant_intermediate("acme", NOW)
 
-    def test_tls_client_certificate(self) -> None:
+    async def test_tls_client_certificate(self) -> None:
         """A verified peer chain gives the leaf's tenant, agent, owner, serial and fingerprint."""
-        principal = self.principal(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
+        principal = await self.principal(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
         self.assertEqual(
             principal,
             AgentPrincipal(
@@ -140,36 +148,36 @@ class AuthenticatorTests(SynchronousTestCase):
             ),
         )
 
-    def test_tls_chain_including_leaf(self) -> None:
+    async def test_tls_chain_including_leaf(self) -> None:
         """A peer chain that repeats the leaf (client-side order) is accepted too."""
         request = self.tls(self.enrolled.leaf, self.enrolled.leaf, self.enrolled.intermediate)
-        self.assertEqual(self.principal(request).serial, self.enrolled.serial)
+        self.assertEqual((await self.principal(request)).serial, self.enrolled.serial)
 
-    def test_tls_without_intermediate(self) -> None:
+    async def test_tls_without_intermediate(self) -> None:
         """A leaf without its intermediate: 401 invalid_client."""
-        error = self.refused(self.tls(self.enrolled.leaf))
+        error = await self.refused(self.tls(self.enrolled.leaf))
         self.assertEqual((error.status, error.code), (401, "invalid_client"))
 
-    def test_tls_expired(self) -> None:
+    async def test_tls_expired(self) -> None:
         """An expired leaf over TLS: 401 invalid_client."""
         self.world.clock.advance(3601)
-        error = self.refused(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
+        error = await self.refused(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
         self.assertEqual(error.code, "invalid_client")
 
-    def test_tls_retired_intermediate(self) -> None:
+    async def test_tls_retired_intermediate(self) -> None:
         """A leaf whose intermediate serial is revoked (rotation): 401."""
         intermediate = self.enrolled.intermediate
-        self.world.result(
+        await self.world.result(
             self.world.store.add_revocation(
                 names.format_serial(intermediate.serial_number),
                 intermediate.not_valid_after_utc,
                 NOW,
             )
         )
-        error = self.refused(self.tls(self.enrolled.leaf, intermediate))
+        error = await self.refused(self.tls(self.enrolled.leaf, intermediate))
         self.assertEqual(error.code, "invalid_client")
 
-    def test_tenant_only_certificate(self) -> None:
+    async def test_tenant_only_certificate(self) -> None:
         """A leaf with a tenant SAN but no agent SAN: 403 agent_scope_required."""
         intermediate = self.acme_intermediate()
         leaf = forge_leaf(
@@ -179,13 +187,13 @@ class AuthenticatorTests(SynchronousTestCase):
             common_name="alice",
             ou="tenant=acme",
         )
-        error = self.refused(self.tls(leaf.cert, intermediate.cert))
+        error = await self.refused(self.tls(leaf.cert, intermediate.cert))
         self.assertEqual(
             (error.status, error.code, error.description),
             (403, "access_denied", "agent_scope_required"),
         )
 
-    def test_unrecorded_leaf(self) -> None:
+    async def test_unrecorded_leaf(self) -> None:
         """A well-formed leaf under our intermediate that was never recorded as issued: 401."""
         intermediate = self.acme_intermediate()
         leaf = forge_leaf(
@@ -195,29 +203,27 @@ class AuthenticatorTests(SynchronousTestCase):
             common_name="alice",
             ou="tenant=acme",
         )
-        error = self.refused(self.tls(leaf.cert, intermediate.cert))
+        error = await self.refused(self.tls(leaf.cert, intermediate.cert))
         self.assertEqual(error.code, "invalid_client")
 
-    def test_tls_without_client_certificate_falls_back_to_body(self) -> None:
+    async def test_tls_without_client_certificate_falls_back_to_body(self) -> None:
         """A TLS connection without a client certificate may still use the body fields."""
         request = FakeRequest(
             transport=FakeTLSTransport(None, []),
             body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]},
         )
-        self.assertEqual(self.principal(request).proof, AgentProof.FINGERPRINT)
+        self.assertEqual((await self.principal(request)).proof, AgentProof.FINGERPRINT)
 
-    def test_tls_without_ca(self) -> None:
+    async def test_tls_without_ca(self) -> None:
         """With no open CA a certificate cannot be checked: 503 Retry-After 60."""
         authenticator = AgentIdentityAuthenticator(
             self.world.store, AgentCAProvider.fixed(None), self.world.clock.seconds, 65536
         )
         request = self.tls(self.enrolled.leaf, self.enrolled.intermediate)
-        d = Deferred.fromCoroutine(authenticator.authenticate(cast(Request, request)))
-        error = self.failureResultOf(d, ApiError).value
-        assert isinstance(error, ApiError)
+        error = await refusal(authenticator.authenticate(cast(Request, request)))
         self.assertEqual((error.status, error.headers["Retry-After"]), (503, "60"))
 
-    def test_signed_request_via_api_prefix(self) -> None:
+    async def test_signed_request_via_api_prefix(self) -> None:
         """A signed request sent under /api verifies against the bare path."""
         body = sign_request(
             self.enrolled.key,
@@ -227,14 +233,14 @@ class AuthenticatorTests(SynchronousTestCase):
             int(self.world.clock.seconds() * 1000),
         )
         body["ca_chain_pem"] = self.enrolled.body["ca_chain_pem"]
-        principal = self.principal(FakeRequest(body=body, path=b"/api/allocations/a1/mount"))
+        principal = await self.principal(FakeRequest(body=body, path=b"/api/allocations/a1/mount"))
         self.assertEqual(principal.proof, AgentProof.SIGNED_REQUEST)
         self.assertEqual(principal.serial, self.enrolled.serial)
 
-    def test_fingerprint(self) -> None:
+    async def test_fingerprint(self) -> None:
         """agent_fingerprint finds the recorded leaf; it proves no possession."""
         fingerprint = self.enrolled.body["agent_fingerprint"]
-        principal = self.principal(FakeRequest(body={"agent_fingerprint": fingerprint}))
+        principal = await self.principal(FakeRequest(body={"agent_fingerprint": fingerprint}))
         self.assertEqual(
             (principal.tenant_id, principal.agent_id, principal.user_id, principal.serial),
             ("acme", "agent-1", "alice", self.enrolled.serial),
@@ -242,52 +248,53 @@ class AuthenticatorTests(SynchronousTestCase):
         self.assertEqual(principal.not_after, NOW + timedelta(hours=1))
         self.assertFalse(principal.possession_proven)
 
-    def test_fingerprint_refusals(self) -> None:
+    async def test_fingerprint_refusals(self) -> None:
         """Unknown, malformed, non-leaf fingerprints are 401 invalid_client."""
-        intermediate_fingerprint = self.world.result(
+        intermediate_record = await self.world.result(
             self.world.store.find_certificate(
                 names.format_serial(self.enrolled.intermediate.serial_number)
             )
-        ).fingerprint
+        )
+        intermediate_fingerprint = intermediate_record.fingerprint
         for fingerprint in (
             "0" * 64,
             self.enrolled.body["agent_fingerprint"].upper(),
             "abc",
             intermediate_fingerprint,
         ):
-            error = self.refused(FakeRequest(body={"agent_fingerprint": fingerprint}))
+            error = await self.refused(FakeRequest(body={"agent_fingerprint": fingerprint}))
             self.assertEqual((error.status, error.code), (401, "invalid_client"), fingerprint)
 
-    def test_fingerprint_of_expired_leaf(self) -> None:
+    async def test_fingerprint_of_expired_leaf(self) -> None:
         """The fingerprint of an expired leaf: 401."""
         self.world.clock.advance(3600)
-        error = self.refused(
+        error = await self.refused(
             FakeRequest(body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
         )
         self.assertEqual(error.code, "invalid_client")
 
-    def test_fingerprint_of_revoked_leaf(self) -> None:
+    async def test_fingerprint_of_revoked_leaf(self) -> None:
         """The fingerprint of a revoked leaf: 401."""
-        self.world.result(
+        await self.world.result(
             self.world.store.add_revocation(self.enrolled.serial, NOW + timedelta(hours=1), NOW)
         )
-        error = self.refused(
+        error = await self.refused(
             FakeRequest(body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
         )
         self.assertEqual(error.code, "invalid_client")
 
-    def test_nothing(self) -> None:
+    async def test_nothing(self) -> None:
         """No certificate and no body field: 401 invalid_client without WWW-Authenticate."""
-        error = self.refused(FakeRequest(body={"force": True}))
+        error = await self.refused(FakeRequest(body={"force": True}))
         self.assertEqual((error.status, error.code), (401, "invalid_client"))
         self.assertNotIn("WWW-Authenticate", error.headers)
 
-    def test_body_left_readable(self) -> None:
+    async def test_body_left_readable(self) -> None:
         """The handler can still read the body the authenticator looked at."""
         request = FakeRequest(
             body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"], "force": True}
         )
-        self.principal(request)
+        await self.principal(request)
         self.assertEqual(json.loads(request.content.read())["force"], True)
 
 
@@ -333,14 +340,33 @@ class ReplayGuardTests(SynchronousTestCase):
         self.assertFalse(guard.first_use(b"c", 1))
 
 
-class WorkerUseTests(SynchronousTestCase):
+class WorkerUseContract(RouteBackend):
     """The fixture's CA runs its blocking work on the injected worker."""
 
-    def test_worker_used(self) -> None:
+    async def test_worker_used(self) -> None:
         """Opening the CA and creating an intermediate go through the worker."""
-        world = EnrollmentWorld(self)
+        world = await RouteWorld.open(self)
         worker = world.worker
         assert isinstance(worker, ImmediateWorker)
         before = worker.calls
-        world.enrolled()
+        await world.enrolled()
         self.assertGreater(worker.calls, before)
+
+
+# Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class AuthenticatorTests(AuthenticatorContract, SQLiteBackend):
+    """Authenticator over SQLite."""
+
+
+class PostgresAuthenticatorTests(AuthenticatorContract, PostgresBackend):
+    """Authenticator over PostgreSQL."""
+
+
+class WorkerUseTests(WorkerUseContract, SQLiteBackend):
+    """WorkerUse over SQLite."""
+
+
+class PostgresWorkerUseTests(WorkerUseContract, PostgresBackend):
+    """WorkerUse over PostgreSQL."""

@@ -10,16 +10,16 @@ from datetime import timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.agent_auth import sign_request
 from svc.control.store.values import CertificateKind
+from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
 from svc.control.test.support import Answer
 from svc.control.test.test_enrollment_support import (
     NOW,
     TRUST_DOMAIN,
     Enrolled,
-    EnrollmentWorld,
+    RouteWorld,
 )
 from svc.pki.chain import verify_chain
 from svc.pki.identity import DenyList, admit_agent
@@ -29,12 +29,12 @@ from svc.pki.pem import certs_to_pem
 RENEW = "/agent/renew"
 
 
-class RenewTests(SynchronousTestCase):
+class RenewContract(RouteBackend):
     """A signed renewal request mints a new leaf for the same agent."""
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self, SVC_ENROLL_RATE_LIMIT="3/60")
-        self.enrolled = self.world.enrolled()
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self, SVC_ENROLL_RATE_LIMIT="3/60")
+        self.enrolled = await self.world.enrolled()
 
     def now_ms(self) -> int:
         return int(self.world.clock.seconds() * 1000)
@@ -58,8 +58,8 @@ class RenewTests(SynchronousTestCase):
         body["ca_chain_pem"] = enrolled.body["ca_chain_pem"]
         return body
 
-    def renew(self, body: dict[str, Any] | None) -> Answer:
-        return self.world.post_json(RENEW, body)
+    async def renew(self, body: dict[str, Any] | None) -> Answer:
+        return await self.world.post_json(RENEW, body)
 
     def assertRefused(self, answer: Answer, status: int, code: str, description: str = "") -> None:
         self.assertEqual(answer.status, status, answer.body)
@@ -67,10 +67,10 @@ class RenewTests(SynchronousTestCase):
         self.assertEqual(body["error"], code)
         self.assertEqual(body.get("error_description", ""), description)
 
-    def test_renewal(self) -> None:
+    async def test_renewal(self) -> None:
         """200: a new leaf, new key, same tenant/agent/owner, valid one hour from now."""
         self.world.clock.advance(50 * 60)
-        answer = self.renew(self.signed_body())
+        answer = await self.renew(self.signed_body())
         self.assertEqual(answer.status, 200, answer.body)
         renewed = Enrolled(answer.json())
         self.assertNotEqual(renewed.serial, self.enrolled.serial)
@@ -85,38 +85,38 @@ class RenewTests(SynchronousTestCase):
         self.assertEqual(renewed.leaf.not_valid_after_utc, now + timedelta(hours=1))
         self.assertEqual(renewed.body["allocation_id"], self.enrolled.body["allocation_id"])
 
-    def test_renewal_recorded(self) -> None:
+    async def test_renewal_recorded(self) -> None:
         """The renewed leaf is recorded as an issued agent leaf."""
-        renewed = Enrolled(self.renew(self.signed_body()).json())
-        record = self.world.result(self.world.store.find_certificate(renewed.serial))
+        renewed = Enrolled((await self.renew(self.signed_body())).json())
+        record = await self.world.result(self.world.store.find_certificate(renewed.serial))
         self.assertEqual(record.kind, CertificateKind.AGENT_LEAF)
         self.assertEqual((record.tenant_id, record.agent_id), ("acme", "agent-1"))
 
-    def test_renewed_leaf_renews(self) -> None:
+    async def test_renewed_leaf_renews(self) -> None:
         """A renewed leaf can itself be renewed, so a mount outlives one hour."""
-        renewed = Enrolled(self.renew(self.signed_body()).json())
+        renewed = Enrolled((await self.renew(self.signed_body())).json())
         self.world.clock.advance(55 * 60)
-        self.assertEqual(self.renew(self.signed_body(renewed)).status, 200)
+        self.assertEqual((await self.renew(self.signed_body(renewed))).status, 200)
 
-    def test_leaf_alone_with_intermediate_in_client_cert(self) -> None:
+    async def test_leaf_alone_with_intermediate_in_client_cert(self) -> None:
         """client_cert_pem may carry the leaf then its intermediate instead of ca_chain_pem."""
         body = self.signed_body()
         del body["ca_chain_pem"]
         body["client_cert_pem"] += certs_to_pem([self.enrolled.intermediate]).decode()
-        self.assertEqual(self.renew(body).status, 200)
+        self.assertEqual((await self.renew(body)).status, 200)
 
-    def test_without_intermediate(self) -> None:
+    async def test_without_intermediate(self) -> None:
         """A leaf without its intermediate does not verify: 401 invalid_client."""
         body = self.signed_body()
         del body["ca_chain_pem"]
-        self.assertRefused(self.renew(body), 401, "invalid_client")
+        self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_expired_leaf(self) -> None:
+    async def test_expired_leaf(self) -> None:
         """A leaf past its NotAfter: 401 invalid_client."""
         self.world.clock.advance(3601)
-        self.assertRefused(self.renew(self.signed_body()), 401, "invalid_client")
+        self.assertRefused(await self.renew(self.signed_body()), 401, "invalid_client")
 
-    def test_other_root(self) -> None:
+    async def test_other_root(self) -> None:
         """A well-formed leaf for the same tenant/agent under another org's root: 401."""
         root = issue_org_root("Intruder", NOW)
         intermediate = issue_tenant_intermediate(root, "acme", TRUST_DOMAIN, NOW)
@@ -130,74 +130,81 @@ class RenewTests(SynchronousTestCase):
         )
         body: dict[str, Any] = sign_request(leaf.key, leaf.cert, "POST", RENEW, self.now_ms())
         body["ca_chain_pem"] = certs_to_pem([intermediate.cert, root.cert]).decode()
-        self.assertRefused(self.renew(body), 401, "invalid_client")
+        self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_revoked_serial(self) -> None:
+    async def test_revoked_serial(self) -> None:
         """A leaf whose serial is in cert_revocations: 401 invalid_client."""
-        self.world.result(
+        await self.world.result(
             self.world.store.add_revocation(
                 self.enrolled.serial, self.enrolled.leaf.not_valid_after_utc, NOW
             )
         )
-        self.assertRefused(self.renew(self.signed_body()), 401, "invalid_client")
+        self.assertRefused(await self.renew(self.signed_body()), 401, "invalid_client")
 
-    def test_revoked_allocation(self) -> None:
+    async def test_revoked_allocation(self) -> None:
         """The agent's allocation was revoked: 410 revoked."""
         allocation_id = self.enrolled.body["allocation_id"]
-        self.world.result(self.world.store.revoke_allocation(allocation_id, NOW))
-        self.assertRefused(self.renew(self.signed_body()), 410, "revoked")
+        await self.world.result(self.world.store.revoke_allocation(allocation_id, NOW))
+        self.assertRefused(await self.renew(self.signed_body()), 410, "revoked")
 
-    def test_suspended_user(self) -> None:
+    async def test_suspended_user(self) -> None:
         """The owner is suspended: 403 user_suspended."""
-        self.world.result(self.world.store.set_user_suspended("alice", True))
-        self.assertRefused(self.renew(self.signed_body()), 403, "access_denied", "user_suspended")
+        await self.world.result(self.world.store.set_user_suspended("alice", True))
+        self.assertRefused(
+            await self.renew(self.signed_body()), 403, "access_denied", "user_suspended"
+        )
 
-    def test_suspended_tenant(self) -> None:
+    async def test_suspended_tenant(self) -> None:
         """The tenant is suspended: 403 tenant_suspended."""
-        self.world.result(self.world.store.set_tenant_suspended("acme", True))
-        self.assertRefused(self.renew(self.signed_body()), 403, "access_denied", "tenant_suspended")
+        await self.world.result(self.world.store.set_tenant_suspended("acme", True))
+        self.assertRefused(
+            await self.renew(self.signed_body()), 403, "access_denied", "tenant_suspended"
+        )
 
-    def test_reassigned_agent(self) -> None:
+    async def test_reassigned_agent(self) -> None:
         """An agent moved to another owner cannot renew the old owner's leaf: 403."""
-        self.world.result(
+        await self.world.result(
             self.world.store.reassign_agent("agent-1", owner_id="bob", tenant_id="beta", now=NOW)
         )
         self.assertRefused(
-            self.renew(self.signed_body()), 403, "access_denied", "allocation_reassigned"
+            await self.renew(self.signed_body()), 403, "access_denied", "allocation_reassigned"
         )
 
-    def test_bad_signature(self) -> None:
+    async def test_bad_signature(self) -> None:
         """A proof signed by another key: 401 invalid_client."""
         body = self.signed_body(key=Ed25519PrivateKey.generate())
-        self.assertRefused(self.renew(body), 401, "invalid_client")
+        self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_signature_for_another_route(self) -> None:
+    async def test_signature_for_another_route(self) -> None:
         """A proof signed for another path does not authorise a renewal."""
         body = self.signed_body(path="/allocations/x/mount")
-        self.assertRefused(self.renew(body), 401, "invalid_client")
+        self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_stale_timestamp(self) -> None:
+    async def test_stale_timestamp(self) -> None:
         """A proof more than 60 s old (or ahead) is refused."""
         self.assertRefused(
-            self.renew(self.signed_body(timestamp_ms=self.now_ms() - 60_001)), 401, "invalid_client"
+            await self.renew(self.signed_body(timestamp_ms=self.now_ms() - 60_001)),
+            401,
+            "invalid_client",
         )
         self.assertRefused(
-            self.renew(self.signed_body(timestamp_ms=self.now_ms() + 60_001)), 401, "invalid_client"
+            await self.renew(self.signed_body(timestamp_ms=self.now_ms() + 60_001)),
+            401,
+            "invalid_client",
         )
 
-    def test_timestamp_at_window_edge(self) -> None:
+    async def test_timestamp_at_window_edge(self) -> None:
         """A proof exactly 60 s old is still accepted."""
-        self.assertEqual(
-            self.renew(self.signed_body(timestamp_ms=self.now_ms() - 60_000)).status, 200
-        )
+        answer = await self.renew(self.signed_body(timestamp_ms=self.now_ms() - 60_000))
+        self.assertEqual(answer.status, 200)
 
-    def test_replayed_proof(self) -> None:
+    async def test_replayed_proof(self) -> None:
         """The same signed body is accepted once."""
         body = self.signed_body()
-        self.assertEqual(self.renew(body).status, 200)
-        self.assertRefused(self.renew(body), 401, "invalid_client")
+        self.assertEqual((await self.renew(body)).status, 200)
+        self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_malformed_proofs(self) -> None:
+    async def test_malformed_proofs(self) -> None:
         """Missing or malformed proof fields and certificates are 401 invalid_client."""
         good = self.signed_body()
         variants: list[dict[str, Any]] = [
@@ -210,29 +217,40 @@ class RenewTests(SynchronousTestCase):
             {**good, "client_cert_pem": 7},
         ]
         for body in variants:
-            self.assertRefused(self.renew(body), 401, "invalid_client")
+            self.assertRefused(await self.renew(body), 401, "invalid_client")
 
-    def test_fingerprint_is_not_enough(self) -> None:
+    async def test_fingerprint_is_not_enough(self) -> None:
         """agent_fingerprint identifies but proves no key: 401 proof_of_possession_required."""
-        answer = self.renew({"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
+        answer = await self.renew({"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
         self.assertRefused(answer, 401, "invalid_client", "proof_of_possession_required")
 
-    def test_no_credential(self) -> None:
+    async def test_no_credential(self) -> None:
         """No body and no client certificate: 401 invalid_client."""
-        self.assertRefused(self.renew(None), 401, "invalid_client")
+        self.assertRefused(await self.renew(None), 401, "invalid_client")
 
-    def test_rate_limited_per_leaf(self) -> None:
+    async def test_rate_limited_per_leaf(self) -> None:
         """Renewals of one leaf are rate-limited (429 with Retry-After)."""
         for _ in range(3):
-            self.assertEqual(self.renew(self.signed_body()).status, 200)
+            self.assertEqual((await self.renew(self.signed_body())).status, 200)
             self.world.clock.advance(1)
-        answer = self.renew(self.signed_body())
+        answer = await self.renew(self.signed_body())
         self.assertRefused(answer, 429, "rate_limited")
         self.assertEqual(answer.header("Retry-After"), "57")
 
-    def test_no_ca(self) -> None:
+    async def test_no_ca(self) -> None:
         """Without an open CA: 503 with Retry-After: 60."""
-        world = EnrollmentWorld(self, with_root=False)
-        answer = world.post_json(RENEW, self.signed_body())
+        world = await RouteWorld.open(self, with_root=False)
+        answer = await world.post_json(RENEW, self.signed_body())
         self.assertRefused(answer, 503, "temporarily_unavailable", "agent_ca_not_ready")
         self.assertEqual(answer.header("Retry-After"), "60")
+
+
+# On both backends: SQLite in memory, synchronously; PostgreSQL.
+
+
+class RenewTests(RenewContract, SQLiteBackend):
+    """Renew over SQLite."""
+
+
+class PostgresRenewTests(RenewContract, PostgresBackend):
+    """Renew over PostgreSQL."""

@@ -13,7 +13,6 @@ from typing import Any
 
 import attrs
 from twisted.internet.task import Clock
-from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
 from twisted.web.server import Request
 
@@ -28,9 +27,9 @@ from svc.control.routing import AuthKind
 from svc.control.settings import ControlSettings
 from svc.control.store.values import CertificateKind, IssuedCertificate
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
-from svc.control.test.support import Answer, request
+from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import fake_client
-from svc.control.test.test_enrollment_support import Enrolled, EnrollmentWorld
+from svc.control.test.test_enrollment_support import Enrolled, RouteWorld
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
 from svc.sessions import PREFIX
 
@@ -380,15 +379,15 @@ class PostgresFingerprintIdentityTests(FingerprintIdentityContract, PostgresBack
     """FingerprintIdentity over PostgreSQL."""
 
 
-class RenewedLeafTests(SynchronousTestCase):
+class RenewedLeafContract(RouteBackend):
     """
     The mount routes beside the enrollment routes, with the real
     agent-identity authenticator and signed requests: a renewal keeps the
     lease.
     """
 
-    def setUp(self) -> None:
-        self.world = EnrollmentWorld(self)
+    async def set_up(self) -> None:
+        self.world = await RouteWorld.open(self)
         mounts = MountDeps(
             store=self.world.store,
             clock=self.world.clock,
@@ -396,10 +395,10 @@ class RenewedLeafTests(SynchronousTestCase):
             lease_ttl=timedelta(seconds=TTL),
         )
         self.world.serve(self.world.deps, mount_routes(mounts))
-        self.enrolled = self.world.enrolled()
+        self.enrolled = await self.world.enrolled()
         self.mount_path = f"/allocations/{self.enrolled.body['allocation_id']}/mount"
 
-    def signed(self, enrolled: Enrolled, method: str, path: str) -> Answer:
+    async def signed(self, enrolled: Enrolled, method: str, path: str) -> Answer:
         """C{method path} signed with C{enrolled}'s key."""
         body: dict[str, Any] = sign_request(
             enrolled.key, enrolled.leaf, method, path, int(self.world.clock.seconds() * 1000)
@@ -407,45 +406,55 @@ class RenewedLeafTests(SynchronousTestCase):
         body["ca_chain_pem"] = enrolled.body["ca_chain_pem"]
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
-        return request(self, self.world.resource, method, path, headers=headers, body=data)
+        return await self.send(self.world.resource, method, path, headers=headers, body=data)
 
-    def renewed(self, enrolled: Enrolled) -> Enrolled:
+    async def renewed(self, enrolled: Enrolled) -> Enrolled:
         """The enrollment C{POST /agent/renew} answers for C{enrolled}."""
-        answer = self.signed(enrolled, "POST", "/agent/renew")
+        answer = await self.signed(enrolled, "POST", "/agent/renew")
         self.assertEqual(answer.status, 200, answer.body)
         return Enrolled(answer.json())
 
-    def test_refresh_with_renewed_leaf(self) -> None:
+    async def test_refresh_with_renewed_leaf(self) -> None:
         """After a renewal the new leaf refreshes the same lease and session; the old one cannot."""
-        acquired = self.signed(self.enrolled, "POST", self.mount_path)
+        acquired = await self.signed(self.enrolled, "POST", self.mount_path)
         self.assertEqual(acquired.status, 200, acquired.body)
         self.world.clock.advance(60)
-        renewed = self.renewed(self.enrolled)
+        renewed = await self.renewed(self.enrolled)
         self.world.clock.advance(30)
-        answer = self.signed(renewed, "POST", self.mount_path + "/refresh")
+        answer = await self.signed(renewed, "POST", self.mount_path + "/refresh")
         self.assertEqual(answer.status, 200, answer.body)
         self.assertEqual(answer.json()["session_id"], acquired.json()["session_id"])
         self.assertEqual(answer.json()["bound_at"], acquired.json()["bound_at"])
         self.assertEqual(answer.json()["lease_expires_at"], "2026-11-01T12:03:30Z")
-        stale = self.signed(self.enrolled, "POST", self.mount_path + "/refresh")
+        stale = await self.signed(self.enrolled, "POST", self.mount_path + "/refresh")
         self.assertEqual((stale.status, stale.json()["error"]), (410, "lease_lost"))
 
-    def test_lease_follows_successive_renewals(self) -> None:
+    async def test_lease_follows_successive_renewals(self) -> None:
         """A lease outlives its first leaf: renewed twice, the latest leaf refreshes, releases."""
-        session = self.signed(self.enrolled, "POST", self.mount_path).json()["session_id"]
+        session = (await self.signed(self.enrolled, "POST", self.mount_path)).json()["session_id"]
         leaf = self.enrolled
         for _ in range(2):
             self.world.clock.advance(50 * 60)
-            leaf = self.renewed(leaf)
-            answer = self.signed(leaf, "POST", self.mount_path + "/refresh")
+            leaf = await self.renewed(leaf)
+            answer = await self.signed(leaf, "POST", self.mount_path + "/refresh")
             self.assertEqual((answer.status, answer.json()["session_id"]), (200, session))
-        self.assertEqual(self.signed(leaf, "DELETE", self.mount_path).status, 204)
-        revoked = self.world.result(self.world.store.active_revocations(self.world.now()))
+        self.assertEqual((await self.signed(leaf, "DELETE", self.mount_path)).status, 204)
+        revoked = await self.world.result(self.world.store.active_revocations(self.world.now()))
         self.assertEqual([r.serial for r in revoked], [leaf.serial])
 
-    def test_renewal_without_lease(self) -> None:
+    async def test_renewal_without_lease(self) -> None:
         """Renewing a leaf holding no lease mints the leaf and leaves the allocation unmounted."""
-        renewed = self.renewed(self.enrolled)
-        lease = self.world.store.get_mount_lease(self.enrolled.body["allocation_id"])
-        self.assertIsNone(self.world.result(lease))
-        self.assertEqual(self.signed(renewed, "POST", self.mount_path).status, 200)
+        renewed = await self.renewed(self.enrolled)
+        lease = await self.world.result(
+            self.world.store.get_mount_lease(self.enrolled.body["allocation_id"])
+        )
+        self.assertIsNone(lease)
+        self.assertEqual((await self.signed(renewed, "POST", self.mount_path)).status, 200)
+
+
+class RenewedLeafTests(RenewedLeafContract, SQLiteBackend):
+    """RenewedLeaf over SQLite."""
+
+
+class PostgresRenewedLeafTests(RenewedLeafContract, PostgresBackend):
+    """RenewedLeaf over PostgreSQL."""
