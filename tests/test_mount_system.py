@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -182,3 +183,48 @@ class MountSystemTests(TestCase):
         self.assertEqual(after, before)
         if shutil.which("sqlite3"):
             self.assertEqual(self.sh("sqlite3 db.sqlite 'select sum(x) from t'"), "6\n")
+
+
+class MountStartFailureTests(TestCase):
+    """
+    A mount that cannot start says so with its exit status and leaves nothing mounted.
+    """
+
+    def setUp(self) -> None:
+        reason = _skip_reason()
+        if reason is not None:
+            raise SkipTest(reason)
+
+    def test_unreachable_control_plane_exits_nonzero(self) -> None:
+        """With no control plane to enroll with, twist svc-mount exits 1 and mounts nothing."""
+        work = Path(self.mktemp()).resolve()
+        mount_point = work / "mnt"
+        mount_point.mkdir(parents=True)
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
+        environ.update(
+            SVC_CONTROL_URL=f"http://127.0.0.1:{unused_port()}",
+            SVC_ENROLL_TOKEN="no-such-token",
+            SVC_MOUNT_POINT=str(mount_point),
+            SVC_CACHE_DIR=str(work / "cache"),
+            SVC_AUDIT_LOG=str(work / "audit.log"),
+        )
+        result = subprocess.run(
+            [str(BIN / "twist"), "svc-mount"],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertFalse(os.path.ismount(mount_point))
+        audit = [json.loads(line) for line in (work / "audit.log").read_text().splitlines()]
+        self.assertIn(("enrollment", False), [(a["event"], a["allowed"]) for a in audit])
+
+
+def unused_port() -> int:
+    """A loopback port nothing listens on (bound once, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

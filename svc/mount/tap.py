@@ -39,6 +39,9 @@ from svc.worker import ThreadWorker
 
 _log = Logger()
 
+START_FAILED_STATUS = 1
+"""Exit status of a mount that could not start (enrollment, lease, connection)."""
+
 OPTION_VARIABLES = {
     "control-url": "SVC_CONTROL_URL",
     "enroll-token": "SVC_ENROLL_TOKEN",
@@ -129,6 +132,11 @@ class MountService(Service):
         def failed(reason: Any) -> None:
             _log.failure("svc-mount could not start", reason)
             if self._reactor.running:
+                # After the services stopped (unmounting whatever was mounted),
+                # end with a failure status instead of twist's 0.
+                self._reactor.addSystemEventTrigger(
+                    "after", "shutdown", os._exit, START_FAILED_STATUS
+                )
                 self._reactor.stop()
 
         starting.addCallbacks(self.ready.callback, failed)
