@@ -1,0 +1,338 @@
+"""
+The mount client through the kernel against the local disk and a bindfs
+pass-through FUSE mount (the FUSE floor), measured in the same run.
+
+Brings up the quickstart stack in a temporary directory, stops the
+quickstart's own mount and runs its own C{twist svc-mount} with a fresh
+cache; a cold read remounts with another empty cache. Prints one JSON object.
+Everything started is stopped and unmounted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, http  # noqa: E402
+
+BIN = Path(sys.executable).parent
+MIB = 1 << 20
+SMALL_FILES = 2000
+SMALL_SIZE = 4096
+MOUNT_TIMEOUT = 60.0
+
+
+def _say(message: str) -> None:
+    print(f"[bench/mount] {message}", file=sys.stderr, flush=True)
+
+
+def drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def umount_lazy(path: Path) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+# Workloads
+
+
+def seq_write(path: Path, data: memoryview) -> float:
+    """Write C{data} in 1 MiB os.write calls, fsync and close; seconds."""
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for offset in range(0, len(data), MIB):
+            block = data[offset : offset + MIB]
+            while block:
+                block = block[os.write(fd, block) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def seq_read(path: Path, expected: int) -> float:
+    """Read the whole file in 1 MiB readinto calls; seconds."""
+    buffer = bytearray(MIB)
+    total = 0
+    start = time.perf_counter()
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            got = handle.readinto(buffer)
+            if not got:
+                break
+            total += got
+    elapsed = time.perf_counter() - start
+    if total != expected:
+        raise SystemExit(f"{path}: read {total} bytes, expected {expected}")
+    return elapsed
+
+
+def small_files(directory: Path) -> dict[str, float]:
+    """Create+write+close, stat and read back SMALL_FILES files of SMALL_SIZE bytes."""
+    directory.mkdir()
+    payloads = [os.urandom(SMALL_SIZE) for _ in range(SMALL_FILES)]
+    names = [str(directory / f"f{index:05d}") for index in range(SMALL_FILES)]
+    start = time.perf_counter()
+    for name, payload in zip(names, payloads, strict=True):
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, payload)
+        os.close(fd)
+    created = time.perf_counter()
+    for name in names:
+        os.stat(name)
+    statted = time.perf_counter()
+    for name, payload in zip(names, payloads, strict=True):
+        fd = os.open(name, os.O_RDONLY)
+        got = os.read(fd, SMALL_SIZE + 1)
+        os.close(fd)
+        if got != payload:
+            raise SystemExit(f"{name}: content differs")
+    done = time.perf_counter()
+    return {
+        "create_s": round(created - start, 3),
+        "stat_s": round(statted - created, 3),
+        "read_s": round(done - statted, 3),
+        "total_s": round(done - start, 3),
+    }
+
+
+def run_target(
+    directory: Path, data: memoryview, cold_prepare: Callable[[], None]
+) -> dict[str, Any]:
+    """All workloads in C{directory}; C{cold_prepare} empties caches (after drop_caches)."""
+    size = len(data)
+    big = directory / "big.bin"
+    write_s = seq_write(big, data)
+    drop_caches()
+    cold_prepare()
+    cold_s = seq_read(big, size)
+    warm_s = min(seq_read(big, size), seq_read(big, size))
+    small = small_files(directory / "small")
+    mb = size / 1e6
+    return {
+        "write_mb_s": round(mb / write_s, 1),
+        "cold_read_mb_s": round(mb / cold_s, 1),
+        "warm_read_mb_s": round(mb / warm_s, 1),
+        "write_s": round(write_s, 3),
+        "cold_read_s": round(cold_s, 3),
+        "warm_read_s": round(warm_s, 3),
+        "small_files": small,
+    }
+
+
+# The svc stack and mount
+
+
+class SvcStack:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.stack = tmp / "stack"
+        self.mount_point = tmp / "svc-mnt"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.mounts = 0
+        self.state: dict[str, Any] = {}
+
+    def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=180,
+            check=False,
+        )
+
+    def start(self) -> None:
+        started = self.quickstart("start")
+        if started.returncode != 0:
+            raise SystemExit(f"quickstart start failed:\n{started.stdout}{started.stderr}")
+        self.state = json.loads((self.stack / "state.json").read_text())
+        self._stop_quickstart_mount()
+        self.mount_point.mkdir()
+
+    def _stop_quickstart_mount(self) -> None:
+        pid_file = self.stack / "mount.pid"
+        if not pid_file.exists():
+            return
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        pid_file.unlink(missing_ok=True)
+        umount_lazy(Path(self.state["mount_point"]))
+
+    def mount(self) -> None:
+        """A fresh twist svc-mount with an empty cache directory."""
+        self.mounts += 1
+        control_url = f"http://127.0.0.1:{self.state['control_port']}"
+        status, minted = http(
+            "POST", control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token", {}, self.state["token"]
+        )
+        if status != 200:
+            raise SystemExit(f"enroll-token failed: {status} {minted}")
+        log = self.tmp / f"mount-{self.mounts}.log"
+        environ = {
+            **os.environ,
+            "SVC_CONTROL_URL": control_url,
+            "SVC_ENROLL_TOKEN": minted["token"],
+            "SVC_MOUNT_POINT": str(self.mount_point),
+            "SVC_CACHE_DIR": str(self.tmp / f"cache-{self.mounts}"),
+            "SVC_AUDIT_LOG": str(self.tmp / f"audit-{self.mounts}.jsonl"),
+            "SVC_MOUNT_FORCE": "1",
+        }
+        with log.open("wb") as output:
+            self.process = subprocess.Popen(
+                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
+                env=environ,
+                cwd=ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + MOUNT_TIMEOUT
+        while not os.path.ismount(self.mount_point):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"no svc mount; log:\n{log.read_text(errors='replace')}")
+            time.sleep(0.1)
+
+    def unmount(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        umount_lazy(self.mount_point)
+
+    def remount_cold(self) -> None:
+        self.unmount()
+        self.mount()
+
+    def stop(self) -> None:
+        self.unmount()
+        self.quickstart("stop")
+        state_file = self.stack / "state.json"
+        if state_file.exists():
+            mount_point = json.loads(state_file.read_text()).get("mount_point")
+            if mount_point:
+                umount_lazy(Path(mount_point))
+
+
+def ensure_bindfs() -> str | None:
+    """Path of bindfs, installing the Debian package if missing; None when unavailable."""
+    found = shutil.which("bindfs")
+    if found:
+        return found
+    _say("bindfs is missing: installing it (apt-get install -y bindfs)")
+    subprocess.run(["apt-get", "install", "-y", "bindfs"], capture_output=True, check=False)
+    return shutil.which("bindfs")
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    return round(numerator / denominator, 3) if denominator else 0.0
+
+
+def ratios(local: dict[str, Any], bind: dict[str, Any], mounted: dict[str, Any]) -> dict[str, Any]:
+    found = {
+        "svc_warm_read_vs_local": ratio(mounted["warm_read_mb_s"], local["warm_read_mb_s"]),
+        "target_warm_read_vs_local": 0.5,
+        "svc_write_vs_local": ratio(mounted["write_mb_s"], local["write_mb_s"]),
+        "target_write_vs_local": 0.3,
+        "svc_cold_read_vs_local": ratio(mounted["cold_read_mb_s"], local["cold_read_mb_s"]),
+    }
+    if "small_files" in bind:
+        found["svc_small_files_vs_bindfs"] = ratio(
+            mounted["small_files"]["total_s"], bind["small_files"]["total_s"]
+        )
+        found["target_small_files_vs_bindfs_max"] = 3.0
+        found["svc_write_vs_bindfs"] = ratio(mounted["write_mb_s"], bind["write_mb_s"])
+        found["svc_warm_read_vs_bindfs"] = ratio(mounted["warm_read_mb_s"], bind["warm_read_mb_s"])
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size-mib", type=int, default=512)
+    parser.add_argument("--skip-bindfs", action="store_true")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        raise SystemExit("needs root and /dev/fuse (FUSE mounts and drop_caches)")
+    # The demo agent's grant (1 GiB) also holds the quickstart's files and the small files.
+    if args.size_mib * MIB > DEMO_GRANT - 64 * MIB:
+        raise SystemExit(f"--size-mib must be at most {(DEMO_GRANT >> 20) - 64} (the demo grant)")
+    began = time.perf_counter()
+    size = args.size_mib * MIB
+    data = memoryview(os.urandom(size))
+    tmp = Path(tempfile.mkdtemp(prefix="svc-bench-mount-"))
+    svc = SvcStack(tmp)
+    bind_mnt = tmp / "bindfs-mnt"
+    result: dict[str, Any] = {
+        "size_mib": args.size_mib,
+        "block_size": MIB,
+        "small_files": {"count": SMALL_FILES, "size": SMALL_SIZE},
+    }
+    try:
+        local_dir = tmp / "local"
+        local_dir.mkdir()
+        _say("local disk")
+        local = run_target(local_dir, data, lambda: None)
+        shutil.rmtree(local_dir)
+        result["local"] = local
+
+        bindfs = None if args.skip_bindfs else ensure_bindfs()
+        if bindfs is None:
+            result["bindfs"] = {"unavailable": True}
+        else:
+            _say("bindfs pass-through")
+            backing = tmp / "bindfs-backing"
+            backing.mkdir()
+            bind_mnt.mkdir()
+            subprocess.run([bindfs, str(backing), str(bind_mnt)], check=True)
+            result["bindfs"] = run_target(bind_mnt, data, lambda: None)
+            umount_lazy(bind_mnt)
+
+        _say("starting the svc stack (quickstart)")
+        svc.start()
+        svc.mount()
+        _say("svc mount")
+        mounted = run_target(svc.mount_point, data, svc.remount_cold)
+        result["svc"] = mounted
+    finally:
+        svc.stop()
+        umount_lazy(bind_mnt)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    result["ratios"] = ratios(local, result["bindfs"], mounted)
+    result["runtime_s"] = round(time.perf_counter() - began, 1)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
