@@ -21,20 +21,7 @@ from pathlib import Path
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.quickstart import DEMO_AGENT, http
-
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-MOUNT_TIMEOUT = 60.0
-
-
-def _skip_reason() -> str | None:
-    if os.environ.get("CI") == "true":
-        return None
-    if os.geteuid() != 0:
-        return "mounting FUSE needs root here"
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    return None
+from tests.mount_harness import BIN, MOUNT_TIMEOUT, ROOT, skip_reason
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
@@ -57,7 +44,7 @@ class MountSystemTests(TestCase):
     """The mount client end to end, through the kernel."""
 
     def setUp(self) -> None:
-        reason = _skip_reason()
+        reason = skip_reason()
         if reason is not None:
             raise SkipTest(reason)
         self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-system-"))
@@ -191,7 +178,7 @@ class MountStartFailureTests(TestCase):
     """
 
     def setUp(self) -> None:
-        reason = _skip_reason()
+        reason = skip_reason()
         if reason is not None:
             raise SkipTest(reason)
 
