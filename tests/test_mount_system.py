@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 from twisted.trial.unittest import SkipTest, TestCase
 
-from svc.quickstart import DEMO_AGENT, http
-from tests.mount_harness import BIN, MOUNT_TIMEOUT, ROOT, skip_reason
+from tests.mount_harness import BIN, MountStackCase, skip_reason
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
@@ -40,103 +35,8 @@ def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
     return found
 
 
-class MountSystemTests(TestCase):
+class MountSystemTests(MountStackCase):
     """The mount client end to end, through the kernel."""
-
-    def setUp(self) -> None:
-        reason = skip_reason()
-        if reason is not None:
-            raise SkipTest(reason)
-        self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-system-"))
-        self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.stack = self.tmp / "stack"
-        self.addCleanup(self.quickstart, "stop")
-        started = self.quickstart("start")
-        self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
-        self.state = json.loads((self.stack / "state.json").read_text())
-        self.control_url = f"http://127.0.0.1:{self.state['control_port']}"
-        self.mount_point = self.tmp / "mnt"
-        self.mount_point.mkdir()
-
-    def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=180,
-            check=False,
-        )
-
-    def enroll_token(self) -> str:
-        status, minted = http(
-            "POST",
-            self.control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token",
-            {},
-            self.state["token"],
-        )
-        self.assertEqual(status, 200, minted)
-        token: str = minted["token"]
-        return token
-
-    def mount(self, label: str) -> subprocess.Popen[bytes]:
-        """Start twist svc-mount with a fresh cache; wait for the mount."""
-        log = self.tmp / f"mount-{label}.log"
-        environ = {
-            **os.environ,
-            "SVC_CONTROL_URL": self.control_url,
-            "SVC_ENROLL_TOKEN": self.enroll_token(),
-            "SVC_MOUNT_POINT": str(self.mount_point),
-            "SVC_CACHE_DIR": str(self.tmp / f"cache-{label}"),
-            "SVC_AUDIT_LOG": str(self.tmp / f"audit-{label}.jsonl"),
-            "SVC_MOUNT_FORCE": "1",
-        }
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
-                env=environ,
-                cwd=ROOT,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        self.addCleanup(self.force_down, process)
-        deadline = time.monotonic() + MOUNT_TIMEOUT
-        while not os.path.ismount(self.mount_point):
-            if process.poll() is not None or time.monotonic() > deadline:
-                self.fail(f"no mount; log:\n{log.read_text(errors='replace')}")
-            time.sleep(0.2)
-        self.logs = log
-        return process
-
-    def force_down(self, process: subprocess.Popen[bytes]) -> None:
-        """Cleanup: never leave a mount or a process behind."""
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        if os.path.ismount(self.mount_point):
-            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
-
-    def unmount(self, process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM: write back, unmount, release the lease, exit."""
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-        self.assertFalse(os.path.ismount(self.mount_point), self.logs.read_text())
-
-    def sh(self, command: str) -> str:
-        done = subprocess.run(
-            ["sh", "-euc", command],
-            cwd=self.mount_point,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        self.assertEqual(done.returncode, 0, f"{command}: {done.stderr}\n{self.logs.read_text()}")
-        return done.stdout
 
     def test_tools_write_and_remount_reads_everything(self) -> None:
         """cp -r, echo, mkdir -p, mv, ln -s and sqlite3 survive a remount with an empty cache."""
@@ -146,8 +46,8 @@ class MountSystemTests(TestCase):
         (source / "sub" / "b.bin").write_bytes(os.urandom(300_000))
         (source / "sub" / "deeper" / "c.txt").write_text("gamma " * 1000)
 
-        process = self.mount("first")
-        self.sh(f"cp -r {source} tree")
+        first = self.mount()
+        self.sh(f"cp -r {source} tree", first)
         self.sh("echo hello > hello.txt")
         self.sh("mkdir -p x/y/z && echo deep > x/y/z/f")
         self.sh("mv hello.txt x/moved.txt")
@@ -162,9 +62,9 @@ class MountSystemTests(TestCase):
             self.assertEqual(self.sh("sqlite3 db.sqlite 'select sum(x) from t'"), "6\n")
         before = snapshot(self.mount_point)
         self.assertIn("x/moved.txt", before)
-        self.unmount(process)
+        self.unmount(first)
 
-        self.mount("second")
+        self.mount()
         after = snapshot(self.mount_point)
         self.assertEqual(sorted(after), sorted(before))
         self.assertEqual(after, before)
