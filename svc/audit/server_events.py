@@ -2,7 +2,7 @@
 Constructors for the data-plane server lines whose envelope differs from a
 plain operation line (L{svc.audit.events.server_event}): path-confinement
 denials, lease lines (reduced envelope), the GC sweep and purge reports and
-the HTTP surface.
+the HTTP surface (including the owner's journal revert).
 """
 
 from __future__ import annotations
@@ -152,3 +152,20 @@ def http_auth_event(*, ts: float, request_path: str) -> AuditEvent:
     """An HTTP-layer authentication failure: C{path} is the request path
     plus query, C{allowed: false}, no identity fields."""
     return server_event(EventName.HTTP_AUTH, ts=ts, cert=NO_CERT, path=request_path, allowed=False)
+
+
+def owner_journal_revert_event(
+    *, ts: float, tenant_id: str, allowed: bool, caller: CertFields = NO_CERT
+) -> AuditEvent:
+    """
+    An owner's revert through the control plane (C{POST
+    /control/journal/revert}): the C{journal_revert_path} line with C{path}
+    empty, C{tenant_id}, and the control plane's certificate serial and
+    subject from C{caller}; no C{agent_id} (no agent certificate is
+    involved; the journal row itself names C{owner:<user_id>}).
+    C{allowed} is false when the revert was refused.
+    """
+    cert = CertFields(
+        tenant_id=tenant_id, cert_serial=caller.cert_serial, cert_subject=caller.cert_subject
+    )
+    return server_event(EventName.JOURNAL_REVERT_PATH, ts=ts, cert=cert, path="", allowed=allowed)

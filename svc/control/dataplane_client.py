@@ -1,8 +1,9 @@
 """
 The control plane's client of the data-plane servers' C{/control/*} calls
 (C{docs/specifications/control-dataplane.md}): revocation pushes, agent
-purges, quota updates and usage queries, over mutual TLS 1.3 with the
-control-plane certificate.
+purges, quota updates, usage queries and the tenant journal (page,
+long-poll, owner revert; values in L{svc.control.dataplane_journal}), over
+mutual TLS 1.3 with the control-plane certificate.
 
 Three layers:
 
@@ -16,7 +17,9 @@ Three layers:
 
 Every failure of a call (connection, TLS, timeout, non-2xx status, malformed
 answer) is one exception, L{DataPlaneCallFailed}; callers decide whether to
-retry.
+retry. A 4xx answer with an error body is its subclass L{DataPlaneRefused},
+carrying the status and error code, so a caller can tell "the server said
+no" (404, 403, 409) from "the server could not be asked".
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.control.ca import AgentCAProvider, audit_signing, filesystem_ca
+from svc.control.dataplane_journal import (
+    JournalAnswer,
+    JournalRequest,
+    MalformedAnswer,
+    RevertAnswer,
+    parse_journal_answer,
+    parse_revert_answer,
+)
 from svc.control.settings import ControlSettings, SecretsBackend
 from svc.control.store.interface import ControlStore
 from svc.control.store.values import CertificateKind, Revocation, Server
@@ -175,6 +186,22 @@ class DataPlaneCallFailed(Exception):
         self.target = target
         self.call = call
         self.reason = reason
+
+
+class DataPlaneRefused(DataPlaneCallFailed):
+    """
+    The data-plane server answered a 4xx with an error body
+    C{{"error", "error_description"?}}: C{status}, C{error} and
+    C{description} (empty when absent) as sent.
+    """
+
+    def __init__(
+        self, target: DataPlaneTarget, call: str, status: int, error: str, description: str
+    ) -> None:
+        super().__init__(target, call, f"HTTP {status}")
+        self.status = status
+        self.error = error
+        self.description = description
 
 
 class ControlCertificateUnavailable(Exception):
@@ -391,6 +418,48 @@ class DataPlaneClient:
         """C{GET /control/usage?owner=}: the owner's usage on one server."""
         return Deferred.fromCoroutine(self._usage(target, owner))
 
+    def journal(
+        self, target: DataPlaneTarget, owner: str, tenant: str, query: JournalRequest
+    ) -> Deferred[JournalAnswer]:
+        """
+        C{GET /control/journal}: one page of the tenant's journal. A
+        long-poll (C{query.wait_seconds}) may take that long plus the normal
+        call timeout.
+        """
+        return Deferred.fromCoroutine(self._journal(target, owner, tenant, query))
+
+    def journal_revert(
+        self, target: DataPlaneTarget, owner: str, tenant: str, path: str, seq: int, user_id: str
+    ) -> Deferred[RevertAnswer]:
+        """
+        C{POST /control/journal/revert}: restore C{path} to its state before
+        row C{seq}, written by C{owner:<user_id>}. Refusals are
+        L{DataPlaneRefused} (404 C{not_found}, 403 C{access_denied}/
+        C{disk_root}, 409 C{conflict}/C{chunks_collected}, 400).
+        """
+        body = {"owner": owner, "tenant": tenant, "path": path, "seq": seq, "user_id": user_id}
+        return Deferred.fromCoroutine(self._journal_revert(target, body))
+
+    async def _journal(
+        self, target: DataPlaneTarget, owner: str, tenant: str, query: JournalRequest
+    ) -> JournalAnswer:
+        path = "/control/journal?" + urlencode(query.parameters(owner, tenant))
+        timeout = query.wait_seconds + self._timeout
+        answer = await self._call(target, "GET", path, None, timeout=timeout)
+        try:
+            return parse_journal_answer(answer)
+        except MalformedAnswer as e:
+            raise DataPlaneCallFailed(target, "GET /control/journal", str(e)) from None
+
+    async def _journal_revert(
+        self, target: DataPlaneTarget, body: Mapping[str, object]
+    ) -> RevertAnswer:
+        answer = await self._call(target, "POST", "/control/journal/revert", body)
+        try:
+            return parse_revert_answer(answer)
+        except MalformedAnswer as e:
+            raise DataPlaneCallFailed(target, "POST /control/journal/revert", str(e)) from None
+
     async def _purge(
         self, target: DataPlaneTarget, owner: str, tenant: str, agent_id: str
     ) -> PurgeResult:
@@ -429,14 +498,23 @@ class DataPlaneClient:
         await self._call(target, method, path, body)
 
     async def _call(
-        self, target: DataPlaneTarget, method: str, path: str, body: object | None
+        self,
+        target: DataPlaneTarget,
+        method: str,
+        path: str,
+        body: object | None,
+        *,
+        timeout: float | None = None,
     ) -> object:
         call = f"{method} {path.split('?', 1)[0]}"
         credentials = self._credentials()
         if credentials is None:
             raise DataPlaneCallFailed(target, call, "no control certificate yet")
         client = self._http_client(target, credentials)
-        kwargs: dict[str, Any] = {"timeout": self._timeout, "reactor": self._clock}
+        kwargs: dict[str, Any] = {
+            "timeout": self._timeout if timeout is None else timeout,
+            "reactor": self._clock,
+        }
         if body is not None:
             kwargs["json"] = body
         try:
@@ -444,6 +522,8 @@ class DataPlaneClient:
             content = await response.content()
         except Exception as e:
             raise DataPlaneCallFailed(target, call, f"{type(e).__name__}: {e}") from e
+        if 400 <= response.code < 500:
+            _raise_refused(target, call, response.code, content)
         if not 200 <= response.code < 300:
             raise DataPlaneCallFailed(target, call, f"HTTP {response.code}")
         if response.code == 204 or not content:
@@ -454,6 +534,26 @@ class DataPlaneClient:
             return json.loads(content)
         except ValueError:
             raise DataPlaneCallFailed(target, call, "answer is not JSON") from None
+
+
+def _raise_refused(target: DataPlaneTarget, call: str, status: int, content: bytes) -> None:
+    """
+    Raise L{DataPlaneRefused} when C{content} is an error body
+    C{{"error": str, "error_description"?: str}}; otherwise return (the
+    caller reports a plain L{DataPlaneCallFailed}).
+    """
+    if len(content) > MAX_ANSWER_BYTES:
+        return
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return
+    if not isinstance(body, dict):
+        return
+    error = body.get("error")
+    description = body.get("error_description", "")
+    if isinstance(error, str) and error and isinstance(description, str):
+        raise DataPlaneRefused(target, call, status, error, description)
 
 
 def _count(target: DataPlaneTarget, call: str, answer: Mapping[str, object], field: str) -> int:

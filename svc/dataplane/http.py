@@ -7,8 +7,9 @@ Routes (C{docs/specifications/dataplane-http.md}):
   - C{GET /audit}: an agent certificate; the newest audit records of that
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
-    C{PUT /control/quotas}, C{GET /control/usage}: the control-plane
-    certificate (C{docs/specifications/control-dataplane.md}).
+    C{PUT /control/quotas}, C{GET /control/usage}, C{GET /control/journal},
+    C{POST /control/journal/revert}: the control-plane certificate
+    (C{docs/specifications/control-dataplane.md}).
 
 The caller is identified on every request from the TLS-verified chain
 (L{svc.dataplane.http_auth}); unit tests inject C{verified_chain}. Errors
@@ -43,6 +44,7 @@ from svc.audit.server_events import (
     agent_data_purged_event,
     http_auth_event,
     http_get_audit_event,
+    owner_journal_revert_event,
 )
 from svc.control.errors import (
     ApiError,
@@ -82,8 +84,21 @@ from svc.dataplane.http_control import (
     parse_usage_owner,
     purge_agent,
 )
+from svc.dataplane.http_journal import (
+    OwnerRevert,
+    check_not_disk_root,
+    parse_journal_listing,
+    parse_owner_revert,
+    present_tenant,
+    read_journal,
+    revert_answer,
+    revert_as_owner,
+)
+from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
-from svc.store.engine import StorageEngine
+from svc.store.engine import EngineClock, StorageEngine
+from svc.store.journal import RevertResult
+from svc.store.tenant import TenantStorage
 from svc.worker import IWorker
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -112,6 +127,12 @@ class DataPlaneHttp:
         times, certificate expiry).
     @param io: runs blocking reads (the audit log, directory scans).
     @param verified_chain: the request's TLS-verified peer chain.
+    @param clock: times the C{/control/journal} long-poll (the reactor;
+        L{None}: the global reactor, for callers built before this
+        parameter existed).
+    @param metrics: counts owner reverts (C{svc_journal_revert_total},
+        C{svc_journal_writes_total}) and times journal queries; L{None}:
+        not counted.
     """
 
     app = Klein()
@@ -134,6 +155,8 @@ class DataPlaneHttp:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         audit_block_size: int = BLOCK_SIZE,
         audit_max_scan_bytes: int = MAX_SCAN_BYTES,
+        clock: EngineClock,
+        metrics: DataPlaneMetrics | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -150,6 +173,8 @@ class DataPlaneHttp:
         self._audit_block_size = audit_block_size
         self._audit_max_scan_bytes = audit_max_scan_bytes
         self._revocations_generated_at: datetime | None = None
+        self._clock = clock
+        self._metrics = metrics
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -280,6 +305,65 @@ class DataPlaneHttp:
         require_control(self._caller(request))
         owner = parse_usage_owner(request.args or {})
         return _json(request, await owner_usage(self._engine, self._io, owner))
+
+    @app.route("/control/journal", methods=["GET"])
+    async def journal(self, request: Request) -> bytes:
+        """A page of a tenant's journal; with C{wait}, a long-poll for new rows."""
+        require_control(self._caller(request))
+        listing = parse_journal_listing(request.args or {})
+        storage = await present_tenant(self._engine, self._io, listing.location)
+        metrics = self._metrics
+        answer = await read_journal(
+            storage,
+            listing,
+            self._clock,
+            request.notifyFinish,
+            observe=(lambda s: None) if metrics is None else metrics.observe_journal_query,
+        )
+        _set_header(request, b"Cache-Control", b"no-store")
+        return _json(request, answer)
+
+    @app.route("/control/journal/revert", methods=["POST"])
+    async def journal_revert(self, request: Request) -> bytes:
+        """Revert a path to its state before a journal row, as the owner."""
+        control = require_control(self._caller(request))
+        revert = parse_owner_revert(self._json_body(request))
+        caller = CertFields.of_control(control)
+        try:
+            check_not_disk_root(revert.path)
+            storage = await present_tenant(self._engine, self._io, revert.location)
+            result = await self._counted_revert(storage, revert)
+        except Exception:
+            self._emit(
+                owner_journal_revert_event(
+                    ts=self._seconds(),
+                    tenant_id=revert.location.tenant,
+                    allowed=False,
+                    caller=caller,
+                )
+            )
+            raise
+        self._emit(
+            owner_journal_revert_event(
+                ts=self._seconds(), tenant_id=revert.location.tenant, allowed=True, caller=caller
+            )
+        )
+        return _json(request, revert_answer(result))
+
+    async def _counted_revert(self, storage: TenantStorage, revert: OwnerRevert) -> RevertResult:
+        metrics = self._metrics
+        try:
+            result = await revert_as_owner(storage, revert)
+        except Exception:
+            if metrics is not None:
+                metrics.count_journal_revert(revert.allocation, "error")
+            raise
+        if metrics is not None:
+            outcome = "noop" if result.journal_seq is None else "reverted"
+            metrics.count_journal_revert(revert.allocation, outcome)
+            if result.journal_seq is not None:
+                metrics.count_journal_write("revert", revert.allocation)
+        return result
 
     # Errors
 

@@ -328,6 +328,8 @@ class DataPlaneServer(MultiService):
             trust_domain=settings.trust_domain,
             now=reactor.seconds,
             io=self._io,
+            clock=reactor,
+            metrics=self.metrics,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")

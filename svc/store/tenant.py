@@ -11,6 +11,9 @@ The rules that need more than one store live here:
 - B{Quotas.} A chunk upload that stores new bytes reserves them against the
   owner's account budget first (L{OwnerAccount}); a manifest change is
   checked against the agent's grant inside its transaction.
+- B{Journal notification.} Every change that appends a journal row wakes
+  the L{TenantStorage.journal_changed} waiters once it has committed (the
+  control plane's journal long-poll waits on them).
 - B{Leases.} A manifest change from a writer that does not hold the path's
   write lease while someone else does (or from a fenced writer) is refused
   with L{WriteLeaseHeld} (ESTALE), and the holder is asked to yield.
@@ -158,6 +161,7 @@ class TenantStorage:
         self._retention = retention
         self._seconds = clock_seconds
         self._commit_lock = DeferredLock()
+        self._journal_waiters: list[Deferred[None]] = []
 
     @property
     def tenant_id(self) -> str:
@@ -313,7 +317,7 @@ class TenantStorage:
                 quota_bytes=self._grants.get(top),
             )
 
-        return self._committing(put())
+        return self._journaling(self._committing(put()))
 
     def manifest_delete(
         self, path: str, *, writer: Writer, holder: LeaseHolder | None = None
@@ -325,7 +329,7 @@ class TenantStorage:
             self._check_lease(path, holder)
         except WriteLeaseHeld:
             return fail()
-        return self.manifests.delete(path, writer=writer)
+        return self._journaling(self.manifests.delete(path, writer=writer))
 
     def dir_create(
         self, path: str, *, mode: int, uid: int, gid: int, writer: Writer
@@ -333,13 +337,15 @@ class TenantStorage:
         """
         Create directory ``path``.
         """
-        return self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer)
+        return self._journaling(
+            self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer)
+        )
 
     def dir_remove(self, path: str, *, writer: Writer) -> Deferred[RemoveResult]:
         """
         Remove the empty directory ``path``.
         """
-        return self.manifests.rmdir(path, writer=writer)
+        return self._journaling(self.manifests.rmdir(path, writer=writer))
 
     def manifest_rename(
         self, source: str, destination: str, *, writer: Writer
@@ -347,13 +353,13 @@ class TenantStorage:
         """
         Move ``source`` (with its subtree) to ``destination`` atomically.
         """
-        return self.manifests.rename(source, destination, writer=writer)
+        return self._journaling(self.manifests.rename(source, destination, writer=writer))
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
         """
         Hard-link ``new`` to ``existing``.
         """
-        return self.manifests.link(existing, new, writer=writer)
+        return self._journaling(self.manifests.link(existing, new, writer=writer))
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, writer: Writer
@@ -361,7 +367,9 @@ class TenantStorage:
         """
         Create symlink ``path`` pointing at ``target``.
         """
-        return self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer)
+        return self._journaling(
+            self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer)
+        )
 
     def mknod(
         self, path: str, *, kind: FileKind, mode: int, rdev: int, uid: int, gid: int, writer: Writer
@@ -369,8 +377,10 @@ class TenantStorage:
         """
         Create a special file (or empty regular file) ``path``.
         """
-        return self.manifests.mknod(
-            path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid, writer=writer
+        return self._journaling(
+            self.manifests.mknod(
+                path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid, writer=writer
+            )
         )
 
     def setattr(
@@ -379,7 +389,7 @@ class TenantStorage:
         """
         Change attributes of ``path`` (mode, uid, gid, size to 0, mtime_ns, atime_ns).
         """
-        return self.manifests.setattr(path, writer=writer, **changes)
+        return self._journaling(self.manifests.setattr(path, writer=writer, **changes))
 
     # Journal
 
@@ -415,7 +425,46 @@ class TenantStorage:
                 missing_chunks=lambda hashes: [h for h in hashes if h not in present],
             )
 
-        return self._committing(revert())
+        return self._journaling(self._committing(revert()))
+
+    def journal_changed(self) -> Deferred[None]:
+        """
+        A L{Deferred} that fires (with L{None}) once the next change that
+        appends a journal row has committed, so a reader can re-run its
+        query and see the row. It fires after the change's commit lock is
+        released, before the change's own caller sees the result.
+        Cancelling it stops the wait and forgets it (it then fails with
+        L{twisted.internet.defer.CancelledError}); a waiter that is neither
+        fired nor cancelled is kept until the next journaled change.
+        """
+        waiter: Deferred[None] = Deferred(self._forget_waiter)
+        self._journal_waiters.append(waiter)
+        return waiter
+
+    def journal_waiting(self) -> int:
+        """How many L{journal_changed} waiters are pending."""
+        return len(self._journal_waiters)
+
+    def _forget_waiter(self, waiter: Deferred[None]) -> None:
+        try:
+            self._journal_waiters.remove(waiter)
+        except ValueError:
+            pass
+
+    def _journaling(self, change: Deferred[T]) -> Deferred[T]:
+        """
+        Wake the L{journal_changed} waiters once C{change} has committed with
+        a journal row (its result's C{journal_seq} is not L{None}).
+        """
+
+        def committed(result: T) -> T:
+            if getattr(result, "journal_seq", None) is not None and self._journal_waiters:
+                waiters, self._journal_waiters = self._journal_waiters, []
+                for waiter in waiters:
+                    waiter.callback(None)
+            return result
+
+        return change.addCallback(committed)
 
     # Collection
 

@@ -57,6 +57,7 @@ class HttpFixture:
             org_root=self.pki.root.cert,
             trust_domain=self.pki.trust_domain,
             now=self.clock.seconds,
+            clock=self.clock,
             io=ImmediateWorker(),
             verified_chain=lambda _request: self.chain,
             max_body_bytes=max_body_bytes,

@@ -74,6 +74,7 @@ class HttpsSurfaceTests(TestCase):
             org_root=pki.root.cert,
             trust_domain=pki.trust_domain,
             now=_reactor.seconds,
+            clock=_reactor,
             io=ImmediateWorker(),
         )
         options = http_tls_options(pki.server.cert, pki.server.key, pki.root.cert)
