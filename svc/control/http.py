@@ -290,8 +290,13 @@ def _render_result(request: Request, result: HandlerResult) -> bytes:
         reply = Reply(body=dict(result))
     else:
         raise TypeError(f"handler returned {type(result).__name__}, not a Reply or mapping")
+    if reply.streamed:
+        return b""
     request.setResponseCode(reply.status)
     _set_headers(request, reply.headers)
+    if reply.raw is not None and reply.raw_type is not None:
+        _set_header(request, b"Content-Type", reply.raw_type.encode("latin-1"))
+        return reply.raw
     if reply.body is None:
         request.responseHeaders.removeHeader(b"Content-Type")
         return b""

@@ -7,10 +7,11 @@ L{ControlPushLoop}:
 
   1. has the control certificate renewed when two thirds of its life have
      passed;
-  2. prunes revocations of certificates that have expired, reads the active
-     set and C{PUT}s it whole to C{/control/cert-revocations} on every
-     registered server (each server replaces its in-memory deny-list, so a
-     server that restarted with an empty one is repaired within a round);
+  2. prunes revocations of certificates that have expired (and ended admin
+     sessions), reads the active set and C{PUT}s it whole to
+     C{/control/cert-revocations} on every registered server (each server
+     replaces its in-memory deny-list, so a server that restarted with an
+     empty one is repaired within a round);
   3. retries the quota updates still pending (C{PUT /control/quotas}): the
      routes queue an update after a grant or budget change and it is sent at
      once; one that fails stays queued, newest value per agent or account
@@ -181,6 +182,7 @@ class ControlPushLoop(Service):
         now = self._now()
         try:
             pruned = await self._store.prune_revocations(now)
+            sessions = await self._store.prune_admin_sessions(now)
             active = await self._store.active_revocations(now)
             servers = await self._store.list_servers()
         except Exception:
@@ -188,6 +190,8 @@ class ControlPushLoop(Service):
             return
         if pruned:
             _log.info("pruned {count} expired revocations", count=pruned)
+        if sessions:
+            _log.info("pruned {count} ended admin sessions", count=sessions)
         if self._keeper is None or not servers:
             return
         targets = [self._target_of(server) for server in servers]

@@ -79,11 +79,40 @@ class Reply:
     status: int = attrs.field(default=200)
     body: JsonValue = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    raw: bytes | None = None
+    """Bytes sent as they are instead of a JSON C{body} (with C{raw_type})."""
+    raw_type: str | None = None
+    """The C{Content-Type} of C{raw}."""
+    streamed: bool = False
+    """The handler already wrote the whole response (status, headers, body)."""
 
     @status.validator
     def _check_status(self, attribute: attrs.Attribute[int], value: int) -> None:
         if not 200 <= value <= 399:
             raise ValueError(f"a Reply is a success; raise an ApiError for {value}")
+
+    def __attrs_post_init__(self) -> None:
+        if (self.raw is None) != (self.raw_type is None):
+            raise ValueError("raw and raw_type go together")
+        if self.raw is not None and self.body is not None:
+            raise ValueError("a Reply has a JSON body or raw bytes, not both")
+
+    @classmethod
+    def content(
+        cls, raw: bytes, content_type: str, headers: Mapping[str, str] | None = None
+    ) -> Reply:
+        """200 with C{raw} bytes of C{content_type} (a page, a script)."""
+        return cls(raw=raw, raw_type=content_type, headers=dict(headers or {}))
+
+    @classmethod
+    def redirect(cls, location: str, headers: Mapping[str, str] | None = None) -> Reply:
+        """303 See Other to C{location}, no body."""
+        return cls(status=303, headers={**(headers or {}), "Location": location})
+
+    @classmethod
+    def already_streamed(cls) -> Reply:
+        """The handler wrote the response itself (e.g. an event stream)."""
+        return cls(streamed=True)
 
     @classmethod
     def no_content(cls) -> Reply:

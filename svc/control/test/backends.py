@@ -185,6 +185,7 @@ class PostgresBackend(RouteBackend, TestCase):
             headers=raw_headers,
             data=body,
             pool=self._pool,
+            allow_redirects=False,
         )
         content = await response.content()
         found: dict[str, list[str]] = {}

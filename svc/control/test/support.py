@@ -62,7 +62,13 @@ def request(
         name: value if isinstance(value, list) else [value]
         for name, value in (headers or {}).items()
     }
-    d = stub.request(method, "http://control.test" + path, headers=raw_headers, data=body)
+    d = stub.request(
+        method,
+        "http://control.test" + path,
+        headers=raw_headers,
+        data=body,
+        allow_redirects=False,
+    )
     stub.flush()
     response = case.successResultOf(d)
     content = case.successResultOf(stub.content(response))
