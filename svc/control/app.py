@@ -3,9 +3,9 @@ Assembling the control plane's app from its settings.
 
 L{build_control_app} derives the features from L{ControlSettings}, builds
 the authenticators this package owns (service token, host JWT), adds the
-whoami route, and registers the caller's routes. Other parts of the control
-plane pass their own L{Route} declarations and authenticators (admin session,
-enroll token, agent identity) in.
+whoami and OpenAPI document routes, and registers the caller's routes. Other
+parts of the control plane pass their own L{Route} declarations and
+authenticators (admin session, enroll token, agent identity) in.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from svc.control.auth import HostJwtAuthenticator, ServiceTokenAuthenticator
 from svc.control.hostjwt import HostJwtPolicy, HostJwtVerifier
 from svc.control.http import Authenticator, ControlApp
+from svc.control.openapi import OPENAPI_ROUTES
 from svc.control.routing import AuthKind, Feature, Route
 from svc.control.settings import ControlSettings, IdentitySettings
 from svc.control.whoami import WHOAMI_ROUTES
@@ -88,8 +89,8 @@ def build_control_app(
     read_file: Callable[[Path], bytes] = Path.read_bytes,
 ) -> ControlApp:
     """
-    The control-plane app for C{settings}: healthz, whoami and C{routes},
-    each mounted per the mounting rules.
+    The control-plane app for C{settings}: healthz, whoami, the OpenAPI
+    document and C{routes}, each mounted per the mounting rules.
 
     @param authenticators: added to (and overriding) the standard ones.
     @param ready: see L{ControlApp}.
@@ -98,7 +99,7 @@ def build_control_app(
     all_authenticators = standard_authenticators(settings, now, read_file)
     all_authenticators.update(authenticators or {})
     return ControlApp(
-        [*WHOAMI_ROUTES, *routes],
+        [*WHOAMI_ROUTES, *OPENAPI_ROUTES, *routes],
         features_for(settings),
         authenticators=all_authenticators,
         now=now,

@@ -47,6 +47,7 @@ from zope.interface import implementer  # type: ignore[import-untyped]
 from svc.config import ConfigError, env_int, env_str
 from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider
+from svc.control.dashboard import dashboard_routes
 from svc.control.dataplane_client import (
     DEFAULT_CALL_TIMEOUT_SECONDS,
     ControlCertificateIssuer,
@@ -56,11 +57,15 @@ from svc.control.dataplane_client import (
     mtls_http_client,
 )
 from svc.control.enrollment import EnrollmentDeps
+from svc.control.journal_access import DataPlaneJournal
+from svc.control.owner_auth import OwnerAuthenticator
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_journal import JournalDeps, journal_routes
 from svc.control.routes_mounts import DEFAULT_MOUNT_LEASE_TTL_SECONDS, MountDeps, mount_routes
-from svc.control.routing import Feature, Route
+from svc.control.routes_owner import OwnerDeps, owner_routes
+from svc.control.routing import AuthKind, Feature, Route
 from svc.control.settings import ControlSettings
 from svc.control.store import open_store
 from svc.control.store.interface import ControlStore
@@ -357,6 +362,7 @@ class ControlPlaneService(MultiService):
             store, reactor, client, keeper, interval=self._tap.push_interval_seconds
         )
         enrollment = EnrollmentDeps.build(store, provider, settings, reactor.seconds, pushes)
+        owner = OwnerAuthenticator(store, reactor.seconds)
         routes = [
             *entity_routes(EntityDeps(store, settings, reactor, client, pushes)),
             *mount_routes(
@@ -368,9 +374,18 @@ class ControlPlaneService(MultiService):
                 )
             ),
             *enrollment_routes(enrollment),
+            *dashboard_routes(),
+            *owner_routes(OwnerDeps(store, settings, reactor, client, pushes)),
+            *journal_routes(
+                JournalDeps(
+                    store, DataPlaneJournal(store, client, reactor), reactor, owner.still_valid
+                )
+            ),
         ]
         pushes.setServiceParent(self)  # type: ignore[no-untyped-call]
-        return routes, dict(enrollment_authenticators(enrollment))
+        authenticators: dict[Any, Any] = dict(enrollment_authenticators(enrollment))
+        authenticators[AuthKind.ADMIN_SESSION] = owner
+        return routes, authenticators
 
     def _ready(self, feature: Feature) -> bool:
         if feature is Feature.AGENT_CA:
