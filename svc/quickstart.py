@@ -1,7 +1,8 @@
 """
 The local demo stack behind C{scripts/demo}: a control plane on SQLite and a
-data-plane server as real C{twist} processes, a provisioned demo agent, its
-enrollment and mount lease, and a file written and read back over mutual TLS.
+data-plane server as real C{twist} processes, a demo agent provisioned (and
+given its enroll tokens) through the host SDK L{svc.sdk}, its enrollment and
+mount lease, and a file written and read back over mutual TLS.
 
 State lives in one directory (default C{.svc-demo} in the checkout): secrets,
 databases, chunk store, logs, pid files and C{state.json}. C{stop} ends the
@@ -30,6 +31,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from svc.sdk import Client, EnrollToken, SvcError
 
 TRUST_DOMAIN = "svc.local"
 DEMO_OWNER = "demo-owner"
@@ -113,6 +116,8 @@ class Stack:
             "SVC_TRUST_DOMAIN": TRUST_DOMAIN,
             "SVC_ORG_NAME": "svc demo",
             "SVC_MOUNT_PREFIX": str(self.root / "mnt"),
+            # Plain HTTP on 127.0.0.1: the session cookie cannot be Secure.
+            "SVC_DEV_MODE": "1",
         }
 
     def dataplane_environ(self, state: Mapping[str, Any]) -> dict[str, str]:
@@ -189,6 +194,7 @@ def http(
 ) -> tuple[int, Any]:
     """
     One JSON request with the standard library; returns (status, decoded body).
+    For the calls the host SDK does not make: health, enrollment, mount lease.
     """
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)  # noqa: S310
@@ -204,6 +210,23 @@ def http(
     except urllib.error.HTTPError as error:
         raw = error.read()
         return error.code, json.loads(raw) if raw else None
+
+
+def sdk_client(stack: Stack, state: Mapping[str, Any], control_url: str) -> Client:
+    """
+    The host SDK's client for the demo control plane, with the service token.
+    """
+    return Client(control_url, state["token"], mount_root=str(stack.root / "mnt"))
+
+
+def mint_enroll_token(client: Client) -> EnrollToken:
+    """
+    A fresh single-use enroll token for the demo agent, through the SDK.
+    """
+    try:
+        return client.mint_enroll_token(DEMO_AGENT)
+    except SvcError as error:
+        raise SystemExit(f"enroll-token failed: {error}") from None
 
 
 def wait_until(what: str, check: Any, timeout: float = START_TIMEOUT) -> Any:
@@ -266,24 +289,16 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
     # The frame listener opens only once the data plane holds its server
     # certificate, i.e. after it registered (its address) with the control plane.
     wait_until("the data plane", lambda: _port_open(state["dataplane_port"]))
-    token = state["token"]
+    client = sdk_client(stack, state, control_url)
     _say(f"provisioning owner {DEMO_OWNER!r} and agent {DEMO_AGENT!r}")
-    status, entity = http(
-        "POST",
-        control_url + "/v1/entities",
-        {"type": "agent", "id": DEMO_AGENT, "owner": DEMO_OWNER, "grant_bytes": DEMO_GRANT},
-        token,
-    )
-    if status != 200:
-        raise SystemExit(f"provisioning failed: {status} {entity}")
+    try:
+        entity = client.allocate_disk(DEMO_AGENT, DEMO_OWNER, DEMO_GRANT)
+    except SvcError as error:
+        raise SystemExit(f"provisioning failed: {error}") from None
 
     def enrolled() -> Any:
-        status, minted = http(
-            "POST", control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token", {}, token
-        )
-        if status != 200:
-            raise SystemExit(f"enroll-token failed: {status} {minted}")
-        status, enrollment = http("POST", control_url + "/agent/enroll", None, minted["token"])
+        minted = mint_enroll_token(client)
+        status, enrollment = http("POST", control_url + "/agent/enroll", None, minted.token)
         if status == 503:
             return None  # the data plane has not registered yet
         if status != 200:
@@ -299,7 +314,7 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
     (credentials / "key.pem").chmod(0o600)
     (credentials / "chain.pem").write_text(enrollment["ca_chain_pem"])
     _say(f"agent certificate serial {enrollment['serial']}, expires {enrollment['expires_at']}")
-    mount_url = control_url + f"/allocations/{entity['allocation_id']}/mount"
+    mount_url = control_url + f"/allocations/{entity.allocation_id}/mount"
     proof = {"agent_fingerprint": enrollment["agent_fingerprint"]}
     status, lease = http("POST", mount_url, proof)
     if status == 409 and lease.get("error") == "lease_live":
@@ -312,12 +327,12 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
         raise SystemExit(f"mount lease failed: {status} {lease}")
     _say(f"mount lease held until {lease['lease_expires_at']} (session {lease['session_id']})")
     state.update(
-        allocation_id=entity["allocation_id"],
+        allocation_id=entity.allocation_id,
         server_addr=enrollment["server_addr"],
         server_name=enrollment.get("server_name", "localhost"),
         session_id=lease["session_id"],
         agent_fingerprint=enrollment["agent_fingerprint"],
-        mount_point=entity["virtual_path"],
+        mount_point=entity.virtual_path,
     )
     stack.save_state(state)
 
@@ -351,11 +366,7 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
         control_url + f"/allocations/{state['allocation_id']}/mount",
         {"agent_fingerprint": state["agent_fingerprint"]},
     )
-    status, minted = http(
-        "POST", control_url + f"/v1/agents/{DEMO_AGENT}/enroll-token", {}, state["token"]
-    )
-    if status != 200:
-        raise SystemExit(f"enroll-token failed: {status} {minted}")
+    minted = mint_enroll_token(sdk_client(stack, state, control_url))
     _say(f"mounting the agent's disk at {mount_point} (log: {stack.root / 'mount.log'})")
     stack.spawn(
         "mount",
@@ -363,7 +374,7 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
         {
             **os.environ,
             "SVC_CONTROL_URL": control_url,
-            "SVC_ENROLL_TOKEN": minted["token"],
+            "SVC_ENROLL_TOKEN": minted.token,
             "SVC_MOUNT_POINT": str(mount_point),
             "SVC_CACHE_DIR": str(stack.root / "cache"),
             "SVC_AUDIT_LOG": str(stack.root / "mount-audit.log"),
@@ -378,6 +389,32 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
         f"  the agent's disk  {mount_point}   (mounted; try: ls -l {mount_point})\n"
         f"  mount audit log   {stack.root / 'mount-audit.log'}"
     )
+
+
+def sign_in_link(stack: Stack, state: Mapping[str, Any], control_url: str) -> str:
+    """
+    A new single-use dashboard sign-in link for the demo owner
+    (C{svc user seed}; the link is spent by its first use).
+    """
+    seeded = subprocess.run(  # noqa: S603 (our own svc binary)
+        [stack._bin("svc"), "user", "seed", "--user", DEMO_OWNER, "--name", "Demo owner"],
+        env=stack.control_environ(state),
+        check=True,
+        cwd=stack.root,
+        capture_output=True,
+        text=True,
+    )
+    return f"{control_url}/admin/session?token={seeded.stdout.strip()}"
+
+
+def link(stack: Stack) -> int:
+    """Print a fresh dashboard sign-in link for the running demo stack."""
+    if not stack.running("control"):
+        _say("the demo stack is not running: start it with scripts/demo")
+        return 1
+    state = stack.load_state()
+    print(sign_in_link(stack, state, f"http://127.0.0.1:{state['control_port']}"), flush=True)
+    return 0
 
 
 def start(stack: Stack) -> int:
@@ -405,9 +442,12 @@ def start(stack: Stack) -> int:
         check=True,
     )
     mounted = mount_disk(stack, state, control_url)
+    dashboard = sign_in_link(stack, state, control_url)
     print(
         f"""
 The demo stack is running (state in {stack.root}):
+  dashboard       {dashboard}
+                  (signed-in link for {DEMO_OWNER}, single use; a new one: scripts/demo link)
   control plane   {control_url}   (log {stack.root / "control.log"})
   data plane      {state["server_addr"]}   (log {stack.root / "dataplane.log"})
   audit log       {stack.root / "dataplane-audit.log"}
@@ -424,7 +464,7 @@ Stop everything with: scripts/demo stop
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="svc.quickstart")
-    parser.add_argument("command", choices=["start", "stop"])
+    parser.add_argument("command", choices=["start", "stop", "link"])
     parser.add_argument("--dir", default=".svc-demo", help="state directory")
     args = parser.parse_args(argv)
     stack = Stack(Path(args.dir))
@@ -432,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         stopped = stack.stop()
         _say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         return 0
+    if args.command == "link":
+        return link(stack)
     return start(stack)
 
 

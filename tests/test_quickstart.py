@@ -6,10 +6,13 @@ and a stop that leaves no process behind.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 from twisted.trial.unittest import TestCase
@@ -25,6 +28,18 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _get_without_redirect(url: str) -> tuple[int, str]:
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.netloc, timeout=30)
+    try:
+        connection.request("GET", f"{parts.path}?{parts.query}")
+        response = connection.getresponse()
+        response.read()
+        return response.status, response.getheader("Set-Cookie") or ""
+    finally:
+        connection.close()
 
 
 class QuickstartTests(TestCase):
@@ -46,6 +61,14 @@ class QuickstartTests(TestCase):
         self.state = Path(self.mktemp()).resolve()
         self.addCleanup(self.quickstart, "stop")
 
+    def assert_sign_in_link_works(self, output: str) -> None:
+        """The printed dashboard link signs the demo owner in, once."""
+        [url] = re.findall(r"(http://127\.0\.0\.1:\d+/admin/session\?token=\S+)", output)
+        status, cookie = _get_without_redirect(url)
+        self.assertEqual(status, 303)
+        self.assertTrue(cookie.startswith("svc_admin_session="), cookie)
+        self.assertEqual(_get_without_redirect(url)[0], 401)
+
     def test_start_writes_and_stop_cleans_up(self) -> None:
         """The demo writes a file over mTLS and through the mount; stop ends and unmounts all."""
         started = self.quickstart("start")
@@ -59,6 +82,8 @@ class QuickstartTests(TestCase):
         audit = (self.state / "dataplane-audit.log").read_text().splitlines()
         events = [json.loads(line)["event"] for line in audit]
         self.assertIn("manifest_put", events)
+        self.assert_sign_in_link_works(started.stdout)
+        self.assert_sign_in_link_works(self.quickstart("link").stdout)
         mount_point = Path(state["mount_point"])
         if fuse_available() is None:
             self.assertIn("wrote written-through-fuse.txt through the mount", started.stdout)
