@@ -39,12 +39,18 @@ class PlainInstallTests(TestCase):
         self.wheel = wheels[0]
 
     def test_wheel_contents(self) -> None:
-        """The wheel ships the plugin file without an __init__.py beside it, and py.typed."""
+        """
+        The wheel ships the plugin file without an __init__.py beside it,
+        py.typed, and the files the control plane serves (dashboard, OpenAPI).
+        """
         names = set(zipfile.ZipFile(self.wheel).namelist())
         self.assertIn("twisted/plugins/svc_plugins.py", names)
         self.assertNotIn("twisted/plugins/__init__.py", names)
         self.assertNotIn("twisted/__init__.py", names)
         self.assertIn("svc/py.typed", names)
+        for served in ("dashboard/index.html", "dashboard/app.js", "dashboard/app.css"):
+            self.assertIn(f"svc/control/{served}", names)
+        self.assertIn("svc/control/openapi.json", names)
         self.assertFalse([n for n in names if "/test/" in n and n.startswith("tests/")])
 
     def test_twist_lists_three_plugins(self) -> None:

@@ -56,6 +56,7 @@ ENTITY_TYPES = (AGENT, ACCOUNT)
 ENROLL_TOKEN_BYTES = 32
 """256 random bits per enroll token (the spec asks for at least 128)."""
 MAX_BYTE_COUNT = 2**63 - 1
+MAX_EXACT_FLOAT = 2**53
 
 _log = Logger()
 
@@ -105,12 +106,19 @@ def body_id(body: dict[str, JsonValue], field: str, default: str | None = None) 
 
 
 def body_bytes(body: dict[str, JsonValue], field: str, *, nullable: bool = False) -> int | None:
-    """A byte count field: a JSON integer 0 .. 2**63-1 (or C{null} when allowed)."""
+    """
+    A byte count field: a JSON integer 0 .. 2**63-1 (or C{null} when
+    allowed); a whole number written with a fraction or exponent (C{5.0},
+    C{1e9}) counts as that integer up to 2**53, where floats stop being
+    exact.
+    """
     if field not in body:
         raise api.InvalidRequest(f"missing_field:{field}")
     value = body[field]
     if value is None and nullable:
         return None
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_EXACT_FLOAT:
+        value = int(value)  # JSON has one number type: 5.0 is the integer 5
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTE_COUNT:
         raise api.InvalidRequest(f"invalid_{field}")
     return value

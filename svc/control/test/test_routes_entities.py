@@ -192,6 +192,17 @@ class ProvisionContract(EntityRouteCase):
         self.assertNotIn("virtual_path", answer.json())
         self.assertEqual(self.pushes.quotas, [])
 
+    async def test_whole_float_byte_count_is_that_integer(self) -> None:
+        """JSON has one number type: 1000.0 and 1e3 are the integer 1000."""
+        for spelled in (b"1000.0", b"1e3"):
+            body = b'{"type":"agent","id":"a1","owner":"acme","grant_bytes":' + spelled + b"}"
+            answer = await self.send(
+                self.resource, "POST", "/v1/entities", headers=SERVICE, body=body
+            )
+            self.assertEqual(answer.status, 200, answer.body)
+            self.assertEqual(answer.json()["grant_bytes"], 1000)
+            self.assertIsInstance(answer.json()["grant_bytes"], int)
+
     async def test_invalid_bodies(self) -> None:
         """Bad ids, missing fields, bad byte counts and unknown types are 400."""
         cases: list[tuple[dict[str, object], str]] = [
@@ -208,6 +219,10 @@ class ProvisionContract(EntityRouteCase):
             ),
             (
                 {"type": "agent", "id": "a1", "owner": "o", "grant_bytes": True},
+                "invalid_grant_bytes",
+            ),
+            (
+                {"type": "agent", "id": "a1", "owner": "o", "grant_bytes": 2.0**60},
                 "invalid_grant_bytes",
             ),
             (
