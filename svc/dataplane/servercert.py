@@ -60,6 +60,7 @@ SIGN_PATH = "/control/sign-server-cert"
 KEY_FILE = "server-key.pem"
 CERT_FILE = "server-cert.pem"
 ROOT_FILE = "org-root.pem"
+REGISTRATION_FILE = "registration.json"
 RENEW_FRACTION = 2 / 3
 """Renew once this fraction of the leaf's lifetime has passed."""
 
@@ -167,6 +168,29 @@ class Registration:
             body["capacity"] = self.capacity
         return body
 
+    def record(self) -> dict[str, object]:
+        """What is stored beside the leaf: the registration it was signed for."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_record(cls, record: object) -> Registration | None:
+        """The stored registration, or L{None} when the record is unusable."""
+        if not isinstance(record, dict):
+            return None
+        try:
+            capacity = record.get("capacity")
+            fields = (record.get("fqdn"), record.get("advertise_addr"), record.get("http_addr"))
+            if not all(isinstance(f, str) for f in fields):
+                return None
+            if capacity is not None and (
+                isinstance(capacity, bool) or not isinstance(capacity, int)
+            ):
+                return None
+            fqdn, advertise_addr, http_addr = (str(f) for f in fields)
+            return cls(fqdn, advertise_addr, http_addr, capacity)
+        except (PKIError, ValueError):
+            return None
+
 
 def parse_signing_answer(body: bytes, key: Ed25519PrivateKey) -> ServerCredentials:
     """
@@ -232,12 +256,30 @@ class CredentialFiles:
             )
             return None
 
-    def store(self, credentials: ServerCredentials) -> None:
-        """Write the credentials (root, key, then leaf)."""
+    def store(
+        self, credentials: ServerCredentials, registration: Registration | None = None
+    ) -> None:
+        """
+        Write the credentials (root, key, then leaf) and, when given, the
+        registration they were signed for.
+        """
         make_directories(self.state_dir)
         write_file_atomically(self.state_dir / ROOT_FILE, cert_to_pem(credentials.root), 0o644)
         write_file_atomically(self.state_dir / KEY_FILE, key_to_pem(credentials.key), 0o600)
         write_file_atomically(self.state_dir / CERT_FILE, cert_to_pem(credentials.cert), 0o644)
+        if registration is not None:
+            record = json.dumps(registration.record(), sort_keys=True).encode("utf-8")
+            write_file_atomically(self.state_dir / REGISTRATION_FILE, record, 0o644)
+
+    def load_registration(self) -> Registration | None:
+        """The registration the stored leaf was signed for (L{None}: unknown)."""
+        try:
+            raw = (self.state_dir / REGISTRATION_FILE).read_bytes()
+            return Registration.from_record(json.loads(raw))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return None
 
 
 def load_static_credentials(cert_path: Path, key_path: Path, root_path: Path) -> ServerCredentials:
@@ -497,6 +539,15 @@ class ServerCertificate(Service):
                     not_after=stored.cert.not_valid_after_utc.isoformat(),
                 )
                 self._install(stored)
+                registered = await self._io.submit(self._files.load_registration)
+                if registered != self._registration:
+                    # Same name, new addresses or capacity (or state from an
+                    # older version): tell the control plane now, serving
+                    # with the stored leaf meanwhile.
+                    _log.info(
+                        "registration changed since the stored certificate; registering again"
+                    )
+                    self._schedule(0)
                 return
         await self._attempt()
 
@@ -506,7 +557,7 @@ class ServerCertificate(Service):
         try:
             credentials = await self._signer.sign(self._registration, key)
             check_credentials(credentials, self._registration.fqdn, self._now())
-            await self._io.submit(lambda: self._files.store(credentials))
+            await self._io.submit(lambda: self._files.store(credentials, self._registration))
         except CancelledError:
             raise
         except Exception as e:

@@ -26,6 +26,7 @@ from twisted.web.server import Request, Site
 from svc.dataplane.servercert import (
     CERT_FILE,
     KEY_FILE,
+    REGISTRATION_FILE,
     ROOT_FILE,
     CredentialFiles,
     Registration,
@@ -122,8 +123,9 @@ class ServerCertificateTests(SynchronousTestCase):
             "draw": lambda: 0.5,
             **kwargs,
         }
+        registration = settings.pop("registration", REGISTRATION)
         service = ServerCertificate(
-            registration=REGISTRATION,
+            registration=registration,
             signer=signer,
             files=CredentialFiles(self.state),
             clock=self.clock,
@@ -181,6 +183,48 @@ class ServerCertificateTests(SynchronousTestCase):
         self.start()
         self.assertEqual([cert for cert, _, _ in self.installed], [first])
         self.assertEqual(len(self.control.requests), 1)
+
+    def test_changed_addresses_registered_again(self) -> None:
+        """
+        Restarting with new addresses serves with the stored leaf at once and
+        registers again, so the control plane learns where agents must dial.
+        """
+        self.start().stopService()
+        first = self.installed[0][0]
+        self.installed.clear()
+        moved = Registration(FQDN, "10.9.9.9:7000", "10.9.9.9:7443", capacity=50)
+        service = self.start(registration=moved)
+        self.assertEqual(self.installed[0][0], first)
+        self.clock.advance(0)
+        self.settle()
+        self.assertEqual(len(self.control.requests), 2)
+        self.assertEqual(self.control.requests[1]["advertise_addr"], "10.9.9.9:7000")
+        self.assertEqual(self.control.requests[1]["http_addr"], "10.9.9.9:7443")
+        self.assertEqual(CredentialFiles(self.state).load_registration(), moved)
+        self.assertEqual(service.failures, 0)
+        # The next restart with the same addresses asks nothing.
+        service.stopService()
+        self.start(registration=moved)
+        self.clock.advance(0)
+        self.settle()
+        self.assertEqual(len(self.control.requests), 2)
+
+    def test_state_without_a_registration_record_registers_again(self) -> None:
+        """State written before registrations were stored is registered once more."""
+        self.start().stopService()
+        (self.state / REGISTRATION_FILE).unlink()
+        self.start()
+        self.clock.advance(0)
+        self.settle()
+        self.assertEqual(len(self.control.requests), 2)
+
+    def test_registration_record_round_trips_and_rejects_junk(self) -> None:
+        self.assertEqual(Registration.from_record(REGISTRATION.record()), REGISTRATION)
+        for junk in (None, [], {"fqdn": 7}, {**REGISTRATION.record(), "capacity": True}):
+            self.assertIsNone(Registration.from_record(junk))
+        (self.state).mkdir()
+        (self.state / REGISTRATION_FILE).write_bytes(b"{not json")
+        self.assertIsNone(CredentialFiles(self.state).load_registration())
 
     def test_stored_for_another_name_replaced(self) -> None:
         """A stored leaf for another FQDN is not used: a new one is obtained."""
