@@ -20,8 +20,12 @@ C{POST /agent/enroll} (spec "Endpoint detail") runs, in this order:
      the token.
 
 After an enrollment the agent's grant is queued for its data-plane server
-(L{PushNotices.quota_changed}): the tenant may have been placed only now,
-after provisioning queued the grant and found no server to send it to.
+(L{PushNotices.quota_changed}) and the push loop is told the tenant is
+placed (L{PushNotices.tenant_placed}): the tenant may have been placed only
+now, after provisioning queued the grant, or the owner's budget was set, and
+the update found no server to send it to; the loop then sends the tenant's
+account budget and every live grant. A renewal tells it too, so a control
+plane that restarted learns which tenants to keep reconciled.
 
 Renewal (C{POST /agent/renew}) re-checks the same conditions for a caller
 holding a live leaf (L{svc.control.agent_auth.AgentPrincipal}) and mints a
@@ -154,8 +158,9 @@ class EnrollmentDeps:
         one instance for the process.
     @ivar default_server_capacity: tenants a server takes when its
         registration names no capacity.
-    @ivar pushes: told the agent's grant after each enrollment (the push
-        loop sends it to the tenant's data-plane server).
+    @ivar pushes: told the agent's grant and its placed tenant after each
+        enrollment, the tenant after each renewal, and every server
+        registration (the push loop sends quotas to the data-plane servers).
     """
 
     store: ControlStore
@@ -223,6 +228,7 @@ class Enrollment:
                 grant.allocation.owner_id, tenant_id, grant.agent_id, grant.allocation.grant_bytes
             )
         )
+        self._deps.pushes.tenant_placed(tenant_id)
         _log.info(
             "agent_enrolled tenant={tenant} agent={agent} serial={serial}",
             tenant=tenant_id,
@@ -263,6 +269,7 @@ class Enrollment:
         )
         record = _leaf_record(leaf, allocation.owner_id, allocation.tenant_id, agent.agent_id, now)
         lease = await self._store.record_renewal(agent.serial, record)
+        self._deps.pushes.tenant_placed(allocation.tenant_id)
         _log.info(
             "agent_renewed tenant={tenant} agent={agent} serial={serial} previous={previous}"
             " lease_moved={lease_moved}",

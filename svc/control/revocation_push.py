@@ -12,10 +12,24 @@ L{ControlPushLoop}:
      C{/control/cert-revocations} on every registered server (each server
      replaces its in-memory deny-list, so a server that restarted with an
      empty one is repaired within a round);
-  3. retries the quota updates still pending (C{PUT /control/quotas}): the
+  3. sends the quota updates still pending (C{PUT /control/quotas}): the
      routes queue an update after a grant or budget change and it is sent at
      once; one that fails stays queued, newest value per agent or account
-     winning, until a round delivers it. The queue is in memory only.
+     winning, until a round delivers it (after one failure a server gets
+     no more updates that round, so a dead server costs one timeout per
+     round). An update for a tenant no server holds yet is dropped;
+  4. reads whole tenants' quotas (L{tenant_quotas}: the owner's account
+     budget and every live agent grant) and queues them, for a tenant that
+     was just placed (L{PushNotices.tenant_placed}, after an enrollment or
+     renewal: the updates queued before its placement were dropped), for
+     the tenants of a server that (re-)registered
+     (L{PushNotices.server_registered}: it may have lost its disk) and, every
+     C{reconcile_every} intervals, for every tenant this process knows to be
+     placed, so a server that lost or never got a quota converges.
+
+The queue and the set of known tenants are in memory only: after a restart
+of the control plane a tenant is known again at its next enrollment,
+renewal or quota change.
 
 A failure to reach a server, or of the database, is logged and retried next
 round; rounds never overlap (a request that arrives during a round runs one
@@ -24,7 +38,7 @@ more round after it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -35,6 +49,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.control.dataplane_client import (
+    AccountBudget,
+    AgentGrant,
     ControlCertificateKeeper,
     ControlCertificateUnavailable,
     DataPlaneCallFailed,
@@ -43,11 +59,16 @@ from svc.control.dataplane_client import (
     QuotaUpdate,
     target_for,
 )
+from svc.control.store.errors import NotFound
 from svc.control.store.interface import ControlStore
-from svc.control.store.values import Server
+from svc.control.store.values import Allocation, Placement, Server, Tenant, User
 
 DEFAULT_PUSH_INTERVAL_SECONDS = 60
 """The spec's revocation reconcile interval."""
+DEFAULT_RECONCILE_ROUNDS = 10
+"""Every known tenant's quotas are sent again every this many intervals."""
+
+QuotaKey = tuple[str, ...]
 
 _log = Logger()
 
@@ -61,6 +82,56 @@ class PushNotices(Protocol):
     def quota_changed(self, update: QuotaUpdate) -> None:
         """A grant or budget changed: send it to the tenant's server."""
 
+    def tenant_placed(self, tenant_id: str) -> None:
+        """
+        An agent of C{tenant_id} enrolled or renewed, so the tenant has a
+        server: make sure that server holds all of the tenant's quotas.
+        """
+
+    def server_registered(self, fqdn: str) -> None:
+        """A server (re-)registered: it may have lost the quotas it held."""
+
+
+def tenant_quotas(
+    tenant: Tenant, owner: User, allocations: Iterable[Allocation]
+) -> tuple[QuotaUpdate, ...]:
+    """
+    Every quota the server holding C{tenant} must have: the owner's account
+    budget (also when there is none, which lifts a stale one), then the grant
+    of each live agent allocation of the tenant, by agent id.
+
+    @param allocations: the owner's allocations (others are ignored).
+    @raise ValueError: C{owner} is not the tenant's owner.
+    """
+    if owner.user_id != tenant.owner_id:
+        raise ValueError(f"{owner.user_id} does not own tenant {tenant.tenant_id}")
+    grants = sorted(
+        (
+            AgentGrant(a.owner_id, a.tenant_id, a.agent_id, a.grant_bytes)
+            for a in allocations
+            if a.agent_id is not None
+            and a.live
+            and a.tenant_id == tenant.tenant_id
+            and a.owner_id == tenant.owner_id
+        ),
+        key=lambda grant: grant.agent_id,
+    )
+    return (AccountBudget(tenant.owner_id, tenant.tenant_id, owner.budget_bytes), *grants)
+
+
+def unsuperseded(
+    read: Iterable[QuotaUpdate],
+    before: Mapping[QuotaKey, QuotaUpdate],
+    after: Mapping[QuotaKey, QuotaUpdate],
+) -> tuple[QuotaUpdate, ...]:
+    """
+    The updates read from the store that may be queued: those whose key had
+    no new update queued while the store was read (C{before} and C{after}
+    are the queue then and now). A change's update is queued after its
+    commit, so one queued during the read is at least as new as the read.
+    """
+    return tuple(u for u in read if after.get(u.key) is before.get(u.key))
+
 
 class NoPushes:
     """L{PushNotices} that push nothing (a process without data-plane access)."""
@@ -69,6 +140,12 @@ class NoPushes:
         """Ignore."""
 
     def quota_changed(self, update: QuotaUpdate) -> None:
+        """Ignore."""
+
+    def tenant_placed(self, tenant_id: str) -> None:
+        """Ignore."""
+
+    def server_registered(self, fqdn: str) -> None:
         """Ignore."""
 
 
@@ -83,6 +160,8 @@ class ControlPushLoop(Service):
     @param keeper: the control certificate; L{None} when this process has no
         agent CA, so it can reach no server and only prunes.
     @param target_of: where a registered server's HTTPS surface is.
+    @param reconcile_every: every this many intervals (counted from the
+        round at start) the quotas of every known tenant are sent again.
     """
 
     def __init__(
@@ -93,7 +172,10 @@ class ControlPushLoop(Service):
         keeper: ControlCertificateKeeper | None,
         interval: float = DEFAULT_PUSH_INTERVAL_SECONDS,
         target_of: Callable[[Server], DataPlaneTarget] = target_for,
+        reconcile_every: int = DEFAULT_RECONCILE_ROUNDS,
     ) -> None:
+        if reconcile_every < 1:
+            raise ValueError("reconcile_every must be at least 1")
         self._store = store
         self._clock: Any = clock
         self._client = client
@@ -104,7 +186,12 @@ class ControlPushLoop(Service):
         self._loop.clock = clock
         self._want_revocations = False
         self._want_quotas = False
-        self._pending: dict[tuple[str, ...], QuotaUpdate] = {}
+        self._reconcile_every = reconcile_every
+        self._reconcile_at: float | None = None
+        self._pending: dict[QuotaKey, QuotaUpdate] = {}
+        self._syncs: set[str] = set()
+        self._placed: dict[str, str | None] = {}
+        self._tenants_read: set[str] = set()
         self._draining: Deferred[None] | None = None
 
     # PushNotices
@@ -117,13 +204,45 @@ class ControlPushLoop(Service):
     def quota_changed(self, update: QuotaUpdate) -> None:
         """Queue C{update} (replacing an older one for the same target) and try it now."""
         self._pending[update.key] = update
-        if self.running:
-            self._request(revocations=False, quotas=True)
+        self._quotas_due()
+
+    def tenant_placed(self, tenant_id: str) -> None:
+        """
+        Send all of the tenant's quotas now unless this process already read
+        them once (the tenant may just have been placed); after that the
+        reconcile rounds do.
+        """
+        self._placed.setdefault(tenant_id, None)
+        if tenant_id in self._tenants_read or tenant_id in self._syncs:
+            return
+        self._syncs.add(tenant_id)
+        self._quotas_due()
+
+    def server_registered(self, fqdn: str) -> None:
+        """Send again all quotas of the known tenants placed on C{fqdn}."""
+        tenants = {tenant for tenant, on in self._placed.items() if on == fqdn}
+        if tenants:
+            self._syncs |= tenants
+            self._quotas_due()
 
     @property
     def pending_quotas(self) -> tuple[QuotaUpdate, ...]:
         """The quota updates not yet delivered."""
         return tuple(self._pending.values())
+
+    @property
+    def placed_tenants(self) -> frozenset[str]:
+        """The tenants known to be placed, whose quotas the reconcile rounds send."""
+        return frozenset(self._placed)
+
+    @property
+    def idle(self) -> bool:
+        """No round is running and no quota update or tenant read is waiting."""
+        return self._draining is None and not self._pending and not self._syncs
+
+    def _quotas_due(self) -> None:
+        if self.running:
+            self._request(revocations=False, quotas=True)
 
     # Service
 
@@ -140,6 +259,12 @@ class ControlPushLoop(Service):
     # Rounds
 
     def _tick(self) -> None:
+        now = self._clock.seconds()
+        if self._reconcile_at is None:
+            self._reconcile_at = now + self._interval * self._reconcile_every
+        elif now >= self._reconcile_at:
+            self._syncs.update(self._placed)
+            self._reconcile_at = now + self._interval * self._reconcile_every
         self._request(revocations=True, quotas=True)
 
     def _request(self, *, revocations: bool, quotas: bool) -> None:
@@ -206,25 +331,69 @@ class ControlPushLoop(Service):
                 self._log_failure("revocation push", target, result.value)
 
     async def _push_quotas(self) -> None:
+        if not await self._read_tenants():
+            return
+        placements: dict[str, Placement | None] = {}
+        failed: set[str] = set()  # servers that failed once wait for the next round
         for key, update in list(self._pending.items()):
             try:
-                placement = await self._store.get_placement(update.tenant)
+                if update.tenant not in placements:
+                    placements[update.tenant] = await self._store.get_placement(update.tenant)
             except Exception:
                 _log.failure("quota push: database unavailable; retrying next round")
                 return
+            placement = placements[update.tenant]
             if placement is None:
-                # No server holds the tenant yet: nothing to update.
+                # No server holds the tenant yet: its placement sends everything.
                 self._forget(key, update)
+                continue
+            self._placed[update.tenant] = placement.server.fqdn
+            if placement.server.fqdn in failed:
                 continue
             target = self._target_of(placement.server)
             try:
                 await self._client.put_quotas(target, update)
             except Exception as e:
                 self._log_failure("quota push", target, e)
+                failed.add(placement.server.fqdn)
                 continue
             self._forget(key, update)
 
-    def _forget(self, key: tuple[str, ...], update: QuotaUpdate) -> None:
+    async def _read_tenants(self) -> bool:
+        """
+        Queue the whole quotas of every tenant waiting to be read; L{False}
+        (the tenant left waiting) when the database fails.
+        """
+        while self._syncs:
+            tenant_id = min(self._syncs)
+            self._syncs.discard(tenant_id)
+            before = dict(self._pending)
+            try:
+                read = await self._read_tenant(tenant_id)
+            except NotFound:
+                _log.warn("quota push: tenant {tenant} is not in the database", tenant=tenant_id)
+                self._placed.pop(tenant_id, None)
+                self._tenants_read.discard(tenant_id)
+                continue
+            except Exception:
+                self._syncs.add(tenant_id)
+                _log.failure("quota push: database unavailable; retrying next round")
+                return False
+            self._tenants_read.add(tenant_id)
+            for update in unsuperseded(read, before, self._pending):
+                self._pending[update.key] = update
+            _log.debug(
+                "queued {count} quota updates of tenant {tenant}", count=len(read), tenant=tenant_id
+            )
+        return True
+
+    async def _read_tenant(self, tenant_id: str) -> tuple[QuotaUpdate, ...]:
+        tenant = await self._store.get_tenant(tenant_id)
+        owner = await self._store.get_user(tenant.owner_id)
+        allocations = await self._store.list_allocations(owner.user_id)
+        return tenant_quotas(tenant, owner, allocations)
+
+    def _forget(self, key: QuotaKey, update: QuotaUpdate) -> None:
         if self._pending.get(key) is update:
             del self._pending[key]
 

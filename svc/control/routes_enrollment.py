@@ -7,7 +7,8 @@ L{svc.control.app.build_control_app}:
     fresh leaf for a live one;
   - C{POST /control/sign-server-cert} (service token): sign a data-plane
     server's CSR with the org root and register the server for placement
-    (C{docs/specifications/control-dataplane.md}).
+    (C{docs/specifications/control-dataplane.md}); the push loop is told, so
+    a server that lost its disk gets its tenants' quotas again.
 
 All three need the database and an agent CA (mounting rule 4) and answer
 503 with C{Retry-After: 60} while the CA has no org root. The decisions are
@@ -163,6 +164,7 @@ async def _sign_server_cert(
         http_address=http_addr,
     )
     _log_registration(server.server_id, fqdn, advertise_addr, http_addr, capacity)
+    deps.pushes.server_registered(fqdn)
     return {
         "cert_pem": cert_to_pem(cert).decode("ascii"),
         "root_ca_pem": cert_to_pem(ca.root).decode("ascii"),

@@ -35,6 +35,7 @@ from svc.control.enrollment import (
 from svc.control.errors import ApiError
 from svc.control.revocation_push import ControlPushLoop
 from svc.control.routes_enrollment import enrollment_routes
+from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.settings import ControlSettings
 from svc.control.store.interface import ControlStore
 from svc.control.store.outcomes import EnrollOutcome, EnrollRefusal, EnrollRefusalReason
@@ -46,6 +47,7 @@ from svc.control.test.test_enrollment_support import (
     NOW,
     SERVER_ADDR,
     SERVER_FQDN,
+    SERVICE_TOKEN,
     TRUST_DOMAIN,
     Enrolled,
     EnrollmentWorld,
@@ -56,6 +58,8 @@ from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.identity import DenyList, admit_agent
 from svc.pki.test.profiles import END_ENTITY_EXTENSIONS, ProfileAssertions
+
+SERVICE = {"Authorization": f"Bearer {SERVICE_TOKEN}"}
 
 if TYPE_CHECKING:
     _Profile = ProfileAssertions
@@ -460,21 +464,27 @@ class GrantPushContract(RouteBackend):
     """An enrollment tells the push loop the agent's grant, for the server it was placed on."""
 
     async def test_enrollment_queues_grant(self) -> None:
-        """A successful enrollment queues the agent's grant once."""
+        """A successful enrollment queues the agent's grant once and reports its tenant placed."""
         world = await RouteWorld.open(self)
         await world.enrolled()
         self.assertEqual(world.pushes.quotas, [AgentGrant("alice", "acme", "agent-1", GIB)])
+        self.assertEqual(world.pushes.placed, ["acme"])
 
     async def test_refused_enrollment_queues_nothing(self) -> None:
-        """A refused (401) or not-ready (503) enrollment queues no grant."""
+        """A refused (401) or not-ready (503) enrollment queues no grant and places nothing."""
         world = await RouteWorld.open(self, with_server=False)
         token = await world.token()
         self.assertEqual((await world.enroll(new_secret_token())).status, 401)
         self.assertEqual((await world.enroll(token)).status, 503)
         self.assertEqual(world.pushes.quotas, [])
+        self.assertEqual(world.pushes.placed, [])
 
-    async def test_grant_reaches_server_placed_at_enrollment(self) -> None:
-        """The grant provisioning could not deliver (tenant unplaced) reaches the server now."""
+    async def pushing_world(self) -> tuple[RouteWorld, ControlPushLoop, FakeDataPlane]:
+        """
+        A world with no tenant placed yet, one registered server (a fake data
+        plane) and a running push loop that the enrollment and entity routes
+        tell their changes.
+        """
         world = await RouteWorld.open(self, with_server=False)
         await world.result(
             world.store.register_server(
@@ -482,22 +492,62 @@ class GrantPushContract(RouteBackend):
             )
         )
         plane = FakeDataPlane(SERVER_FQDN)
+        client = fake_client({SERVER_FQDN: plane}, world.clock)
         keeper = ControlCertificateKeeper(lambda at: succeed(credentials()), world.now)
-        loop = ControlPushLoop(
-            world.store, world.clock, fake_client({SERVER_FQDN: plane}, world.clock), keeper
-        )
+        loop = ControlPushLoop(world.store, world.clock, client, keeper)
         loop.startService()
         self.addCleanup(loop.stopService)
-        world.serve(attrs.evolve(world.deps, pushes=loop))
+        entities = EntityDeps(world.store, world.settings, world.clock, client, loop)
+        world.serve(attrs.evolve(world.deps, pushes=loop), entity_routes(entities))
+        return world, loop, plane
+
+    async def test_grant_reaches_server_placed_at_enrollment(self) -> None:
+        """The grant provisioning could not deliver (tenant unplaced) reaches the server now."""
+        world, loop, plane = await self.pushing_world()
         allocation = await world.provision()
         grant = AgentGrant("alice", "acme", "agent-1", GIB)
         loop.quota_changed(grant)  # what provisioning does: dropped, nowhere to send it
-        await settled(lambda: loop.pending_quotas == ())
+        await settled(lambda: loop.idle)
         self.assertEqual(plane.bodies("/control/quotas"), [])
         self.assertEqual((await world.enroll(await world.token(allocation))).status, 200)
-        await settled(lambda: loop.pending_quotas == ())
-        self.assertEqual(plane.bodies("/control/quotas"), [grant.body()])
+        await settled(lambda: loop.idle)
+        self.assertIn(grant.body(), plane.bodies("/control/quotas"))
         self.assertEqual(loop.pending_quotas, ())
+
+    async def test_budget_set_before_placement_reaches_server_at_enrollment(self) -> None:
+        """An account budget set while the tenant had no server reaches it at first enrollment."""
+        world, loop, plane = await self.pushing_world()
+        allocation = await world.provision()
+        answer = await world.post_json(
+            "/v1/entities/account/alice/budget", {"budget_bytes": 5 * GIB}, SERVICE
+        )
+        self.assertEqual(answer.status, 200, answer.body)
+        await settled(lambda: loop.idle)
+        self.assertEqual(plane.bodies("/control/quotas"), [])
+        self.assertEqual((await world.enroll(await world.token(allocation))).status, 200)
+        await settled(lambda: loop.idle)
+        self.assertIn(
+            {"owner": "alice", "tenant": "acme", "account_budget_bytes": 5 * GIB},
+            plane.bodies("/control/quotas"),
+        )
+        self.assertEqual(loop.pending_quotas, ())
+
+    async def test_every_live_grant_reaches_server_at_placement(self) -> None:
+        """First placement sends every live grant of the tenant, not only the enrolling agent's."""
+        world, loop, plane = await self.pushing_world()
+        first = await world.provision("agent-1")
+        await world.provision("agent-2")
+        revoked = await world.provision("agent-3")
+        await world.result(world.store.revoke_agent("agent-3", world.now()))
+        self.assertEqual(revoked.agent_id, "agent-3")
+        self.assertEqual((await world.enroll(await world.token(first))).status, 200)
+        await settled(lambda: loop.idle)
+        granted = {b["agent_id"] for b in plane.bodies("/control/quotas") if "agent_id" in b}
+        self.assertEqual(granted, {"agent-1", "agent-2"}, plane.bodies("/control/quotas"))
+        self.assertIn(
+            {"owner": "alice", "tenant": "acme", "account_budget_bytes": None},
+            plane.bodies("/control/quotas"),
+        )
 
 
 class RateLimitContract(RouteBackend):

@@ -92,6 +92,16 @@ class RenewContract(RouteBackend):
         self.assertEqual(record.kind, CertificateKind.AGENT_LEAF)
         self.assertEqual((record.tenant_id, record.agent_id), ("acme", "agent-1"))
 
+    async def test_renewal_reports_tenant_placed(self) -> None:
+        """A renewal tells the push loop the tenant is placed; a refused one does not."""
+        self.assertEqual(self.world.pushes.placed, ["acme"])
+        self.assertEqual((await self.renew(self.signed_body())).status, 200)
+        self.assertEqual(self.world.pushes.placed, ["acme", "acme"])
+        self.assertEqual(
+            (await self.renew(self.signed_body(key=Ed25519PrivateKey.generate()))).status, 401
+        )
+        self.assertEqual(self.world.pushes.placed, ["acme", "acme"])
+
     async def test_renewed_leaf_renews(self) -> None:
         """A renewed leaf can itself be renewed, so a mount outlives one hour."""
         renewed = Enrolled((await self.renew(self.signed_body())).json())

@@ -116,6 +116,17 @@ class SignServerCertContract(RouteBackend, _Profile):
         self.assertEqual(server.cert_serial, names.format_serial(cert.serial_number))
         self.assertEqual(server.cert_not_after, cert.not_valid_after_utc)
 
+    async def test_registration_reported(self) -> None:
+        """A (re-)registration tells the push loop, which resends its tenants' quotas."""
+        self.assertEqual((await self.sign(self.body())).status, 200)
+        self.assertEqual((await self.sign(self.body())).status, 200)
+        self.assertEqual(self.world.pushes.registered, ["dp1.example.test"] * 2)
+
+    async def test_refused_registration_not_reported(self) -> None:
+        """A refused signing request reports no registration."""
+        self.assertEqual((await self.sign(self.body(capacity=-1))).status, 400)
+        self.assertEqual(self.world.pushes.registered, [])
+
     async def test_signing_recorded(self) -> None:
         """The server leaf is recorded as an issued certificate."""
         body = (await self.sign(self.body())).json()

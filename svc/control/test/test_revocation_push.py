@@ -6,9 +6,9 @@ in-memory store and fake data-plane servers.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -20,7 +20,15 @@ from svc.control.dataplane_client import (
     DataPlaneClient,
     DataPlaneTarget,
 )
-from svc.control.revocation_push import ControlPushLoop, NoPushes
+from svc.control.revocation_push import (
+    ControlPushLoop,
+    NoPushes,
+    QuotaKey,
+    tenant_quotas,
+    unsuperseded,
+)
+from svc.control.store.interface import ControlStore
+from svc.control.store.values import Allocation, AllocationState, Tenant, User
 from svc.control.test.test_dataplane_client import FakeDataPlane, credentials, fake_client
 from svc.pki.issuance import issue_control_cert
 from svc.testing.control_store import memory_control_store
@@ -31,6 +39,8 @@ INTERVAL = 60
 ONE = "one.dataplane.test"
 TWO = "two.dataplane.test"
 PUSHED = "/control/cert-revocations"
+QUOTAS = "/control/quotas"
+RECONCILE = 3
 
 
 def pushed_serials(plane: FakeDataPlane) -> list[list[str]]:
@@ -38,13 +48,13 @@ def pushed_serials(plane: FakeDataPlane) -> list[list[str]]:
     return [[r["serial"] for r in body["revocations"]] for body in plane.bodies(PUSHED)]
 
 
-class ControlPushLoopTests(SynchronousTestCase):
-    """Revocation pushes and quota retries."""
+class PushLoopCase(SynchronousTestCase):
+    """A push loop over an in-memory store, with two registered fake servers."""
 
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(START.timestamp())
-        self.store = memory_control_store()
+        self.store: ControlStore = memory_control_store()
         self.planes = {ONE: FakeDataPlane(ONE), TWO: FakeDataPlane(TWO)}
         for index, fqdn in enumerate(self.planes):
             self.successResultOf(
@@ -56,7 +66,9 @@ class ControlPushLoopTests(SynchronousTestCase):
     def make_loop(
         self, client: DataPlaneClient, keeper: ControlCertificateKeeper | None
     ) -> ControlPushLoop:
-        loop = ControlPushLoop(self.store, self.clock, client, keeper, interval=INTERVAL)
+        loop = ControlPushLoop(
+            self.store, self.clock, client, keeper, interval=INTERVAL, reconcile_every=RECONCILE
+        )
         self.addCleanup(self.stop, loop)
         return loop
 
@@ -71,16 +83,36 @@ class ControlPushLoopTests(SynchronousTestCase):
     def revoke(self, serial: str, lifetime: timedelta = timedelta(hours=1)) -> None:
         self.successResultOf(self.store.add_revocation(serial, self.now() + lifetime, self.now()))
 
-    def provision_and_place(self, tenant: str = "acme") -> str:
-        """Provision agent a1 in C{tenant} and place the tenant; the server's FQDN."""
+    def provision(self, agent: str = "a1", tenant: str = "acme", grant: int = 1) -> None:
+        """Provision C{agent} of owner acme in C{tenant}."""
         self.successResultOf(
             self.store.provision(
-                agent_id="a1", owner_id="acme", tenant_id=tenant, grant_bytes=1, now=self.now()
+                agent_id=agent, owner_id="acme", tenant_id=tenant, grant_bytes=grant, now=self.now()
             )
         )
+
+    def place(self, tenant: str = "acme") -> str:
+        """Place C{tenant}; the server's FQDN."""
         placement: Any = self.successResultOf(self.store.place_tenant(tenant, self.now()))
         fqdn: str = placement.server.fqdn
         return fqdn
+
+    def provision_and_place(self, tenant: str = "acme") -> str:
+        """Provision agent a1 in C{tenant} and place the tenant; the server's FQDN."""
+        self.provision(tenant=tenant)
+        return self.place(tenant)
+
+    def set_budget(self, budget: int | None) -> None:
+        """Set acme's account budget in the store."""
+        self.successResultOf(self.store.set_account_budget("acme", budget, self.now()))
+
+    def other(self, fqdn: str) -> str:
+        """The FQDN of the other server."""
+        return TWO if fqdn == ONE else ONE
+
+
+class ControlPushLoopTests(PushLoopCase):
+    """Revocation pushes and quota retries."""
 
     def test_first_round_at_start(self) -> None:
         """Starting the loop pushes the active set to every registered server at once."""
@@ -269,11 +301,292 @@ class ControlPushLoopTests(SynchronousTestCase):
         self.assertEqual(len(self.planes[fqdn].bodies("/control/quotas")), 1)
 
 
+class GatedStore:
+    """
+    A store whose C{get_tenant} waits for the test (C{gate}) or fails
+    (C{broken}); every other call goes to the real one.
+    """
+
+    def __init__(self, store: ControlStore) -> None:
+        self._store = store
+        self.gate: Deferred[None] | None = None
+        self.broken = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def get_tenant(self, tenant_id: str) -> Deferred[Tenant]:
+        if self.broken:
+            return fail(RuntimeError("database down"))
+        if self.gate is None:
+            return self._store.get_tenant(tenant_id)
+        gate, self.gate = self.gate, None
+        return gate.addCallback(lambda _: self._store.get_tenant(tenant_id))
+
+
+def budget_body(budget: int | None, tenant: str = "acme") -> dict[str, Any]:
+    """The body of an account budget update for acme."""
+    return {"owner": "acme", "tenant": tenant, "account_budget_bytes": budget}
+
+
+def grant_body(agent: str, grant: int, tenant: str = "acme") -> dict[str, Any]:
+    """The body of an agent grant update for acme."""
+    return {"owner": "acme", "tenant": tenant, "agent_id": agent, "grant_bytes": grant}
+
+
+class TenantSyncTests(PushLoopCase):
+    """Whole-tenant quota reads: at placement, at registration and every reconcile round."""
+
+    def quotas(self, fqdn: str) -> list[Any]:
+        """The quota bodies server C{fqdn} received, oldest first."""
+        return self.planes[fqdn].bodies(QUOTAS)
+
+    def gated(self) -> tuple[GatedStore, ControlPushLoop]:
+        """A loop over a L{GatedStore} of the test's store."""
+        gated = GatedStore(self.store)
+        self.store = cast(ControlStore, gated)
+        return gated, self.make_loop(fake_client(self.planes, self.clock), self.keeper)
+
+    def test_budget_set_before_placement_sent_once_placed(self) -> None:
+        """A budget set while no server held the tenant is dropped, then sent when it is placed."""
+        self.provision()
+        self.set_budget(500)
+        self.loop.startService()
+        self.loop.quota_changed(AccountBudget("acme", "acme", 500))
+        self.assertEqual(self.loop.pending_quotas, ())
+        fqdn = self.place()
+        self.loop.tenant_placed("acme")
+        self.assertEqual(self.quotas(fqdn), [budget_body(500), grant_body("a1", 1)])
+        self.assertEqual(self.quotas(self.other(fqdn)), [])
+        self.assertTrue(self.loop.idle)
+
+    def test_placement_sends_budget_and_every_live_grant(self) -> None:
+        """The server gets the budget (none: null) and each live grant of the tenant only."""
+        self.provision("a1", grant=10)
+        self.provision("a2", grant=20)
+        self.provision("a3", grant=30)
+        self.successResultOf(self.store.revoke_agent("a3", self.now()))
+        self.provision("b1", tenant="team", grant=40)
+        fqdn = self.place()
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.assertEqual(
+            self.quotas(fqdn), [budget_body(None), grant_body("a1", 10), grant_body("a2", 20)]
+        )
+
+    def test_placement_queued_while_stopped(self) -> None:
+        """A placement reported before start is read and sent by the first round."""
+        fqdn = self.provision_and_place()
+        self.loop.tenant_placed("acme")
+        self.assertEqual(self.quotas(fqdn), [])
+        self.loop.startService()
+        self.assertEqual(self.quotas(fqdn), [budget_body(None), grant_body("a1", 1)])
+
+    def test_known_tenant_not_read_again(self) -> None:
+        """A tenant already read is not read again when reported placed; reconciling does that."""
+        fqdn = self.provision_and_place()
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.loop.tenant_placed("acme")
+        self.assertEqual(len(self.quotas(fqdn)), 2)
+        self.assertEqual(self.loop.placed_tenants, {"acme"})
+
+    def test_tenant_read_even_when_an_update_was_delivered(self) -> None:
+        """A tenant that got only a single update so far is still read whole when placed."""
+        fqdn = self.provision_and_place()
+        self.set_budget(5)
+        self.loop.startService()
+        self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 1))
+        self.loop.tenant_placed("acme")
+        self.assertIn(budget_body(5), self.quotas(fqdn))
+
+    def test_reconcile_resends_current_quotas(self) -> None:
+        """Every reconcile_every intervals a known tenant's current quotas are sent again."""
+        fqdn = self.provision_and_place()
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.set_budget(7)  # no notice: as if the update had been lost
+        self.clock.advance(INTERVAL * (RECONCILE - 1))
+        self.assertEqual(len(self.quotas(fqdn)), 2)
+        self.clock.advance(INTERVAL)
+        self.assertEqual(self.quotas(fqdn)[2:], [budget_body(7), grant_body("a1", 1)])
+        self.clock.advance(INTERVAL * RECONCILE)
+        self.assertEqual(len(self.quotas(fqdn)), 6)
+
+    def test_reconcile_knows_tenants_of_delivered_updates(self) -> None:
+        """A tenant that got an update through this loop is reconciled too."""
+        fqdn = self.provision_and_place()
+        self.loop.startService()
+        self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 1))
+        self.clock.advance(INTERVAL * RECONCILE)
+        self.assertEqual(
+            self.quotas(fqdn), [grant_body("a1", 1), budget_body(None), grant_body("a1", 1)]
+        )
+
+    def test_unreachable_server_converges(self) -> None:
+        """A server unreachable at placement gets the tenant's quotas once it answers."""
+        fqdn = self.provision_and_place()
+        self.planes[fqdn].reachable = False
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.assertEqual(len(self.loop.pending_quotas), 2)
+        self.planes[fqdn].reachable = True
+        self.clock.advance(INTERVAL)
+        self.assertEqual(self.quotas(fqdn), [budget_body(None), grant_body("a1", 1)])
+        self.assertEqual(self.loop.pending_quotas, ())
+
+    def test_failing_server_skipped_for_the_round(self) -> None:
+        """After one failed update a server gets no more that round; all arrive once it answers."""
+        fqdn = self.provision_and_place()
+        self.planes[fqdn].statuses[QUOTAS] = 503
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.assertEqual(len(self.quotas(fqdn)), 1)
+        self.assertEqual(len(self.loop.pending_quotas), 2)
+        del self.planes[fqdn].statuses[QUOTAS]
+        self.clock.advance(INTERVAL)
+        self.assertEqual(self.quotas(fqdn)[1:], [budget_body(None), grant_body("a1", 1)])
+        self.assertEqual(self.loop.pending_quotas, ())
+
+    def test_registration_resends_that_servers_tenants(self) -> None:
+        """A server that registers again gets its known tenants' quotas; the other one nothing."""
+        fqdn = self.provision_and_place()
+        self.provision("b1", tenant="team", grant=4)
+        other = self.place("team")
+        self.assertEqual(other, self.other(fqdn))
+        self.loop.startService()
+        self.loop.tenant_placed("acme")
+        self.loop.tenant_placed("team")
+        self.loop.server_registered(fqdn)
+        self.assertEqual(self.quotas(fqdn), [budget_body(None), grant_body("a1", 1)] * 2)
+        self.assertEqual(
+            self.quotas(other), [budget_body(None, "team"), grant_body("b1", 4, "team")]
+        )
+
+    def test_registration_of_server_without_known_tenants(self) -> None:
+        """A registration of a server holding no known tenant sends nothing."""
+        self.loop.startService()
+        self.loop.server_registered(ONE)
+        self.assertEqual(self.quotas(ONE), [])
+
+    def test_change_during_read_wins(self) -> None:
+        """A budget change queued while the tenant is read is not overwritten by the older read."""
+        gated, loop = self.gated()
+        fqdn = self.provision_and_place()
+        self.set_budget(5)
+        loop.startService()
+        gate: Deferred[None] = Deferred()
+        gated.gate = gate
+        loop.tenant_placed("acme")
+        loop.quota_changed(AccountBudget("acme", "acme", 9))  # committed after the read's snapshot
+        self.assertEqual(self.quotas(fqdn), [])
+        gate.callback(None)
+        self.assertEqual(self.quotas(fqdn), [budget_body(9), grant_body("a1", 1)])
+        self.assertTrue(loop.idle)
+
+    def test_database_failure_retried(self) -> None:
+        """A tenant whose read fails is read again next round."""
+        gated, loop = self.gated()
+        fqdn = self.provision_and_place()
+        gated.broken = True
+        loop.startService()
+        loop.tenant_placed("acme")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertFalse(loop.idle)
+        gated.broken = False
+        self.clock.advance(INTERVAL)
+        self.assertEqual(self.quotas(fqdn), [budget_body(None), grant_body("a1", 1)])
+        self.assertTrue(loop.idle)
+
+    def test_reconcile_every_at_least_one(self) -> None:
+        """A reconcile period below one interval is refused."""
+        client = fake_client(self.planes, self.clock)
+        with self.assertRaises(ValueError):
+            ControlPushLoop(self.store, self.clock, client, self.keeper, reconcile_every=0)
+
+    def test_unknown_tenant_forgotten(self) -> None:
+        """A tenant the database does not know is dropped and not reconciled."""
+        self.loop.startService()
+        self.loop.tenant_placed("ghost")
+        self.assertEqual(self.loop.placed_tenants, frozenset())
+        self.assertTrue(self.loop.idle)
+        for plane in self.planes.values():
+            self.assertEqual(plane.bodies(QUOTAS), [])
+
+
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def allocation(agent: str | None, tenant: str = "acme", live: bool = True) -> Allocation:
+    """An allocation of owner acme with a grant of 100."""
+    state = AllocationState.PROVISIONED if live else AllocationState.REVOKED
+    return Allocation(f"al-{agent}-{tenant}", agent, "acme", tenant, 100, state, NOW)
+
+
+class TenantQuotasTests(SynchronousTestCase):
+    """The pure rule for what a tenant's server must hold."""
+
+    def test_budget_then_live_agent_grants(self) -> None:
+        """The budget comes first, then each live agent's grant by agent id; others are left out."""
+        owner = User("acme", "Acme", 500, False, NOW)
+        allocations = [
+            allocation("b"),
+            allocation("a"),
+            allocation("dead", live=False),
+            allocation(None),
+            allocation("elsewhere", tenant="team"),
+        ]
+        self.assertEqual(
+            tenant_quotas(Tenant("acme", "acme", False, NOW), owner, allocations),
+            (
+                AccountBudget("acme", "acme", 500),
+                AgentGrant("acme", "acme", "a", 100),
+                AgentGrant("acme", "acme", "b", 100),
+            ),
+        )
+
+    def test_no_budget_is_sent_as_none(self) -> None:
+        """An owner without a budget yields a budget update of None (lifting a stale one)."""
+        owner = User("acme", "Acme", None, False, NOW)
+        self.assertEqual(
+            tenant_quotas(Tenant("team", "acme", False, NOW), owner, []),
+            (AccountBudget("acme", "team", None),),
+        )
+
+    def test_other_owner_refused(self) -> None:
+        """Reading a tenant with a user that does not own it is a bug: ValueError."""
+        with self.assertRaises(ValueError):
+            tenant_quotas(
+                Tenant("acme", "acme", False, NOW), User("bob", "Bob", None, False, NOW), []
+            )
+
+
+class UnsupersededTests(SynchronousTestCase):
+    """The pure rule for queueing what was read without losing a newer change."""
+
+    def test_kept_when_queue_unchanged(self) -> None:
+        """Read updates are kept for keys untouched during the read, queued or not."""
+        old = AccountBudget("acme", "acme", 1)
+        read = (AccountBudget("acme", "acme", 2), AgentGrant("acme", "acme", "a1", 3))
+        queue: dict[QuotaKey, Any] = {old.key: old}
+        self.assertEqual(unsuperseded(read, queue, dict(queue)), read)
+
+    def test_dropped_when_newer_queued(self) -> None:
+        """A key given a new update during the read (replaced or new) keeps that update."""
+        old = AccountBudget("acme", "acme", 1)
+        newer = AccountBudget("acme", "acme", 9)
+        grant = AgentGrant("acme", "acme", "a1", 4)
+        read = (AccountBudget("acme", "acme", 2), AgentGrant("acme", "acme", "a1", 3))
+        self.assertEqual(unsuperseded(read, {old.key: old}, {old.key: newer, grant.key: grant}), ())
+
+
 class NoPushesTests(SynchronousTestCase):
     """The do-nothing notices."""
 
     def test_accepts_notices(self) -> None:
-        """NoPushes accepts both notices and does nothing."""
+        """NoPushes accepts every notice and does nothing."""
         pushes = NoPushes()
         pushes.revocations_changed()
         pushes.quota_changed(AgentGrant("o", "t", "a", 1))
+        pushes.tenant_placed("t")
+        pushes.server_registered("dp.test")

@@ -46,12 +46,20 @@ class RecordedPushes:
 
     revocations: int = 0
     quotas: list[QuotaUpdate] = attrs.field(factory=list)
+    placed: list[str] = attrs.field(factory=list)
+    registered: list[str] = attrs.field(factory=list)
 
     def revocations_changed(self) -> None:
         self.revocations += 1
 
     def quota_changed(self, update: QuotaUpdate) -> None:
         self.quotas.append(update)
+
+    def tenant_placed(self, tenant_id: str) -> None:
+        self.placed.append(tenant_id)
+
+    def server_registered(self, fqdn: str) -> None:
+        self.registered.append(fqdn)
 
 
 class EntityRouteCase(RouteBackend):

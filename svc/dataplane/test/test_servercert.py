@@ -220,7 +220,8 @@ class ServerCertificateTests(SynchronousTestCase):
 
     def test_registration_record_round_trips_and_rejects_junk(self) -> None:
         self.assertEqual(Registration.from_record(REGISTRATION.record()), REGISTRATION)
-        for junk in (None, [], {"fqdn": 7}, {**REGISTRATION.record(), "capacity": True}):
+        junks: list[object] = [None, [], {"fqdn": 7}, {**REGISTRATION.record(), "capacity": True}]
+        for junk in junks:
             self.assertIsNone(Registration.from_record(junk))
         (self.state).mkdir()
         (self.state / REGISTRATION_FILE).write_bytes(b"{not json")
