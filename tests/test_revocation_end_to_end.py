@@ -2,7 +2,9 @@
 Revocation across real processes: releasing a mount lease at a real control
 plane puts the agent's leaf serial on the deny-list, the control plane pushes
 it to the real data-plane server, and the server closes the agent's live
-connection and refuses new ones.
+connection and refuses new ones. The same holds for a connection opened with
+a leaf the agent has since renewed, and for the incumbent of a forced
+takeover.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
+from svc.control.agent_auth import sign_request
 from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.client_errors import AdmissionFailed
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
@@ -84,6 +88,57 @@ class RevocationPushTests(TestCase):
         )
         host, port = enrollment["server_addr"].rsplit(":", 1)
         return connect_dataplane(reactor, (host, int(port)), tls)
+
+    def renew(self, enrollment: dict[str, Any]) -> dict[str, Any]:
+        """C{POST /agent/renew} signed with C{enrollment}'s key: the new enrollment."""
+        control = f"http://127.0.0.1:{self.state['control_port']}"
+        key: Any = key_from_pem(enrollment["client_key_pem"].encode())
+        leaf = cert_from_pem(enrollment["client_cert_pem"].encode())
+        body: dict[str, Any] = sign_request(
+            key, leaf, "POST", "/agent/renew", int(time.time() * 1000)
+        )
+        body["ca_chain_pem"] = enrollment["ca_chain_pem"]
+        status, renewed = http("POST", control + "/agent/renew", body)
+        self.assertEqual(status, 200, renewed)
+        renewed["mount_url"] = enrollment["mount_url"]
+        return renewed
+
+    async def assertClosed(self, closed: Deferred[object], what: str) -> None:
+        """C{closed} fires within two push intervals (plus start-up slack)."""
+        for _ in range(PUSH_INTERVAL * 10 + 20):
+            if closed.called:
+                break
+            await deferLater(reactor, 0.5, lambda: None)
+        self.assertTrue(closed.called, f"the data plane kept {what} connected")
+
+    async def test_release_after_renewal_closes_connection_of_older_leaf(self) -> None:
+        """Releasing with a renewed leaf ends the connection opened with the leaf renewed from."""
+        enrollment = self.enroll()
+        client = await self.connect(enrollment)
+        await client.call("ping", {})
+        closed = client.when_closed()
+        renewed = self.renew(enrollment)
+        release = {"agent_fingerprint": renewed["agent_fingerprint"]}
+        status, body = http("DELETE", renewed["mount_url"], release)
+        self.assertEqual(status, 204, body)
+        await self.assertClosed(closed, "the connection of the leaf renewed from")
+        for leaf in (enrollment, renewed):
+            with self.assertRaises(AdmissionFailed):
+                await self.connect(leaf)
+
+    async def test_forced_takeover_closes_incumbent_connection(self) -> None:
+        """A forced takeover by a new enrollment ends the displaced enrollment's connection."""
+        incumbent = self.enroll()
+        client = await self.connect(incumbent)
+        await client.call("ping", {})
+        closed = client.when_closed()
+        newcomer = self.enroll()
+        await self.assertClosed(closed, "the displaced enrollment")
+        with self.assertRaises(AdmissionFailed):
+            await self.connect(incumbent)
+        fresh = await self.connect(newcomer)
+        await fresh.call("ping", {})
+        await fresh.close()
 
     async def test_release_closes_live_connection(self) -> None:
         """After DELETE /allocations/{id}/mount the live connection ends; a new one is refused."""

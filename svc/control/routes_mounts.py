@@ -6,11 +6,13 @@ itself (agent identity: its leaf over mTLS, or C{agent_fingerprint}).
     acquires the lease: 200 with the lease and its mount session id; 409
     C{wrong_agent}, C{already_mounted}, C{lease_live} (with the incumbent's
     C{bound_at}, C{lease_expires_at}), C{insufficient_capacity}; 410
-    C{revoked}.
+    C{revoked}. A forced takeover from another enrollment revokes that
+    enrollment's leaves and tells the push loop at once.
   - C{POST /allocations/{id}/mount/refresh} extends it (410 C{lease_lost}
     when the caller no longer holds it).
-  - C{DELETE /allocations/{id}/mount} releases it (204); the holder's leaf
-    goes into C{cert_revocations} and the push loop is told at once.
+  - C{DELETE /allocations/{id}/mount} releases it (204); every unexpired
+    leaf of the holder's enrollment (its leaf and those it was renewed
+    from) goes into C{cert_revocations} and the push loop is told at once.
 
 The caller is identified by the enrollment's leaf (its serial), never by the
 body. Bodies: C{docs/specifications/control-routes.md}.
@@ -80,7 +82,7 @@ class MountDeps:
 
     @ivar clock: the reactor's time.
     @ivar lease_ttl: the lease lifetime granted by acquisition and refresh.
-    @ivar pushes: told when a release revoked a leaf.
+    @ivar pushes: told when a release or a forced takeover revoked leaves.
     """
 
     store: ControlStore
@@ -159,11 +161,14 @@ class MountRoutes:
         if outcome.displaced is not None:
             _log.info(
                 "mount lease of {allocation_id} taken over by serial {serial}"
-                " from serial {displaced}",
+                " from serial {displaced}; revoked {revoked}",
                 allocation_id=allocation.allocation_id,
                 serial=holder.leaf_serial,
                 displaced=outcome.displaced.holder.leaf_serial,
+                revoked=" ".join(outcome.revoked_serials) or "nothing",
             )
+        if outcome.revoked_serials:
+            self._deps.pushes.revocations_changed()
         return lease_body(outcome.lease, placement.server.address)
 
     async def refresh(self, call: Call) -> HandlerResult:
@@ -178,14 +183,14 @@ class MountRoutes:
         return lease_body(lease)
 
     async def release(self, call: Call) -> HandlerResult:
-        """C{DELETE /allocations/{id}/mount}: 204, the leaf revoked."""
+        """C{DELETE /allocations/{id}/mount}: 204, the enrollment's leaves revoked."""
         caller, holder = _holder(call)
         allocation = await self._allocation_of(call, caller)
         await from_store(
             self._store.release_mount(allocation.allocation_id, holder, utc_now(self._deps.clock))
         )
         _log.info(
-            "mount lease of {allocation_id} released; serial {serial} revoked",
+            "mount lease of {allocation_id} released; the enrollment of serial {serial} revoked",
             allocation_id=allocation.allocation_id,
             serial=holder.leaf_serial,
         )

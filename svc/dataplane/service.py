@@ -4,8 +4,10 @@ L{svc.dataplane.interfaces.IDataPlaneService} over the storage engine.
 
 It owns what all connections share: the storage engine (built by the factory
 it is given, with this service's lease callbacks), the live connections by
-id (lease revokes are pushed to the holder's connection, deny-list updates
-disconnect the connections they name), the session epochs of each tenant,
+id (lease revokes are pushed to the holder's connection; a connection whose
+leaf or intermediate is deny-listed or has expired is disconnected, checked
+when the deny-list is replaced and every L{CREDENTIALS_CHECK_INTERVAL}
+seconds while connections are open), the session epochs of each tenant,
 the path policies, the audit emitter and the metrics. Each admitted
 connection gets an L{svc.dataplane.connection.AgentConnection}, which runs
 its operations. No sockets, TLS or frames here. The operations are
@@ -15,15 +17,19 @@ specified in ``docs/specifications/dataplane-ops.md``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
+from svc.dataplane.admission import standing
 from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
-from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle, Seconds
+from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
 from svc.dataplane.errors import OpFailed
 from svc.dataplane.interfaces import IConnectionSink
 from svc.dataplane.replies import lease_revoke_push
@@ -52,7 +58,25 @@ DISK_ROOT_MODE = 0o755
 """Mode of an agent's disk root when the server creates it."""
 
 DENIED_GOAWAY_REASON = "credentials_expired"
-"""The GOAWAY reason (wire section 4.6) of a connection whose serial is deny-listed."""
+"""
+The GOAWAY reason (wire section 4.6) of a connection whose leaf or
+intermediate is deny-listed or has expired.
+"""
+
+CREDENTIALS_CHECK_INTERVAL = 60.0
+"""Seconds between checks of the live connections' certificates for expiry."""
+
+
+class ServiceClock(Protocol):
+    """The part of a reactor (or C{Clock}) the service uses."""
+
+    def seconds(self) -> float:
+        """Now, in seconds since the epoch."""
+
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule a call."""
 
 
 def location_of(identity: AgentIdentity) -> TenantLocation:
@@ -93,7 +117,7 @@ class DataPlaneService:
         *,
         audit_emit: Callable[[AuditEvent], object],
         metrics: DataPlaneMetrics,
-        clock: Seconds,
+        clock: ServiceClock,
         session_key: bytes,
         io_worker: IWorker,
         policy_for: PolicyLookup = _no_policy,
@@ -116,6 +140,8 @@ class DataPlaneService:
         self._io = io_worker
         self._deny_list = deny_list if deny_list is not None else DenyList()
         self._connections: dict[str, AgentConnection] = {}
+        self._dismissed: set[str] = set()
+        self._credentials_loop: LoopingCall | None = None
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
         self._epochs_lock = DeferredLock()
         self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
@@ -133,6 +159,11 @@ class DataPlaneService:
             raise ValueError(f"connection id {connection_id!r} is already live")
         connection = AgentConnection(self._context, identity, connection_id, sink)
         self._connections[connection_id] = connection
+        if self._credentials_loop is None:
+            loop = LoopingCall(self.check_credentials)
+            loop.clock = self._clock  # type: ignore[assignment]
+            self._credentials_loop = loop
+            loop.start(CREDENTIALS_CHECK_INTERVAL, now=False)
         return connection
 
     def connection(self, connection_id: str) -> AgentConnection | None:
@@ -148,18 +179,38 @@ class DataPlaneService:
 
     def set_deny_list(self, deny_list: DenyList) -> None:
         """
-        Replace the deny-list and disconnect (GOAWAY C{credentials_expired})
-        every live connection whose leaf serial it names.
+        Replace the deny-list and check every live connection against it
+        (L{check_credentials}).
         """
         self._deny_list = deny_list
+        self.check_credentials()
+
+    def check_credentials(self) -> None:
+        """
+        Disconnect (GOAWAY C{credentials_expired}) every live connection
+        whose leaf or intermediate serial is deny-listed or whose leaf or
+        intermediate has expired (L{svc.dataplane.admission.standing}); each
+        connection once. Runs when the deny-list is replaced and every
+        L{CREDENTIALS_CHECK_INTERVAL} seconds while connections are open.
+        """
+        now = datetime.fromtimestamp(self._clock.seconds(), UTC)
         for connection in list(self._connections.values()):
-            if connection.identity.serial in deny_list:
-                self._log.info(
-                    "disconnecting {connection_id}: serial {serial} is deny-listed",
-                    connection_id=connection.connection_id,
-                    serial=connection.identity.serial,
-                )
-                connection.sink.disconnect(DENIED_GOAWAY_REASON)
+            if connection.connection_id in self._dismissed:
+                continue
+            lapse = standing(connection.identity, self._deny_list, now)
+            if lapse is None:
+                continue
+            self._log.info(
+                "disconnecting {connection_id}: serial {serial} is {reason}",
+                connection_id=connection.connection_id,
+                serial=lapse.serial,
+                reason=lapse.reason.value,
+                tenant_id=connection.identity.tenant_id,
+                agent_id=connection.identity.agent_id,
+                leaf_serial=connection.identity.serial,
+            )
+            self._dismissed.add(connection.connection_id)
+            connection.sink.disconnect(DENIED_GOAWAY_REASON)
 
     # Lease callbacks (given to the storage engine)
 
@@ -196,6 +247,12 @@ class DataPlaneService:
     def _forget(self, connection: AgentConnection) -> None:
         if self._connections.get(connection.connection_id) is connection:
             del self._connections[connection.connection_id]
+            self._dismissed.discard(connection.connection_id)
+        loop = self._credentials_loop
+        if not self._connections and loop is not None:
+            self._credentials_loop = None
+            if loop.running:
+                loop.stop()
 
     def _open_disk(self, identity: AgentIdentity) -> Deferred[DiskHandle]:
         async def opening() -> DiskHandle:

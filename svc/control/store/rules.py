@@ -8,7 +8,7 @@ write the answer; so SQLite and PostgreSQL cannot disagree on the rules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from svc.control.store.errors import Conflict, Revoked
@@ -24,9 +24,12 @@ from svc.control.store.outcomes import (
 )
 from svc.control.store.values import (
     Allocation,
+    CertificateKind,
     EnrollToken,
+    IssuedCertificate,
     MountHolder,
     MountLease,
+    RevocableLeaf,
     Server,
     Tenant,
     User,
@@ -153,6 +156,56 @@ def holds(lease: MountLease | None, holder: MountHolder) -> bool:
         and lease.holder.leaf_serial == holder.leaf_serial
         and lease.holder.agent_id == holder.agent_id
     )
+
+
+def enrollment_of(leaf_serial: str, recorded: str | None) -> str:
+    """
+    The enrollment leaf C{leaf_serial} belongs to, named by the serial of
+    the leaf minted at that enrollment: C{recorded} (the leaf's
+    C{issued_certificates.enrollment_serial}) when known, else the leaf
+    itself (a leaf the store has no chain for starts its own).
+    """
+    return recorded if recorded is not None else leaf_serial
+
+
+def enrollment_to_record(certificate: IssuedCertificate, renewed: str | None) -> str | None:
+    """
+    The C{enrollment_serial} recorded with C{certificate}: for an agent leaf
+    minted by renewing a leaf of enrollment C{renewed}, that enrollment; for
+    any other agent leaf (minted at an enrollment), its own serial; for
+    other kinds, none.
+    """
+    if certificate.kind is not CertificateKind.AGENT_LEAF:
+        return None
+    return renewed if renewed is not None else certificate.serial
+
+
+def leaves_to_revoke(
+    lease: MountLease | None, leaves: Iterable[RevocableLeaf], now: datetime
+) -> tuple[RevocableLeaf, ...]:
+    """
+    What ending C{lease} revokes: its holder's leaf and each of C{leaves}
+    (the other leaves of the holder's enrollment, or of the whole agent),
+    leaving out those expired at C{now}; each serial once (the first
+    not-after seen wins), by serial.
+    """
+    found: dict[str, RevocableLeaf] = {}
+    if lease is not None:
+        held = lease.holder
+        found[held.leaf_serial] = RevocableLeaf(held.leaf_serial, held.leaf_not_after)
+    for leaf in leaves:
+        found.setdefault(leaf.serial, leaf)
+    return tuple(found[serial] for serial in sorted(found) if found[serial].not_after > now)
+
+
+def takeover_revokes(displaced_enrollment: str | None, holder_enrollment: str) -> bool:
+    """
+    Whether a grant that displaced the lease of C{displaced_enrollment}
+    (L{None}: it displaced nothing) revokes that enrollment's leaves: yes,
+    unless the new holder belongs to the same enrollment (a renewed leaf of
+    the displaced holder taking its own lease back).
+    """
+    return displaced_enrollment is not None and displaced_enrollment != holder_enrollment
 
 
 def choose_server(servers: Sequence[Server], loads: Mapping[str, int]) -> Server | None:

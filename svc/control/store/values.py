@@ -275,6 +275,17 @@ class IssuedCertificate:
 
 
 @attrs.frozen
+class RevocableLeaf:
+    """
+    A certificate a lease's end may revoke: its serial and its own
+    not-after (a revocation is kept until then).
+    """
+
+    serial: str
+    not_after: datetime = attrs.field(validator=_aware)
+
+
+@attrs.frozen
 class Revocation:
     """
     A revoked certificate serial, kept until the certificate would have

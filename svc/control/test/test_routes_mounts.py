@@ -205,6 +205,24 @@ class AcquireContract(MountRouteCase):
         self.assertError(await self.refresh(ENROLLMENT_1), 410, "lease_lost")
         self.assertEqual((await self.refresh(ENROLLMENT_2)).status, 200)
 
+    async def test_force_revokes_incumbent_and_pushes(self) -> None:
+        """A forced takeover revokes the displaced enrollment's leaf and pushes at once."""
+        await self.mount()
+        self.clock.advance(30)
+        self.assertEqual((await self.mount(ENROLLMENT_2, {"force": True})).status, 200)
+        active = await self.result(self.store.active_revocations(self.now()))
+        self.assertEqual([(r.serial, r.not_after) for r in active], [("a1a1", LEAF_EXPIRY)])
+        self.assertEqual(self.pushes.revocations, 1)
+
+    async def test_grants_without_takeover_do_not_push(self) -> None:
+        """A first grant, the holder's forced re-grant and taking an expired lease push nothing."""
+        await self.mount()
+        await self.mount(ENROLLMENT_1, {"force": True})
+        self.clock.advance(TTL)
+        self.assertEqual((await self.mount(ENROLLMENT_2)).status, 200)
+        self.assertEqual(await self.result(self.store.active_revocations(self.now())), ())
+        self.assertEqual(self.pushes.revocations, 0)
+
     async def test_force_false_is_default(self) -> None:
         """force false behaves as no force."""
         await self.mount()
@@ -432,15 +450,31 @@ class RenewedLeafContract(RouteBackend):
     async def test_lease_follows_successive_renewals(self) -> None:
         """A lease outlives its first leaf: renewed twice, the latest leaf refreshes, releases."""
         session = (await self.signed(self.enrolled, "POST", self.mount_path)).json()["session_id"]
-        leaf = self.enrolled
+        leaf = middle = self.enrolled
         for _ in range(2):
             self.world.clock.advance(50 * 60)
-            leaf = await self.renewed(leaf)
+            middle, leaf = leaf, await self.renewed(leaf)
             answer = await self.signed(leaf, "POST", self.mount_path + "/refresh")
             self.assertEqual((answer.status, answer.json()["session_id"]), (200, session))
         self.assertEqual((await self.signed(leaf, "DELETE", self.mount_path)).status, 204)
         revoked = await self.world.result(self.world.store.active_revocations(self.world.now()))
-        self.assertEqual([r.serial for r in revoked], [leaf.serial])
+        self.assertEqual([r.serial for r in revoked], sorted([middle.serial, leaf.serial]))
+
+    async def test_release_revokes_leaves_renewed_from(self) -> None:
+        """Releasing with a renewed leaf revokes the leaf the mount started with, and pushes."""
+        acquired = await self.signed(self.enrolled, "POST", self.mount_path)
+        self.assertEqual(acquired.status, 200, acquired.body)
+        self.world.clock.advance(40 * 60)
+        renewed = await self.renewed(self.enrolled)
+        released = await self.signed(renewed, "DELETE", self.mount_path)
+        self.assertEqual(released.status, 204, released.body)
+        revoked = await self.world.result(self.world.store.active_revocations(self.world.now()))
+        self.assertEqual(
+            [r.serial for r in revoked], sorted([self.enrolled.serial, renewed.serial])
+        )
+        self.assertGreaterEqual(self.world.pushes.revocations, 1)
+        stale = await self.signed(self.enrolled, "POST", "/agent/renew")
+        self.assertEqual(stale.status, 401, stale.body)
 
     async def test_renewal_without_lease(self) -> None:
         """Renewing a leaf holding no lease mints the leaf and leaves the allocation unmounted."""

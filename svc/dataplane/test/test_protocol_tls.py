@@ -14,6 +14,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.dataplane.admission import AdmittedAgent
 from svc.dataplane.client_errors import AdmissionFailed
 from svc.dataplane.factory import DataPlaneListenerService, ServerLimits
 from svc.dataplane.interfaces import OpReply
@@ -85,6 +86,24 @@ class AdmissionOverTLSTests(SynchronousTestCase):
         pump.flush()
         self.assertEqual(raw.frames[-1].payload, {"value": "hi"})
         self.assertEqual(harness.factory.active_connections, 1)
+
+    def test_identity_names_the_intermediate(self) -> None:
+        """The admitted identity names the verified chain's intermediate, for later checks."""
+        harness = TLSHarness()
+        creds = harness.pki.agent("tenant-a", "agent-7")
+        harness.connect_raw(creds.client_options())
+        [handler] = harness.service.handlers
+        identity = handler.identity
+        assert isinstance(identity, AdmittedAgent)
+        [intermediate] = creds.chain
+        self.assertEqual(
+            (identity.serial, identity.intermediate_serial, identity.intermediate_not_after),
+            (
+                format_serial(creds.leaf.cert.serial_number),
+                format_serial(intermediate.serial_number),
+                intermediate.not_valid_after_utc,
+            ),
+        )
 
     def assertRefused(self, creator: IOpenSSLClientConnectionCreator, harness: TLSHarness) -> None:
         """The peer gets no byte at all, is dropped, and the real client reports it."""

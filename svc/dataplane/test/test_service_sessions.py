@@ -1,23 +1,27 @@
 """
 Tests for L{svc.dataplane.service}: mount sessions (verification, fencing,
-rebinds, persistence across restarts), path policy and the deny-list.
+rebinds, persistence across restarts), path policy, the deny-list and the
+expiry of live connections' certificates.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
+import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.service import DENIED_GOAWAY_REASON
+from svc.dataplane.admission import Lapse, Standing, standing
+from svc.dataplane.service import CREDENTIALS_CHECK_INTERVAL, DENIED_GOAWAY_REASON
 from svc.dataplane.session_epochs import (
     SESSIONS_FILE,
     SessionFileError,
     parse_epochs,
     render_epochs,
 )
-from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
+from svc.dataplane.test.test_service_support import ServiceFixture, admitted, blob, identity
 from svc.pki.identity import DenyList
 from svc.policy import PathPolicy
 from svc.wire.errno import WireErrno
@@ -245,6 +249,120 @@ class DenyListTests(SynchronousTestCase):
         self.assertIsNone(fixture.service.connection(bob.connection.connection_id))
         fixture.service.set_deny_list(denied)
         self.assertEqual(bob.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+
+class DeniedIntermediateTests(SynchronousTestCase):
+    """
+    A pushed deny-list naming the intermediate a live connection was
+    admitted under closes it.
+    """
+
+    def test_disconnects_connections_under_a_denied_intermediate(self) -> None:
+        """Only connections admitted under the denied intermediate get GOAWAY."""
+        fixture = ServiceFixture(self)
+        self.addCleanup(fixture.close)
+        retired = fixture.agent(admitted(serial="a1", intermediate="1e"))
+        current = fixture.agent(admitted(agent="agent-2", serial="a2", intermediate="2e"))
+        fixture.service.set_deny_list(DenyList.of([("1e", identity().not_after)]))
+        self.assertEqual(
+            (retired.sink.disconnects, current.sink.disconnects), ([DENIED_GOAWAY_REASON], [])
+        )
+
+
+class ExpiryTests(SynchronousTestCase):
+    """
+    Live connections whose leaf or intermediate has expired are closed: every
+    L{CREDENTIALS_CHECK_INTERVAL} seconds while connections are open, and
+    whenever the deny-list is replaced.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = ServiceFixture(self)
+        self.addCleanup(self.fixture.close)
+        self.now = self.fixture.clock.seconds()
+
+    def at(self, seconds: float) -> datetime:
+        """The moment C{seconds} after the test started."""
+        return datetime.fromtimestamp(self.now + seconds, UTC)
+
+    def test_expired_leaf_is_disconnected_by_the_periodic_check(self) -> None:
+        """A leaf expiring mid-connection gets GOAWAY at the next check, once."""
+        fixture = self.fixture
+        short = fixture.agent(admitted(serial="a1", not_after=self.at(90)))
+        long = fixture.agent(admitted(agent="agent-2", serial="a2"))
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(short.sink.disconnects, [])
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(
+            (short.sink.disconnects, long.sink.disconnects), ([DENIED_GOAWAY_REASON], [])
+        )
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(short.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+    def test_expired_intermediate_is_disconnected(self) -> None:
+        """An intermediate expiring mid-connection ends the connections under it."""
+        fixture = self.fixture
+        agent = fixture.agent(admitted(intermediate_not_after=self.at(30)))
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+    def test_expiry_is_checked_when_the_deny_list_is_replaced(self) -> None:
+        """Replacing the deny-list also drops connections whose leaf has expired."""
+        fixture = self.fixture
+        agent = fixture.agent(admitted(not_after=self.at(10)))
+        fixture.clock.advance(11)
+        self.assertEqual(agent.sink.disconnects, [])
+        fixture.service.set_deny_list(DenyList())
+        self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+    def test_plain_identity_expiry(self) -> None:
+        """A connection whose identity names no intermediate is judged on its leaf."""
+        fixture = self.fixture
+        agent = fixture.agent(attrs.evolve(identity(), not_after=self.at(30)))
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+    def test_checks_run_only_while_connections_are_open(self) -> None:
+        """The periodic check starts with the first connection and stops after the last."""
+        fixture = self.fixture
+        self.assertEqual(fixture.clock.getDelayedCalls(), [])
+        one = fixture.agent(admitted(serial="a1"))
+        two = fixture.agent(admitted(agent="agent-2", serial="a2"))
+        self.assertEqual(len(fixture.clock.getDelayedCalls()), 1)
+        self.successResultOf(one.connection.closed("client"))
+        self.assertEqual(len(fixture.clock.getDelayedCalls()), 1)
+        self.successResultOf(two.connection.closed("client"))
+        self.assertEqual(fixture.clock.getDelayedCalls(), [])
+        three = fixture.agent(admitted(serial="a3", not_after=self.at(30)))
+        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        self.assertEqual(three.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+
+class StandingTests(SynchronousTestCase):
+    """
+    L{standing}: whether admitted credentials still hold, and why not.
+    """
+
+    def test_order_of_lapses(self) -> None:
+        """Denial before expiry; the leaf before the intermediate; None while all hold."""
+        now = datetime(2030, 1, 1, tzinfo=UTC)
+        past = datetime(2029, 1, 1, tzinfo=UTC)
+        agent = admitted(serial="a1", intermediate="1e")
+        both = DenyList.of([("a1", now), ("1e", now)])
+        self.assertIsNone(standing(agent, DenyList(), now))
+        self.assertEqual(standing(agent, both, now), Lapse(Standing.DENIED, "a1"))
+        self.assertEqual(
+            standing(agent, DenyList.of([("1e", now)]), now), Lapse(Standing.DENIED, "1e")
+        )
+        expired = attrs.evolve(agent, not_after=past, intermediate_not_after=past)
+        self.assertEqual(standing(expired, DenyList(), now), Lapse(Standing.EXPIRED, "a1"))
+        self.assertEqual(
+            standing(attrs.evolve(agent, intermediate_not_after=now), DenyList(), now),
+            Lapse(Standing.EXPIRED, "1e"),
+        )
+        self.assertEqual(
+            standing(attrs.evolve(agent, not_after=past), both, now), Lapse(Standing.DENIED, "a1")
+        )
 
 
 class SessionFileTests(SynchronousTestCase):

@@ -21,6 +21,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
+from svc.dataplane.admission import AdmittedAgent
 from svc.dataplane.connection import AgentConnection
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.service import DataPlaneService
@@ -57,6 +58,28 @@ def identity(
         serial=serial,
         subject=f"CN={user},OU=tenant={tenant}",
         not_after=datetime(2031, 1, 1, tzinfo=UTC),
+    )
+
+
+def admitted(
+    tenant: str = "tenant-a",
+    agent: str = "agent-1",
+    user: str = "user-1",
+    serial: str = "a1",
+    intermediate: str = "1e",
+    not_after: datetime = datetime(2031, 1, 1, tzinfo=UTC),
+    intermediate_not_after: datetime = datetime(2035, 1, 1, tzinfo=UTC),
+) -> AdmittedAgent:
+    """An agent's identity as TLS admission gives it: naming its intermediate too."""
+    return AdmittedAgent(
+        tenant_id=tenant,
+        agent_id=agent,
+        user_id=user,
+        serial=serial,
+        subject=f"CN={user},OU=tenant={tenant}",
+        not_after=not_after,
+        intermediate_serial=intermediate,
+        intermediate_not_after=intermediate_not_after,
     )
 
 

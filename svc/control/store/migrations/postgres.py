@@ -220,9 +220,25 @@ _SESSIONS_AND_HTTPS = (
     "ALTER TABLE servers ADD COLUMN http_address TEXT",
 )
 
+_ENROLLMENT_CHAINS = (
+    # The enrollment an agent leaf belongs to, named by the serial of the
+    # leaf minted at that enrollment: the leaf's own serial for a leaf
+    # minted at enrollment, the renewed leaf's enrollment for a leaf minted
+    # by renewal; NULL for other kinds. Ending a mount lease revokes every
+    # unexpired leaf of its holder's enrollment, so a connection opened with
+    # a leaf the holder has since renewed is closed too.
+    "ALTER TABLE issued_certificates ADD COLUMN enrollment_serial TEXT",
+    # Agent leaves recorded before this migration each start their own
+    # enrollment (which leaf a renewal came from was not recorded).
+    "UPDATE issued_certificates SET enrollment_serial = serial WHERE kind = 'agent_leaf'",
+    "CREATE INDEX issued_certificates_by_enrollment"
+    " ON issued_certificates (enrollment_serial, not_after_us)",
+)
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps. Keep
 #: the numbers and meanings in step with the SQLite list.
 MIGRATIONS = (
     Migration(1, "initial control-plane schema", _INITIAL),
     Migration(2, "mount-lease epochs and server HTTPS addresses", _SESSIONS_AND_HTTPS),
+    Migration(3, "enrollment chains of agent leaves", _ENROLLMENT_CHAINS),
 )

@@ -13,10 +13,10 @@ from __future__ import annotations
 from svc.control.store.test.contract_accounts import AccountsContract
 from svc.control.store.test.contract_credentials import CredentialsContract
 from svc.control.store.test.contract_fleet import FleetContract
-from svc.control.store.test.contract_mounts import MountsContract
+from svc.control.store.test.contract_mounts import MountsContract, RenewalChainContract
 
 
 class ControlStoreContractMixin(
-    AccountsContract, CredentialsContract, MountsContract, FleetContract
+    AccountsContract, CredentialsContract, MountsContract, RenewalChainContract, FleetContract
 ):
     """Every contract test, for one implementation."""

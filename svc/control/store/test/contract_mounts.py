@@ -10,7 +10,7 @@ import attrs
 from twisted.internet.defer import gatherResults
 
 from svc.control.store.errors import InvalidValue, LeaseLost, NotFound, Revoked
-from svc.control.store.outcomes import MountConflict, MountConflictCode, MountGranted
+from svc.control.store.outcomes import EnrollGrant, MountConflict, MountConflictCode, MountGranted
 from svc.control.store.test.contract_support import (
     HOUR,
     NOW,
@@ -29,6 +29,7 @@ from svc.control.store.values import (
 from svc.sessions import SessionRejected, session_key, verify_session_id
 
 NOW_US = to_micros(NOW)
+MINUTE = timedelta(minutes=1)
 
 
 def renewed_leaf(
@@ -408,3 +409,202 @@ class MountsContract(StoreCase):
             await self.refused(self.store.record_renewal("a1", leaf), InvalidValue)
             await self.refused(self.store.find_certificate(leaf.serial), NotFound)
         await self.refused(self.store.record_renewal("A1", renewed_leaf()), InvalidValue)
+
+
+def enrollment_leaf(
+    serial: str = "a1", agent_id: str = "agent-1", at: timedelta = timedelta(0)
+) -> IssuedCertificate:
+    """The record of the leaf minted at an enrollment at C{NOW + at}, valid an hour."""
+    return renewed_leaf(serial, agent_id, at)
+
+
+class RenewalChainContract(StoreCase):
+    """
+    A lease that ends revokes every unexpired leaf of its enrollment: the
+    leaf it is held by and every leaf that leaf was renewed from (the live
+    data-plane connection of a renewed mount was opened with an older leaf).
+    """
+
+    async def _renewed_mount(self) -> tuple[str, MountHolder]:
+        """
+        Agent-1 enrolled with a1 at NOW, mounted, renewed a1 -> b1 at 30 s
+        and b1 -> b2 at 50 min: the allocation id and the holder (b2). As
+        the CA does, b1's signing was recorded before its renewal was.
+        """
+        allocation = await self.provisioned()
+        await self.store.record_certificate(enrollment_leaf("a1"))
+        granted = await self.store.acquire_mount(
+            allocation.allocation_id, holder(serial="a1"), NOW, TTL
+        )
+        assert isinstance(granted, MountGranted)
+        await self.store.record_certificate(renewed_leaf("b1", at=TTL / 2))
+        await self.store.record_renewal("a1", renewed_leaf("b1", at=TTL / 2))
+        moved = await self.store.record_renewal("b1", renewed_leaf("b2", at=50 * MINUTE))
+        assert moved is not None
+        return allocation.allocation_id, moved.holder
+
+    async def revoked(self, at: timedelta) -> list[tuple[str, timedelta]]:
+        """The active revocations at C{NOW + at}: serial and not-after - NOW."""
+        return [
+            (r.serial, r.not_after - NOW) for r in await self.store.active_revocations(NOW + at)
+        ]
+
+    async def test_release_revokes_the_renewal_chain(self) -> None:
+        """Releasing with the latest leaf revokes it and both leaves it was renewed from."""
+        allocation_id, latest = await self._renewed_mount()
+        await self.store.release_mount(allocation_id, latest, NOW + 55 * MINUTE)
+        self.assertEqual(
+            await self.revoked(55 * MINUTE),
+            [("a1", HOUR), ("b1", HOUR + TTL / 2), ("b2", HOUR + 50 * MINUTE)],
+        )
+
+    async def test_expired_leaves_of_the_chain_are_not_revoked(self) -> None:
+        """A leaf of the chain that has expired already is left out."""
+        allocation_id, latest = await self._renewed_mount()
+        await self.store.release_mount(allocation_id, latest, NOW + HOUR + TTL / 4)
+        self.assertEqual(
+            await self.revoked(HOUR), [("b1", HOUR + TTL / 2), ("b2", HOUR + 50 * MINUTE)]
+        )
+
+    async def test_owner_unmount_revokes_the_renewal_chain(self) -> None:
+        """The owner's forced unmount revokes every unexpired leaf of the enrollment."""
+        allocation_id, _latest = await self._renewed_mount()
+        await self.store.force_unmount(allocation_id, "alice", NOW + 55 * MINUTE)
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+        )
+
+    async def test_enrollment_recorded_by_token_starts_a_chain(self) -> None:
+        """A leaf recorded by record_enrollment is the start of its renewals' chain."""
+        allocation = await self.provisioned()
+        await self.store.create_enroll_token(allocation.allocation_id, "0" * 64, NOW, NOW + HOUR)
+        grant = await self.store.consume_enroll_token("0" * 64, NOW)
+        assert isinstance(grant, EnrollGrant)
+        await self.store.record_enrollment(grant.token_id, enrollment_leaf("a1"))
+        await self.store.acquire_mount(allocation.allocation_id, holder(serial="a1"), NOW, TTL)
+        moved = await self.store.record_renewal("a1", renewed_leaf("b1", at=TTL))
+        assert moved is not None
+        await self.store.release_mount(allocation.allocation_id, moved.holder, NOW + 2 * TTL)
+        self.assertEqual([s for s, _ in await self.revoked(2 * TTL)], ["a1", "b1"])
+
+    async def test_other_enrollments_are_left_alone(self) -> None:
+        """Ending one enrollment's lease revokes no leaf of another enrollment or agent."""
+        allocation_id, latest = await self._renewed_mount()
+        await self.provisioned("agent-2")
+        await self.store.record_certificate(enrollment_leaf("c1"))
+        await self.store.record_renewal("c1", renewed_leaf("c2", at=TTL))
+        await self.store.record_certificate(enrollment_leaf("d1", "agent-2"))
+        await self.store.release_mount(allocation_id, latest, NOW + 55 * MINUTE)
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+        )
+
+    async def test_revoking_the_allocation_revokes_the_chain(self) -> None:
+        """Revoking the allocation revokes its lease's whole enrollment, no other enrollment."""
+        allocation_id, _latest = await self._renewed_mount()
+        await self.store.record_certificate(enrollment_leaf("c1", at=10 * MINUTE))
+        await self.store.revoke_allocation(allocation_id, NOW + 55 * MINUTE)
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+        )
+
+    async def test_revoking_the_owner_revokes_every_chain(self) -> None:
+        """revoke_owner revokes the enrollment of each of its allocations' leases."""
+        allocation_id, _latest = await self._renewed_mount()
+        other = await self.provisioned("agent-2")
+        await self.store.record_certificate(enrollment_leaf("d1", "agent-2"))
+        await self.store.acquire_mount(
+            other.allocation_id, holder("agent-2", "d1"), NOW + 55 * MINUTE, TTL
+        )
+        await self.store.revoke_owner("alice", NOW + 55 * MINUTE)
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2", "d1"]
+        )
+        self.assertIsNone(await self.store.get_mount_lease(allocation_id))
+
+    async def test_reassignment_revokes_the_chain(self) -> None:
+        """Reassigning the agent revokes its lease's whole enrollment."""
+        allocation_id, _latest = await self._renewed_mount()
+        await self.store.reassign_agent(
+            "agent-1", owner_id="bob", tenant_id="tenant-b", now=NOW + 55 * MINUTE
+        )
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+        )
+        self.assertIsNone(await self.store.get_mount_lease(allocation_id))
+
+    async def test_forced_takeover_revokes_the_incumbent_chain(self) -> None:
+        """A forced takeover revokes the displaced enrollment's leaves, not the new holder's."""
+        allocation_id, latest = await self._renewed_mount()
+        await self.store.refresh_mount(allocation_id, latest, NOW + 55 * MINUTE, TTL)
+        await self.store.record_certificate(enrollment_leaf("c1", at=55 * MINUTE))
+        outcome = await self.store.acquire_mount(
+            allocation_id, holder(serial="c1"), NOW + 55 * MINUTE, TTL, force=True
+        )
+        assert isinstance(outcome, MountGranted)
+        assert outcome.displaced is not None
+        self.assertEqual(outcome.displaced.holder, latest)
+        self.assertEqual(outcome.revoked_serials, ("a1", "b1", "b2"))
+        self.assertEqual(
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+        )
+        lease = await self.store.get_mount_lease(allocation_id)
+        assert lease is not None
+        self.assertEqual(lease.holder.leaf_serial, "c1")
+
+    async def test_takeover_within_the_enrollment_revokes_nothing(self) -> None:
+        """A leaf of the same enrollment forcing the lease back displaces but revokes nothing."""
+        allocation_id, latest = await self._renewed_mount()
+        await self.store.refresh_mount(allocation_id, latest, NOW + 55 * MINUTE, TTL)
+        await self.store.record_renewal("b1", renewed_leaf("b3", at=52 * MINUTE))
+        outcome = await self.store.acquire_mount(
+            allocation_id,
+            MountHolder("agent-1", "b3", NOW + 52 * MINUTE + HOUR),
+            NOW + 55 * MINUTE,
+            TTL,
+            force=True,
+        )
+        assert isinstance(outcome, MountGranted)
+        self.assertIsNotNone(outcome.displaced)
+        self.assertEqual(outcome.revoked_serials, ())
+        self.assertEqual(await self.revoked(55 * MINUTE), [])
+
+    async def test_grants_without_takeover_revoke_nothing(self) -> None:
+        """A first grant, the holder's forced refresh and taking an expired lease revoke nothing."""
+        allocation = await self.provisioned()
+        await self.store.record_certificate(enrollment_leaf("a1"))
+        for serial, at, force in (("a1", 0, False), ("a1", 1, True), ("a2", 60, False)):
+            outcome = await self.store.acquire_mount(
+                allocation.allocation_id, holder(serial=serial), NOW + at * TTL, TTL, force
+            )
+            assert isinstance(outcome, MountGranted)
+            self.assertEqual(outcome.revoked_serials, ())
+        self.assertEqual(await self.revoked(timedelta(0)), [])
+
+    async def test_chain_survives_reopen(self) -> None:
+        """The chain is durable: a reopened store still revokes it."""
+        allocation_id, latest = await self._renewed_mount()
+        reopened = await self.reopen()
+        await reopened.release_mount(allocation_id, latest, NOW + 55 * MINUTE)
+        self.assertEqual(
+            [r.serial for r in await reopened.active_revocations(NOW + 55 * MINUTE)],
+            ["a1", "b1", "b2"],
+        )
+
+    async def test_leaves_recorded_before_migration_3_start_chains(self) -> None:
+        """An agent leaf recorded before migration 3 starts the chain of its renewals."""
+        store = await self.open_previous_release((*_PREVIOUS_RELEASE_ROWS, _PREVIOUS_RELEASE_LEAF))
+        moved = await store.record_renewal("a1", renewed_leaf("b1", at=TTL / 2))
+        assert moved is not None
+        await store.release_mount("f" * 32, moved.holder, NOW + TTL)
+        self.assertEqual(
+            [r.serial for r in await store.active_revocations(NOW + TTL)], ["a1", "b1"]
+        )
+
+
+#: The issued-certificate row of the previous release's lease holder (a1).
+_PREVIOUS_RELEASE_LEAF = (
+    "INSERT INTO issued_certificates (serial, kind, subject, tenant_id, agent_id, fingerprint,"
+    f" not_after_us, issued_us) VALUES ('a1', 'agent_leaf', 'alice', 'tenant-a', 'agent-1',"
+    f" '{'a1' * 32}', {to_micros(NOW + HOUR)}, {NOW_US})"
+)

@@ -23,16 +23,23 @@ from svc.control.store.rules import (
     check_same_provisioning,
     choose_server,
     enroll_verdict,
+    enrollment_of,
+    enrollment_to_record,
     holds,
+    leaves_to_revoke,
     mount_decision,
+    takeover_revokes,
 )
 from svc.control.store.test.contract_support import HOUR, NOW, TTL, holder
 from svc.control.store.values import (
     Allocation,
     AllocationState,
+    CertificateKind,
     EnrollToken,
+    IssuedCertificate,
     MountHolder,
     MountLease,
+    RevocableLeaf,
     Server,
     Tenant,
     User,
@@ -277,3 +284,50 @@ class SameProvisioningTests(SynchronousTestCase):
                 codes.append(conflict.code)
         self.assertEqual(codes, ["agent_owner_mismatch", "agent_owner_mismatch", "grant_mismatch"])
         self.assertRaises(Revoked, check_same_provisioning, REVOKED, "alice", "tenant-a", 10)
+
+
+class EnrollmentChainTests(SynchronousTestCase):
+    """
+    Which enrollment a leaf belongs to, and what ending a lease revokes.
+    """
+
+    def test_enrollment_of(self) -> None:
+        """A leaf's recorded enrollment, or the leaf itself when none is recorded."""
+        self.assertEqual(enrollment_of("b2", "a1"), "a1")
+        self.assertEqual(enrollment_of("b2", None), "b2")
+
+    def test_enrollment_to_record(self) -> None:
+        """An enrolled leaf starts its enrollment, a renewed one joins it, others have none."""
+        leaf = IssuedCertificate("b1", CertificateKind.AGENT_LEAF, "alice", NOW + HOUR, NOW)
+        self.assertEqual(enrollment_to_record(leaf, None), "b1")
+        self.assertEqual(enrollment_to_record(leaf, "a1"), "a1")
+        server = attrs.evolve(leaf, kind=CertificateKind.SERVER_LEAF)
+        self.assertIsNone(enrollment_to_record(server, "a1"))
+
+    def test_leaves_to_revoke(self) -> None:
+        """The lease's leaf and the others, unexpired, once each, by serial."""
+        lease = MountLease("a" * 32, holder(serial="b2"), "mount:x", 1, NOW, NOW + TTL)
+        chain = [
+            RevocableLeaf("b1", NOW + TTL),
+            RevocableLeaf("a1", NOW),
+            RevocableLeaf("b2", NOW + HOUR),
+            RevocableLeaf("b3", NOW + 2 * HOUR),
+        ]
+        self.assertEqual(
+            leaves_to_revoke(lease, chain, NOW),
+            (
+                RevocableLeaf("b1", NOW + TTL),
+                RevocableLeaf("b2", NOW + HOUR),
+                RevocableLeaf("b3", NOW + 2 * HOUR),
+            ),
+        )
+        self.assertEqual(leaves_to_revoke(lease, [], NOW + HOUR), ())
+        self.assertEqual(
+            leaves_to_revoke(None, chain, NOW + HOUR), (RevocableLeaf("b3", NOW + 2 * HOUR),)
+        )
+
+    def test_takeover_revokes(self) -> None:
+        """Only displacing another enrollment revokes it."""
+        self.assertTrue(takeover_revokes("a1", "c1"))
+        self.assertFalse(takeover_revokes("a1", "a1"))
+        self.assertFalse(takeover_revokes(None, "a1"))

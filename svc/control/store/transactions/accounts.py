@@ -230,9 +230,10 @@ def _revoke(allocation: Allocation, now_us: int) -> Transaction[Allocation]:
 
 def revoke_allocation(allocation_id: str, now_us: int) -> Transaction[Allocation]:
     """
-    Revoke allocation C{allocation_id}: its mount lease ends (the holder's
-    leaf is revoked) and its unspent enroll tokens are revoked. Revoking a
-    revoked or purged allocation changes nothing.
+    Revoke allocation C{allocation_id}: its mount lease ends (every
+    unexpired leaf of the holder's enrollment is revoked) and its unspent
+    enroll tokens are revoked. Revoking a revoked or purged allocation
+    changes nothing.
     """
     allocation = yield from locked_allocation(allocation_id)
     return (yield from _revoke(allocation, now_us))
@@ -266,8 +267,8 @@ def reassign_agent(
 ) -> Transaction[Allocation]:
     """
     Move agent C{agent_id}'s allocation to C{owner_id} / C{tenant_id}
-    (creating them when missing). A live mount lease ends (the holder's leaf
-    is revoked: its certificate names the old owner). Moving the bytes is
+    (creating them when missing). A mount lease ends with its holder's
+    enrollment revoked (its leaves name the old owner). Moving the bytes is
     the data plane's business.
     """
     allocation = yield from locked_agent_allocation(agent_id)

@@ -1,6 +1,7 @@
 """
 Steps several transactions share: reading an allocation under its lock,
-ending a mount lease, recording a revocation.
+ending a mount lease, finding an enrollment's leaves, recording
+revocations.
 """
 
 # Statements below interpolate only this package's constant column lists and
@@ -9,10 +10,19 @@ ending a mount lease, recording a revocation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from svc.control.store.errors import NotFound
-from svc.control.store.sql import Rows, Sql, Transaction
+from svc.control.store.rules import enrollment_of, leaves_to_revoke
+from svc.control.store.sql import Rows, Sql, Transaction, as_int, as_opt_str, as_str
 from svc.control.store.transactions import rows
-from svc.control.store.values import Allocation, MountLease, to_micros
+from svc.control.store.values import (
+    Allocation,
+    MountLease,
+    RevocableLeaf,
+    from_micros,
+    to_micros,
+)
 
 
 def locked_allocation(allocation_id: str) -> Transaction[Allocation]:
@@ -73,17 +83,68 @@ def add_revocation(serial: str, not_after_us: int, now_us: int) -> Transaction[N
     )
 
 
+def leaf_enrollment(agent_id: str, leaf_serial: str) -> Transaction[str]:
+    """
+    The enrollment (L{svc.control.store.rules.enrollment_of}) of
+    C{agent_id}'s leaf C{leaf_serial}, as recorded in
+    C{issued_certificates}.
+    """
+    found: Rows = yield Sql(
+        "SELECT enrollment_serial FROM issued_certificates WHERE serial = ? AND agent_id = ?",
+        (leaf_serial, agent_id),
+    )
+    row = found.one()
+    return enrollment_of(leaf_serial, None if row is None else as_opt_str(row[0]))
+
+
+def enrollment_leaves(
+    agent_id: str, enrollment: str, now_us: int
+) -> Transaction[tuple[RevocableLeaf, ...]]:
+    """
+    The leaves of C{agent_id}'s enrollment C{enrollment} recorded in
+    C{issued_certificates} that have not expired at C{now_us}.
+    """
+    found: Rows = yield Sql(
+        "SELECT serial, not_after_us FROM issued_certificates"
+        " WHERE enrollment_serial = ? AND agent_id = ? AND kind = 'agent_leaf'"
+        " AND not_after_us > ? ORDER BY serial",
+        (enrollment, agent_id, now_us),
+    )
+    return tuple(RevocableLeaf(as_str(row[0]), from_micros(as_int(row[1]))) for row in found.rows)
+
+
+def revoke_enrollment(lease: MountLease, now_us: int) -> Transaction[tuple[RevocableLeaf, ...]]:
+    """
+    Revoke every leaf of the enrollment holding C{lease} that is unexpired
+    at C{now_us}: the lease's leaf and every other leaf of its enrollment,
+    so every leaf it was renewed from
+    (L{svc.control.store.rules.leaves_to_revoke}). What was revoked.
+    """
+    agent_id = lease.holder.agent_id
+    enrollment = yield from leaf_enrollment(agent_id, lease.holder.leaf_serial)
+    chain = yield from enrollment_leaves(agent_id, enrollment, now_us)
+    return (yield from add_revocations(leaves_to_revoke(lease, chain, from_micros(now_us)), now_us))
+
+
+def add_revocations(
+    leaves: Iterable[RevocableLeaf], now_us: int
+) -> Transaction[tuple[RevocableLeaf, ...]]:
+    """L{add_revocation} of each of C{leaves}; returns them."""
+    added = tuple(leaves)
+    for leaf in added:
+        yield from add_revocation(leaf.serial, to_micros(leaf.not_after), now_us)
+    return added
+
+
 def end_mount_lease(allocation_id: str, now_us: int) -> Transaction[MountLease | None]:
     """
-    Delete the mount lease of C{allocation_id}, if any, and revoke its
-    holder's leaf (unless the leaf has expired already). The caller holds
-    the allocation's lock.
+    Delete the mount lease of C{allocation_id}, if any, and revoke every
+    unexpired leaf of its holder's enrollment (L{revoke_enrollment}). The
+    caller holds the allocation's lock.
     """
     lease = yield from current_mount_lease(allocation_id)
     if lease is None:
         return None
     yield Sql("DELETE FROM mount_leases WHERE allocation_id = ?", (allocation_id,))
-    not_after_us = to_micros(lease.holder.leaf_not_after)
-    if not_after_us > now_us:
-        yield from add_revocation(lease.holder.leaf_serial, not_after_us, now_us)
+    yield from revoke_enrollment(lease, now_us)
     return lease

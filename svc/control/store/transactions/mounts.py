@@ -19,15 +19,22 @@ import attrs
 
 from svc.control.store.errors import LeaseLost, NotFound
 from svc.control.store.outcomes import MountGranted, MountOutcome
-from svc.control.store.rules import holds, mount_decision
+from svc.control.store.rules import (
+    enrollment_to_record,
+    holds,
+    mount_decision,
+    takeover_revokes,
+)
 from svc.control.store.sql import Rows, Sql, Transaction, as_int
 from svc.control.store.transactions import rows
 from svc.control.store.transactions.common import (
     add_revocation,
     current_mount_lease,
     end_mount_lease,
+    leaf_enrollment,
     locked_agent_allocation,
     locked_allocation,
+    revoke_enrollment,
 )
 from svc.control.store.values import (
     IssuedCertificate,
@@ -68,7 +75,8 @@ def acquire_mount(
     L{svc.control.store.errors.Revoked}). A grant increments the
     allocation's C{mount_epoch} and replaces any lease row with the new one,
     whose session id is minted at the new epoch with C{session_key} and
-    C{nonce}.
+    C{nonce}. A forced takeover from another enrollment revokes that
+    enrollment's unexpired leaves (L{_revoke_displaced}).
     """
     allocation = yield from locked_allocation(allocation_id)
     epochs: Rows = yield Sql(
@@ -87,6 +95,7 @@ def acquire_mount(
         nonce=nonce,
     )
     if isinstance(outcome, MountGranted):
+        outcome = yield from _revoke_displaced(outcome, now_us)
         lease = outcome.lease
         yield Sql(
             "UPDATE allocations SET mount_epoch = ? WHERE allocation_id = ?",
@@ -115,6 +124,26 @@ def acquire_mount(
     return outcome
 
 
+def _revoke_displaced(granted: MountGranted, now_us: int) -> Transaction[MountGranted]:
+    """
+    A forced takeover revokes the displaced enrollment's unexpired leaves
+    (unless the new holder belongs to it:
+    L{svc.control.store.rules.takeover_revokes}); C{granted} with what was
+    revoked.
+    """
+    displaced = granted.displaced
+    if displaced is None:
+        return granted
+    theirs = yield from leaf_enrollment(displaced.holder.agent_id, displaced.holder.leaf_serial)
+    ours = yield from leaf_enrollment(
+        granted.lease.holder.agent_id, granted.lease.holder.leaf_serial
+    )
+    if not takeover_revokes(theirs, ours):
+        return granted
+    revoked = yield from revoke_enrollment(displaced, now_us)
+    return attrs.evolve(granted, revoked_serials=tuple(leaf.serial for leaf in revoked))
+
+
 def refresh_mount(
     allocation_id: str, holder: MountHolder, now_us: int, ttl_us: int
 ) -> Transaction[MountLease]:
@@ -139,8 +168,9 @@ def refresh_mount(
 
 def release_mount(allocation_id: str, holder: MountHolder, now_us: int) -> Transaction[MountLease]:
     """
-    End C{holder}'s mount lease of C{allocation_id} and record its leaf in
-    C{cert_revocations} (with the leaf's not-after).
+    End C{holder}'s mount lease of C{allocation_id} and record every
+    unexpired leaf of its enrollment (the leaf and those it was renewed
+    from) in C{cert_revocations}, each with its own not-after.
 
     @raise LeaseLost: C{holder} does not hold the lease.
     """
@@ -155,7 +185,7 @@ def release_mount(allocation_id: str, holder: MountHolder, now_us: int) -> Trans
 def force_unmount(allocation_id: str, owner_id: str, now_us: int) -> Transaction[MountLease | None]:
     """
     The owner ends whatever mount lease C{allocation_id} has; the holder's
-    leaf is revoked as on release. L{NotFound} unless C{owner_id} owns the
+    enrollment is revoked as on release. L{NotFound} unless C{owner_id} owns the
     allocation; L{None} when there was no lease.
     """
     allocation = yield from locked_allocation(allocation_id)
@@ -168,8 +198,9 @@ def record_renewal(
     agent_id: str, previous_serial: str, leaf: IssuedCertificate
 ) -> Transaction[MountLease | None]:
     """
-    Record C{leaf}, minted for C{agent_id} by renewing its leaf C{previous_serial}
-    (L{record_certificate}), and hand the mount lease that leaf holds, if
+    Record C{leaf}, minted for C{agent_id} by renewing its leaf C{previous_serial},
+    as a leaf of C{previous_serial}'s enrollment (L{record_certificate},
+    L{leaf_enrollment}), and hand the mount lease that leaf holds, if
     any, to C{leaf}: its serial, not-after and fingerprint replace the
     holder's, and its session id, epoch, C{bound_at} and expiry are kept.
     A lease the previous leaf still holds after expiry (nobody took it
@@ -179,7 +210,14 @@ def record_renewal(
     @raise NotFound: C{agent_id} has no allocation.
     """
     allocation = yield from locked_agent_allocation(agent_id)
-    yield from record_certificate(leaf)
+    enrollment = yield from leaf_enrollment(agent_id, previous_serial)
+    yield from record_certificate(leaf, renewed=enrollment)
+    # The CA may have recorded the leaf already (as its own enrollment).
+    yield Sql(
+        "UPDATE issued_certificates SET enrollment_serial = ?"
+        " WHERE serial = ? AND agent_id = ? AND kind = 'agent_leaf'",
+        (enrollment_to_record(leaf, enrollment), leaf.serial, agent_id),
+    )
     lease = yield from current_mount_lease(allocation.allocation_id)
     previous = MountHolder(agent_id, previous_serial, leaf.not_after)
     if lease is None or not holds(lease, previous):
@@ -220,14 +258,19 @@ def prune_revocations(now_us: int) -> Transaction[int]:
     return found.rowcount
 
 
-def record_certificate(certificate: IssuedCertificate) -> Transaction[None]:
+def record_certificate(
+    certificate: IssuedCertificate, renewed: str | None = None
+) -> Transaction[None]:
     """
     Record a signing event (a serial recorded before keeps its first
-    record).
+    record). An agent leaf is recorded as a leaf of enrollment C{renewed}
+    when it was minted by renewing a leaf of that enrollment, else as the
+    first leaf of its own enrollment
+    (L{svc.control.store.rules.enrollment_to_record}).
     """
     yield Sql(
-        f"INSERT INTO issued_certificates ({rows.CERTIFICATE_COLUMNS})"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (serial) DO NOTHING",
+        f"INSERT INTO issued_certificates ({rows.CERTIFICATE_COLUMNS}, enrollment_serial)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (serial) DO NOTHING",
         (
             certificate.serial,
             certificate.kind.value,
@@ -237,6 +280,7 @@ def record_certificate(certificate: IssuedCertificate) -> Transaction[None]:
             certificate.tenant_id,
             certificate.agent_id,
             certificate.fingerprint,
+            enrollment_to_record(certificate, renewed),
         ),
     )
 
