@@ -161,14 +161,11 @@ class MountRoutes:
         if outcome.displaced is not None:
             _log.info(
                 "mount lease of {allocation_id} taken over by serial {serial}"
-                " from serial {displaced}; revoked {revoked}",
+                " from serial {displaced}",
                 allocation_id=allocation.allocation_id,
                 serial=holder.leaf_serial,
                 displaced=outcome.displaced.holder.leaf_serial,
-                revoked=" ".join(outcome.revoked_serials) or "nothing",
             )
-        if outcome.revoked_serials:
-            self._deps.pushes.revocations_changed()
         return lease_body(outcome.lease, placement.server.address)
 
     async def refresh(self, call: Call) -> HandlerResult:

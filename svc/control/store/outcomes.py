@@ -90,15 +90,11 @@ class MountConflictCode(enum.Enum):
 class MountGranted:
     """
     The caller now holds ``lease``. ``displaced`` is the live lease of another
-    enrollment that a forced acquisition took over, if any;
-    ``revoked_serials`` the leaves of the displaced enrollment the takeover
-    revoked (by serial; empty when nothing was displaced, or when the
-    displaced leaf belongs to the caller's own enrollment).
+    enrollment that a forced acquisition took over, if any.
     """
 
     lease: MountLease
     displaced: MountLease | None = None
-    revoked_serials: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -198,16 +198,6 @@ def leaves_to_revoke(
     return tuple(found[serial] for serial in sorted(found) if found[serial].not_after > now)
 
 
-def takeover_revokes(displaced_enrollment: str | None, holder_enrollment: str) -> bool:
-    """
-    Whether a grant that displaced the lease of C{displaced_enrollment}
-    (L{None}: it displaced nothing) revokes that enrollment's leaves: yes,
-    unless the new holder belongs to the same enrollment (a renewed leaf of
-    the displaced holder taking its own lease back).
-    """
-    return displaced_enrollment is not None and displaced_enrollment != holder_enrollment
-
-
 def choose_server(servers: Sequence[Server], loads: Mapping[str, int]) -> Server | None:
     """
     The server a new tenant goes to: the one with the fewest placed tenants

@@ -205,14 +205,16 @@ class AcquireContract(MountRouteCase):
         self.assertError(await self.refresh(ENROLLMENT_1), 410, "lease_lost")
         self.assertEqual((await self.refresh(ENROLLMENT_2)).status, 200)
 
-    async def test_force_revokes_incumbent_and_pushes(self) -> None:
-        """A forced takeover revokes the displaced enrollment's leaf and pushes at once."""
+    async def test_force_demotes_the_incumbent_without_revoking_it(self) -> None:
+        """
+        A forced takeover leaves the displaced enrollment's leaf valid (it may
+        keep reading; its refresh is refused and its session fenced).
+        """
         await self.mount()
         self.clock.advance(30)
         self.assertEqual((await self.mount(ENROLLMENT_2, {"force": True})).status, 200)
-        active = await self.result(self.store.active_revocations(self.now()))
-        self.assertEqual([(r.serial, r.not_after) for r in active], [("a1a1", LEAF_EXPIRY)])
-        self.assertEqual(self.pushes.revocations, 1)
+        self.assertEqual(await self.result(self.store.active_revocations(self.now())), ())
+        self.assertEqual(self.pushes.revocations, 0)
 
     async def test_grants_without_takeover_do_not_push(self) -> None:
         """A first grant, the holder's forced re-grant and taking an expired lease push nothing."""

@@ -28,7 +28,6 @@ from svc.control.store.rules import (
     holds,
     leaves_to_revoke,
     mount_decision,
-    takeover_revokes,
 )
 from svc.control.store.test.contract_support import HOUR, NOW, TTL, holder
 from svc.control.store.values import (
@@ -325,9 +324,3 @@ class EnrollmentChainTests(SynchronousTestCase):
         self.assertEqual(
             leaves_to_revoke(None, chain, NOW + HOUR), (RevocableLeaf("b3", NOW + 2 * HOUR),)
         )
-
-    def test_takeover_revokes(self) -> None:
-        """Only displacing another enrollment revokes it."""
-        self.assertTrue(takeover_revokes("a1", "c1"))
-        self.assertFalse(takeover_revokes("a1", "a1"))
-        self.assertFalse(takeover_revokes(None, "a1"))

@@ -23,7 +23,6 @@ from svc.control.store.rules import (
     enrollment_to_record,
     holds,
     mount_decision,
-    takeover_revokes,
 )
 from svc.control.store.sql import Rows, Sql, Transaction, as_int
 from svc.control.store.transactions import rows
@@ -34,7 +33,6 @@ from svc.control.store.transactions.common import (
     leaf_enrollment,
     locked_agent_allocation,
     locked_allocation,
-    revoke_enrollment,
 )
 from svc.control.store.values import (
     IssuedCertificate,
@@ -75,8 +73,9 @@ def acquire_mount(
     L{svc.control.store.errors.Revoked}). A grant increments the
     allocation's C{mount_epoch} and replaces any lease row with the new one,
     whose session id is minted at the new epoch with C{session_key} and
-    C{nonce}. A forced takeover from another enrollment revokes that
-    enrollment's unexpired leaves (L{_revoke_displaced}).
+    C{nonce}. A forced takeover does not revoke the displaced enrollment:
+    it is demoted (its refresh is refused, its session fenced) and may keep
+    reading.
     """
     allocation = yield from locked_allocation(allocation_id)
     epochs: Rows = yield Sql(
@@ -95,7 +94,6 @@ def acquire_mount(
         nonce=nonce,
     )
     if isinstance(outcome, MountGranted):
-        outcome = yield from _revoke_displaced(outcome, now_us)
         lease = outcome.lease
         yield Sql(
             "UPDATE allocations SET mount_epoch = ? WHERE allocation_id = ?",
@@ -122,26 +120,6 @@ def acquire_mount(
             ),
         )
     return outcome
-
-
-def _revoke_displaced(granted: MountGranted, now_us: int) -> Transaction[MountGranted]:
-    """
-    A forced takeover revokes the displaced enrollment's unexpired leaves
-    (unless the new holder belongs to it:
-    L{svc.control.store.rules.takeover_revokes}); C{granted} with what was
-    revoked.
-    """
-    displaced = granted.displaced
-    if displaced is None:
-        return granted
-    theirs = yield from leaf_enrollment(displaced.holder.agent_id, displaced.holder.leaf_serial)
-    ours = yield from leaf_enrollment(
-        granted.lease.holder.agent_id, granted.lease.holder.leaf_serial
-    )
-    if not takeover_revokes(theirs, ours):
-        return granted
-    revoked = yield from revoke_enrollment(displaced, now_us)
-    return attrs.evolve(granted, revoked_serials=tuple(leaf.serial for leaf in revoked))
 
 
 def refresh_mount(
