@@ -92,8 +92,12 @@ def list_map(entries: Iterable[DirectoryEntry], next_after: str | None) -> Reply
 
 
 def put_map(result: PutResult) -> Reply:
-    """C{manifest_put}: C{version} and C{size} after the write, C{created}, C{journal_seq}."""
+    """
+    C{manifest_put}: C{version} and C{size} after the write, C{created},
+    C{journal_seq}, and the file's C{inode}.
+    """
     return {
+        "inode": result.inode,
         "version": result.version,
         "size": result.size,
         "created": result.created,

@@ -403,3 +403,20 @@ def invalidator() -> Callable[[int], None]:
             _log.info("could not invalidate inode {ino}: {error}", ino=ino, error=error)
 
     return invalidate
+
+
+def entry_invalidator() -> Callable[[int, bytes], None]:
+    """C{MountFS}'s C{invalidate_entry}: make the kernel forget a directory entry."""
+
+    def invalidate_entry(parent: int, name: bytes) -> None:
+        try:
+            llfuse.invalidate_entry(parent, name)
+        except Exception as error:  # not mounted, or the kernel refused
+            _log.info(
+                "could not invalidate entry {name!r} of {parent}: {error}",
+                name=name,
+                parent=parent,
+                error=error,
+            )
+
+    return invalidate_entry

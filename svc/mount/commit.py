@@ -9,7 +9,8 @@ On C{ESTALE} it fetches the path's manifest again and:
    I{provably compatible}: the current chunk list equals the base the edit
    was made on (only the version moved: a same-content write, a revert to
    the same bytes) or equals the new content itself (the same bytes are
-   already there). At most C{max_retries} times (C{cas_retries});
+   already there); a creation (expected version 0) has no base, so only
+   the second case applies. At most C{max_retries} times (C{cas_retries});
  - otherwise reports a L{Conflict}: the caller keeps the other writer's
    version at the path and saves ours as a conflict copy
    (L{conflict_name}), never overwriting and never dropping either.
@@ -17,6 +18,12 @@ On C{ESTALE} it fetches the path's manifest again and:
 On C{EINVAL} with C{details.missing} (a chunk the server no longer shows
 this connection, e.g. after a reconnect), the missing chunks are read back
 from the content, uploaded, and the put retried once.
+
+The first C{manifest_put} is sent while the write-back's last uploads may
+still be in flight on the same connection: the server runs it once they are
+stored (``docs/specifications/dataplane-ops.md`` section 7), so the commit
+costs no extra round trip. An upload that failed is the error reported
+unless the put succeeded anyway.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 from blake3 import blake3
+from twisted.internet.defer import Deferred
 
 from svc.chunking import ChunkRef, chunk_hash
 from svc.mount.attributes import NAME_MAX, FileKind
 from svc.mount.errors import FSError, RemoteFailure
-from svc.mount.remote import ChunkEntry, LastWriter, Manifest, Remote
+from svc.mount.remote import ChunkEntry, LastWriter, Manifest, PutResult, Remote
 from svc.mount.writeback import ChunkUploader, Reader
 from svc.wire.errno import WireErrno
 
@@ -62,10 +70,14 @@ class CommitRequest:
 
 @attrs.frozen
 class Committed:
-    """The content is committed as C{version} after C{cas_retries} retries."""
+    """
+    The content is committed as C{version} after C{cas_retries} retries;
+    C{inode} is the file's data-plane inode number when the server said.
+    """
 
     version: int
     cas_retries: int
+    inode: int | None = None
 
 
 @attrs.frozen
@@ -92,6 +104,9 @@ def entries(chunks: Sequence[ChunkRef]) -> tuple[ChunkEntry, ...]:
 def _compatible(current: Manifest, request: CommitRequest) -> bool:
     if current.attributes.kind is not FileKind.FILE:
         return False
+    if request.expected_version == 0:
+        # A creation's base is "no file", which no existing file equals.
+        return current.chunks == entries(request.chunks)
     return current.chunks in (entries(request.base), entries(request.chunks))
 
 
@@ -125,7 +140,9 @@ async def commit(
 ) -> Committed | Conflict:
     """
     Commit C{request}; see the module docstring. C{read} reads the new
-    content (to re-upload chunks the server reports missing).
+    content (to re-upload chunks the server reports missing). The first
+    C{manifest_put} is sent before waiting for C{uploader}'s uploads still
+    in flight (L{ChunkUploader.settle}).
 
     @raise RemoteFailure: any other failure of the put.
     """
@@ -133,25 +150,42 @@ async def commit(
     retries = 0
     reuploaded = False
     chunks = entries(request.chunks)
+
+    def put(expected_version: int) -> Deferred[PutResult]:
+        return remote.manifest_put(
+            request.path,
+            expected_version=expected_version,
+            chunks=chunks,
+            size=request.size,
+            mode=request.mode,
+            mtime_ns=request.mtime_ns,
+            uid=request.uid,
+            gid=request.gid,
+            session_id=session_id,
+        )
+
+    # The first put goes out behind the uploads still in flight (the server
+    # runs it once they are stored); an upload that failed explains a put
+    # refused for missing chunks, but a put that succeeded is committed.
+    attempt = put(expected)
+    try:
+        await uploader.settle()
+    except RemoteFailure as upload_failure:
+        try:
+            result = await attempt
+        except RemoteFailure:
+            raise upload_failure from None
+        return Committed(result.version, retries, result.inode)
     while True:
         try:
-            result = await remote.manifest_put(
-                request.path,
-                expected_version=expected,
-                chunks=chunks,
-                size=request.size,
-                mode=request.mode,
-                mtime_ns=request.mtime_ns,
-                uid=request.uid,
-                gid=request.gid,
-                session_id=session_id,
-            )
+            result = await attempt
         except RemoteFailure as failure:
             missing = failure.details.get("missing")
             if failure.wire is WireErrno.EINVAL and isinstance(missing, list) and not reuploaded:
                 reuploaded = True
                 named = [name for name in missing if isinstance(name, str)]
                 await _upload_missing(request, named, uploader, read)
+                attempt = put(expected)
                 continue
             if failure.wire is not WireErrno.ESTALE:
                 raise
@@ -161,6 +195,7 @@ async def commit(
             if current is not None and retries < max_retries and _compatible(current, request):
                 retries += 1
                 expected = current.attributes.version
+                attempt = put(expected)
                 continue
             current_version = _int(failure.details, "current_version")
             if current is not None:
@@ -173,7 +208,7 @@ async def commit(
                 cas_retries=retries,
                 current=current,
             )
-        return Committed(result.version, retries)
+        return Committed(result.version, retries, result.inode)
 
 
 async def _current(remote: Remote, path: str) -> Manifest | None:

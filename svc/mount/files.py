@@ -9,8 +9,14 @@ re-chunked and its novel chunks uploaded (L{svc.mount.writeback}), then
 committed with a compare-and-swap under the namespace lock
 (L{svc.mount.commit}). A lost compare-and-swap that is not provably
 compatible saves this mount's version as a conflict copy beside the file,
-keeps the other writer's version at the path, and fails the flush with
-ESTALE; the C{flush} audit line carries the C{recovery_*} fields.
+keeps the other writer's version at the path (L{svc.mount.conflicts}), and
+fails the flush with ESTALE; the C{flush} audit line carries the
+C{recovery_*} fields.
+
+A file created in a complete directory is I{pending} (known to this mount
+only) until its first write-back commits it with C{expected_version} 0, or
+an operation that needs it on the data plane creates it first
+(L{svc.mount.namespace.NamespaceOps.materialize}).
 """
 
 from __future__ import annotations
@@ -23,17 +29,17 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.audit.events import CallerProcess, ExtraValue
+from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
-from svc.mount.attributes import AttributeChanges, Entry, FileKind, OpenResult
+from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
+from svc.mount.client_audit import AuditLine
 from svc.mount.commit import (
     CommitRequest,
     Committed,
     Conflict,
     commit,
-    conflict_name,
-    entries,
 )
+from svc.mount.conflicts import adopt, recovery_fields, save_copy
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
@@ -42,12 +48,8 @@ from svc.mount.namespace import NamespaceOps
 from svc.mount.open_files import FileState, Handle
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.writeback import ChunkUploader, rechunk
-from svc.wire.errno import WireErrno
 
 _log = Logger()
-
-CONFLICT_COPY_ATTEMPTS = 5
-"""Names tried for a conflict copy before giving up."""
 
 
 def _writable(flags: int) -> bool:
@@ -102,14 +104,36 @@ class FileOps:
             ):
                 decoded = decode_name(name)
                 ctx.check_write(rel)
-                node = await self._namespace.make_node(
-                    directory, rel, decoded, FileKind.FILE, mode, 0, caller
-                )
+                if ctx.table.child(directory, decoded) is not None:
+                    raise FSError(errno.EEXIST, f"{rel!r} exists")
+                if directory.complete:
+                    node = ctx.table.add_pending(directory, decoded, self._new_file(mode, caller))
+                else:
+                    node = await self._namespace.make_node(
+                        directory, rel, decoded, FileKind.FILE, mode, 0, caller
+                    )
         state = self._new_state(node)
         handle = ctx.files.open(state, _writable(flags))
         node.kernel_version = state.version
         ctx.table.looked_up(node)
         return OpenResult(handle.fh, keep_cache=False), Entry(node.ino, ctx.attributes(node))
+
+    def _new_file(self, mode: int, caller: CallerProcess) -> Attributes:
+        """The attributes of a pending file until its first commit."""
+        now = self._ctx.now_ns()
+        return Attributes(
+            server_inode=0,
+            kind=FileKind.FILE,
+            mode=stat.S_IMODE(mode),
+            uid=caller.uid or 0,
+            gid=caller.gid or 0,
+            size=0,
+            mtime_ns=now,
+            atime_ns=now,
+            ctime_ns=now,
+            version=0,
+            nlink=1,
+        )
 
     async def open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult:
         """Open regular file C{ino}."""
@@ -290,14 +314,16 @@ class FileOps:
         except FSError as error:
             failure = error
         if ctx.files.retire_if_idle(state):
+            node = ctx.table.get(state.ino)
             if state.dirty:
                 _log.warn(
                     "discarding {size} bytes of uncommitted changes to inode {ino}",
                     size=state.size,
                     ino=state.ino,
                 )
+            if node is not None and node.pending:
+                await self._settle_pending(node)
             done = state.close()
-            node = ctx.table.get(state.ino)
             if node is not None:
                 ctx.table.discard_if_unused(node)
             if done is not None:
@@ -305,13 +331,46 @@ class FileOps:
         if failure is not None:
             raise failure
 
+    async def _settle_pending(self, node: Node) -> None:
+        """
+        The last handle of a file never committed closed with its write-back
+        failed: its changes are discarded (as for any file), and it is
+        created empty, as C{create} otherwise does; when even that cannot be
+        done (read-only mode, the server refuses), its name is dropped.
+        """
+        ctx = self._ctx
+        if ctx.read_only_reason is None:
+            try:
+                async with ctx.namespace_lock:
+                    await self._namespace.materialize(node)
+            except FSError as error:
+                _log.warn(
+                    "could not create file inode {ino} empty either: {error}",
+                    ino=node.ino,
+                    error=error,
+                )
+            else:
+                return
+        table = ctx.table
+        for parent_ino, name in list(node.names):
+            parent = table.get(parent_ino)
+            if parent is not None:
+                _log.warn(
+                    "file {name} (inode {ino}) was never committed: its name is dropped",
+                    name=name,
+                    ino=node.ino,
+                )
+                table.unlink(parent, name)
+                parent.complete = False  # the name may be taken on the data plane
+                ctx.invalidate_entry(parent_ino, name.encode("utf-8"))
+
     async def write_back(self, state: FileState, caller: CallerProcess) -> None:
         """Commit C{state}'s changes; see the module docstring."""
         ctx = self._ctx
         async with state.lock:
             node = ctx.table.get(state.ino)
             rel = ctx.table.path_of(node) if node is not None else None
-            if not state.dirty or node is None or rel is None:
+            if node is None or rel is None or not (state.dirty or node.pending):
                 return  # nothing to commit, or no name to commit it at
             session = ctx.write_session()
             with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
@@ -321,58 +380,74 @@ class FileOps:
                     session,
                     on_uploaded=self._uploaded,
                     batch_bytes=ctx.settings.batch_bytes,
+                    probe_min_bytes=ctx.settings.probe_min_bytes,
                 )
                 try:
-                    chunks = await rechunk(state.layout, state.read, ctx.worker, uploader)
-                except RemoteFailure as failure:
-                    raise ctx.write_failed(failure) from None
-                if len(chunks) > MANIFEST_CHUNK_LIMIT:
-                    raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
-                line.size = state.size
-                async with ctx.namespace_lock:
-                    rel = ctx.table.path_of(node)
-                    if rel is None:
-                        return  # unlinked meanwhile
-                    line.path = "/" + rel
-                    request = CommitRequest(
-                        path=ctx.server_path(rel),
-                        expected_version=state.version,
-                        base=state.layout.base,
-                        chunks=chunks,
-                        size=state.size,
-                        mode=node.attributes.mode,
-                        mtime_ns=state.mtime_ns if state.mtime_ns is not None else ctx.now_ns(),
-                        uid=node.attributes.uid,
-                        gid=node.attributes.gid,
-                    )
-                    try:
-                        outcome = await commit(
-                            ctx.remote,
-                            request,
-                            session_id=session,
-                            uploader=uploader,
-                            read=state.read,
-                            max_retries=ctx.settings.max_cas_retries,
-                        )
-                    except RemoteFailure as failure:
-                        raise ctx.write_failed(failure) from None
-                    copy = None
-                    if isinstance(outcome, Conflict):
-                        copy = await self._save_copy(node, request, session)
-                line.extra.update(
-                    chunks_new=uploader.uploaded,
-                    chunks_reused=max(0, len(chunks) - uploader.uploaded),
-                    cas_retries=outcome.cas_retries,
+                    await self._commit_changes(node, state, line, uploader, session)
+                finally:
+                    await uploader.drain()
+
+    async def _commit_changes(
+        self,
+        node: Node,
+        state: FileState,
+        line: AuditLine,
+        uploader: ChunkUploader,
+        session: str | None,
+    ) -> None:
+        """Rechunk, upload and commit C{state} (under its lock); see L{write_back}."""
+        ctx = self._ctx
+        try:
+            chunks = await rechunk(state.layout, state.read, ctx.worker, uploader)
+        except RemoteFailure as failure:
+            raise ctx.write_failed(failure) from None
+        if len(chunks) > MANIFEST_CHUNK_LIMIT:
+            raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
+        line.size = state.size
+        async with ctx.namespace_lock:
+            rel = ctx.table.path_of(node)
+            if rel is None:
+                return  # unlinked meanwhile
+            line.path = "/" + rel
+            request = CommitRequest(
+                path=ctx.server_path(rel),
+                expected_version=state.version,
+                base=state.layout.base,
+                chunks=chunks,
+                size=state.size,
+                mode=node.attributes.mode,
+                mtime_ns=state.mtime_ns if state.mtime_ns is not None else ctx.now_ns(),
+                uid=node.attributes.uid,
+                gid=node.attributes.gid,
+            )
+            try:
+                outcome = await commit(
+                    ctx.remote,
+                    request,
+                    session_id=session,
+                    uploader=uploader,
+                    read=state.read,
+                    max_retries=ctx.settings.max_cas_retries,
                 )
-                if isinstance(outcome, Committed):
-                    line.extra["version_new"] = outcome.version
-                    await self._committed(node, state, request, outcome)
-                    return
-                self._conflicted(line.extra, rel, copy, outcome)
-                if copy is not None:
-                    await self._adopt(node, state, outcome)
-                line.write(allowed=False)
-                raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
+            except RemoteFailure as failure:
+                raise ctx.write_failed(failure) from None
+            copy = None
+            if isinstance(outcome, Conflict):
+                copy = await save_copy(ctx, node, request, session)
+        line.extra.update(
+            chunks_new=uploader.uploaded,
+            chunks_reused=max(0, len(chunks) - uploader.uploaded),
+            cas_retries=outcome.cas_retries,
+        )
+        if isinstance(outcome, Committed):
+            line.extra["version_new"] = outcome.version
+            await self._committed(node, state, request, outcome)
+            return
+        recovery_fields(line.extra, rel, copy, outcome)
+        if copy is not None:
+            await adopt(ctx, node, state, outcome)
+        line.write(allowed=False)
+        raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
 
     def _uploaded(self, chunk_hash: str, data: bytes) -> None:
         self._ctx.memo.remember(chunk_hash, data)
@@ -387,15 +462,17 @@ class FileOps:
     async def _committed(
         self, node: Node, state: FileState, request: CommitRequest, outcome: Committed
     ) -> None:
-        node.set_attributes(
-            attrs.evolve(
-                node.attributes,
-                size=request.size,
-                version=outcome.version,
-                mtime_ns=request.mtime_ns,
-                ctime_ns=self._ctx.now_ns(),
-            )
+        attributes = attrs.evolve(
+            node.attributes,
+            size=request.size,
+            version=outcome.version,
+            mtime_ns=request.mtime_ns,
+            ctime_ns=self._ctx.now_ns(),
         )
+        if node.pending:
+            self._created(node, attributes, outcome.inode)
+        else:
+            node.set_attributes(attributes)
         node.chunks = request.chunks
         node.chunks_version = outcome.version
         node.kernel_version = outcome.version  # the kernel cached what it wrote
@@ -403,92 +480,15 @@ class FileOps:
         if done is not None:
             await done
 
-    def _conflicted(
-        self, extra: dict[str, ExtraValue | None], rel: str, copy: str | None, conflict: Conflict
-    ) -> None:
-        if copy is not None:
-            action = (
-                f"the other writer's version stays at /{rel}; yours was saved as /{copy}: "
-                f"compare them, merge into /{rel}, then delete the copy"
-            )
+    def _created(self, node: Node, attributes: Attributes, inode: int | None) -> None:
+        """Pending C{node} was created on the data plane by its first commit."""
+        table = self._ctx.table
+        link = table.primary_name(node)
+        if link is not None:
+            link[0].entry_added(attributes)  # its ctime stands for the server's stamp
+        if inode is None:  # a server that does not say: unbound, refetched when asked
+            node.set_attributes(attributes)
+            node.pending = False
+            node.stale = True
         else:
-            action = (
-                f"the other writer's version stays at /{rel}; yours could not be saved as a "
-                "copy and stays only in the open file: save it elsewhere before closing"
-            )
-        writer = conflict.last_writer
-        extra.update(
-            recovery_kind=conflict.kind,
-            recovery_suggested_action=action,
-            recovery_your_version=conflict.your_version,
-            recovery_current_version=conflict.current_version,
-            recovery_last_writer_agent_id=writer.agent_id,
-            recovery_last_writer_session_id=writer.session_id,
-            recovery_last_writer_at_unix_ms=writer.at_unix_ms,
-        )
-
-    async def _save_copy(
-        self, node: Node, request: CommitRequest, session: str | None
-    ) -> str | None:
-        """Commit our content as a conflict copy beside the file (under the lock)."""
-        ctx = self._ctx
-        link = ctx.table.primary_name(node)
-        if link is None:
-            return None
-        directory, name = link
-        directory_rel = ctx.rel_of(directory)
-        for attempt in range(CONFLICT_COPY_ATTEMPTS):
-            copy_name = conflict_name(name, session, ctx.now(), attempt)
-            copy_rel = join(directory_rel, copy_name)
-            if not ctx.policy.check(copy_rel, write=True).allowed:
-                return None
-            try:
-                await ctx.remote.manifest_put(
-                    ctx.server_path(copy_rel),
-                    expected_version=0,
-                    chunks=entries(request.chunks),
-                    size=request.size,
-                    mode=request.mode,
-                    mtime_ns=request.mtime_ns,
-                    uid=request.uid,
-                    gid=request.gid,
-                    session_id=session,
-                )
-            except RemoteFailure as failure:
-                if failure.wire in (WireErrno.ESTALE, WireErrno.EEXIST):
-                    continue
-                _log.warn(
-                    "could not save conflict copy {path}: {error}", path=copy_rel, error=failure
-                )
-                return None
-            try:
-                found = await ctx.remote.head_file(ctx.server_path(copy_rel))
-            except RemoteFailure:
-                directory.complete = False
-            else:
-                ctx.table.learn(directory, copy_name, found)
-            directory.stale = True
-            return copy_rel
-        return None
-
-    async def _adopt(self, node: Node, state: FileState, conflict: Conflict) -> None:
-        """After a conflict: the other writer's version becomes the file's content."""
-        ctx = self._ctx
-        current = conflict.current
-        node.kernel_version = None
-        if current is not None and current.attributes.kind is FileKind.FILE:
-            base = chunk_layout([(c.hash, c.size) for c in current.chunks])
-            node.set_attributes(current.attributes)
-            node.chunks = base
-            node.chunks_version = current.attributes.version
-            done = state.committed(current.attributes.version, base)
-        else:
-            link = ctx.table.primary_name(node)
-            if link is not None:
-                directory, name = link
-                ctx.table.unlink(directory, name)
-                directory.complete = False
-            done = state.committed(state.version, state.layout.base)
-        ctx.invalidate(node.ino)
-        if done is not None:
-            await done
+            table.bind(node, attrs.evolve(attributes, server_inode=inode))

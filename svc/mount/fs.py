@@ -68,6 +68,7 @@ class MountFS:
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
+        invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         settings: FSSettings = DEFAULT_SETTINGS,
     ) -> None:
         """
@@ -82,6 +83,9 @@ class MountFS:
         @param quota: fires with the disk's grant and usage, for C{statfs}.
         @param invalidate: told the FUSE inode number whose content changed
             behind the kernel's page cache (after a write conflict).
+        @param invalidate_entry: told a directory's FUSE inode number and a
+            name that went away without a kernel request (a new file that
+            could not be created), so the kernel forgets its entry.
         """
         self._ctx = FSContext(
             remote=remote,
@@ -95,6 +99,7 @@ class MountFS:
             policy=policy,
             quota=quota,
             invalidate=invalidate,
+            invalidate_entry=invalidate_entry,
             settings=settings,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)

@@ -23,8 +23,8 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.inodes import InodeTable, Node
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
 from svc.mount.remote import IChunkSource, Remote
-from svc.mount.spill import SpillDirectory
-from svc.mount.writeback import DEFAULT_BATCH_BYTES
+from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
+from svc.mount.writeback import DEFAULT_BATCH_BYTES, DEFAULT_PROBE_MIN_BYTES
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.wire.errno import WireErrno
 from svc.worker import IWorker
@@ -41,6 +41,9 @@ class FSSettings:
 
     memo_bytes: int = DEFAULT_MEMO_BYTES
     batch_bytes: int = DEFAULT_BATCH_BYTES
+    probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES
+    memory_spill_file_bytes: int = DEFAULT_MEMORY_FILE_BYTES
+    memory_spill_bytes: int = DEFAULT_MEMORY_BYTES
     max_cas_retries: int = 3
 
 
@@ -93,20 +96,26 @@ class FSContext:
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
+        invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         settings: FSSettings | None = None,
     ) -> None:
         self.remote = remote
         self.chunks = chunks
         self.disk = "/" + agent_id
         self.session_id = session_id
-        self.spill = SpillDirectory(spill_dir)
+        self.settings = settings if settings is not None else DEFAULT_SETTINGS
+        self.spill = SpillDirectory(
+            spill_dir,
+            memory_file_bytes=self.settings.memory_spill_file_bytes,
+            memory_bytes=self.settings.memory_spill_bytes,
+        )
         self.worker = worker
         self.now = now
         self.audit = ClientAudit(emit, now)
         self.policy = policy
         self.quota = quota
         self.invalidate = invalidate
-        self.settings = settings if settings is not None else DEFAULT_SETTINGS
+        self.invalidate_entry = invalidate_entry
         self.files = OpenFiles()
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)
         self.namespace_lock = DeferredLock()

@@ -14,8 +14,9 @@ was read (or that this mount created) is I{complete}: a name missing from it
 does not exist, with no round trip. Under the exclusive mount lease this
 mount is the only writer of the disk, so the cache is authoritative until
 the mount's own operations change it; operations that change attributes the
-client does not compute (a parent's mtime after a create, a link count)
-mark them I{stale}, to be fetched again when next needed.
+client does not compute (a parent's mtime after a removal, a link count)
+mark them I{stale}, to be fetched again when next needed. A create's
+effect on its directory is computed (L{Node.entry_added}).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Node:
     @ivar names: its C{(parent inode, name)} links (empty once unlinked).
     @ivar lookups: the kernel's lookup count (see L{InodeTable.forget}).
     @ivar stale: the attributes must be fetched again before being reported.
+    @ivar pending: a regular file this mount created that is not on the data
+        plane yet (no server inode); its first commit, or an operation that
+        needs it there, creates it (``mount-consistency.md`` section 2).
     @ivar children: directories: known children by name.
     @ivar complete: directories: C{children} is the whole directory.
     @ivar chunks: files: the chunk list of version C{chunks_version}.
@@ -54,6 +58,7 @@ class Node:
     names: set[tuple[int, str]] = attrs.Factory(set)
     lookups: int = 0
     stale: bool = False
+    pending: bool = False
     children: dict[str, int] = attrs.Factory(dict)
     complete: bool = False
     chunks: tuple[ChunkRef, ...] | None = None
@@ -64,6 +69,25 @@ class Node:
     def kind(self) -> FileKind:
         """The inode's kind."""
         return self.attributes.kind
+
+    def entry_added(self, added: Attributes) -> None:
+        """
+        This directory gained a name for the inode whose attributes the
+        creating request (C{dir_create}, C{symlink}, C{mknod}, C{link})
+        answered: the data plane sets the directory's mtime and ctime to that
+        inode's ctime, raises its version by one and, for a new directory,
+        its link count by one (``dataplane-ops.md`` section 2), so no
+        refetch is needed. Stale attributes stay stale.
+        """
+        if self.stale:
+            return
+        self.attributes = attrs.evolve(
+            self.attributes,
+            mtime_ns=added.ctime_ns,
+            ctime_ns=added.ctime_ns,
+            version=self.attributes.version + 1,
+            nlink=self.attributes.nlink + (1 if added.kind is FileKind.DIR else 0),
+        )
 
     def set_attributes(self, attributes: Attributes) -> None:
         """Fresh attributes from the server (keeps a known symlink target)."""
@@ -163,6 +187,35 @@ class InodeTable:
         parent.children[name] = node.ino
         return node
 
+    def add_pending(self, parent: Node, name: str, attributes: Attributes) -> Node:
+        """
+        A new regular file C{name} in C{parent}, known only to this mount
+        (L{Node.pending}): a fresh FUSE inode number, no data-plane inode
+        (C{attributes.server_inode} is ignored until L{bind}).
+        """
+        node = Node(next(self._numbers), attributes, pending=True)
+        self._nodes[node.ino] = node
+        node.names.add((parent.ino, name))
+        parent.children[name] = node.ino
+        return node
+
+    def bind(self, node: Node, attributes: Attributes) -> None:
+        """
+        Pending C{node} now exists on the data plane with C{attributes}
+        (its server inode number among them).
+        """
+        node.set_attributes(attributes)
+        node.pending = False
+        self._by_server[attributes.server_inode] = node.ino
+
+    def has_pending_children(self, directory: Node) -> bool:
+        """Whether C{directory} holds a name of a pending file."""
+        for ino in directory.children.values():
+            child = self._nodes.get(ino)
+            if child is not None and child.pending:
+                return True
+        return False
+
     def unlink(self, parent: Node, name: str) -> Node | None:
         """
         C{name} left C{parent}: the node it named (its link count lowered),
@@ -176,9 +229,10 @@ class InodeTable:
         nlink = max(0, node.attributes.nlink - 1)
         node.attributes = attrs.evolve(node.attributes, nlink=nlink)
         if node.names:
-            node.stale = True  # ctime changed on the server
+            node.stale = not node.pending  # ctime changed on the server
         else:
-            self._by_server.pop(node.attributes.server_inode, None)
+            if not node.pending:
+                self._by_server.pop(node.attributes.server_inode, None)
             self.discard_if_unused(node)
         return node
 
@@ -210,14 +264,20 @@ class InodeTable:
     def set_listing(self, directory: Node, entries: Iterable[tuple[str, Attributes]]) -> None:
         """
         The whole listing of C{directory}: learn every entry, drop cached
-        names it does not have, and mark the directory complete.
+        names it does not have (except pending files, which the data plane
+        does not know yet), and mark the directory complete.
         """
         seen = set()
         for name, attributes in entries:
             seen.add(name)
+            pending = self.child(directory, name)
+            if pending is not None and pending.pending:
+                continue  # ours; the server's entry is a conflict the commit meets
             self.learn(directory, name, attributes)
         for name in [name for name in directory.children if name not in seen]:
-            self.unlink(directory, name)
+            child = self.child(directory, name)
+            if child is None or not child.pending:
+                self.unlink(directory, name)
         directory.complete = True
 
     def looked_up(self, node: Node) -> None:
@@ -245,7 +305,7 @@ class InodeTable:
             and self._nodes.get(node.ino) is node
         ):
             del self._nodes[node.ino]
-            if self._by_server.get(node.attributes.server_inode) == node.ino:
+            if not node.pending and self._by_server.get(node.attributes.server_inode) == node.ino:
                 del self._by_server[node.attributes.server_inode]
 
     def _remove_link(self, node: Node, parent_ino: int, name: str) -> None:

@@ -168,6 +168,7 @@ class NamespaceOps:
                     },
                 )
             else:
+                await self.materialize(node)
                 node.set_attributes(
                     await self.write(
                         ctx.remote.setattr(
@@ -194,6 +195,7 @@ class NamespaceOps:
             ):
                 decoded = decode_name(name)
                 ctx.check_write(rel)
+                self.refuse_pending(directory, decoded, rel)
                 uid, gid = _owner(caller)
                 created = await self.write(
                     ctx.remote.dir_create(
@@ -206,7 +208,7 @@ class NamespaceOps:
                 )
                 node = ctx.table.learn(directory, decoded, created)
                 node.complete = True
-                directory.stale = True
+                directory.entry_added(created)
                 ctx.table.looked_up(node)
                 return Entry(node.ino, ctx.attributes(node))
 
@@ -236,6 +238,11 @@ class NamespaceOps:
                     raise FSError(errno.EISDIR, f"{rel!r} is a directory")
                 if child is None and folder.complete:
                     raise FSError(errno.ENOENT, f"no {rel!r}")
+                if child is not None and child.pending:
+                    ctx.table.unlink(folder, decoded)  # never reached the server
+                    return
+                if child is not None and ctx.table.has_pending_children(child):
+                    raise FSError(errno.ENOTEMPTY, f"{rel!r} is not empty")
                 path = ctx.server_path(rel)
                 session = ctx.write_session()
                 if directory:
@@ -271,6 +278,13 @@ class NamespaceOps:
                 new_decoded = decode_name(new_name)
                 ctx.check_write(rel)
                 ctx.check_write(to_rel)
+                source = ctx.table.child(source_dir, decoded)
+                target = ctx.table.child(target_dir, new_decoded)
+                if target is not None and ctx.table.has_pending_children(target):
+                    raise FSError(errno.ENOTEMPTY, f"{to_rel!r} is not empty")
+                for node in (source, target):
+                    if node is not None:
+                        await self.materialize(node)
                 await self.write(
                     ctx.remote.rename(
                         ctx.server_path(rel),
@@ -304,6 +318,8 @@ class NamespaceOps:
                 ctx.check_write(to_rel)
                 if node.kind is FileKind.DIR:
                     raise FSError(errno.EPERM, "hard link to a directory")
+                self.refuse_pending(target_dir, decoded, to_rel)
+                await self.materialize(node)
                 linked = await self.write(
                     ctx.remote.link(
                         ctx.server_path(rel),
@@ -312,7 +328,7 @@ class NamespaceOps:
                     )
                 )
                 node = ctx.table.learn(target_dir, decoded, linked)
-                target_dir.stale = True
+                target_dir.entry_added(linked)
                 ctx.table.looked_up(node)
                 return Entry(node.ino, ctx.attributes(node))
 
@@ -331,6 +347,7 @@ class NamespaceOps:
                 except UnicodeDecodeError:
                     raise FSError(errno.EINVAL, "symlink target is not UTF-8") from None
                 ctx.check_write(rel)
+                self.refuse_pending(directory, decoded, rel)
                 uid, gid = _owner(caller)
                 created = await self.write(
                     ctx.remote.symlink(
@@ -342,7 +359,7 @@ class NamespaceOps:
                     )
                 )
                 node = ctx.table.learn(directory, decoded, created)
-                directory.stale = True
+                directory.entry_added(created)
                 ctx.table.looked_up(node)
                 return Entry(node.ino, ctx.attributes(node))
 
@@ -361,6 +378,49 @@ class NamespaceOps:
                 node.attributes = attrs.evolve(node.attributes, symlink_target=target)
             return target.encode("utf-8")
 
+    def refuse_pending(self, directory: Node, name: str, rel: str) -> None:
+        """
+        EEXIST if C{name} in C{directory} is a pending file (the data plane
+        does not know it, so it would not refuse the name itself).
+        """
+        child = self._ctx.table.child(directory, name)
+        if child is not None and child.pending:
+            raise FSError(errno.EEXIST, f"{rel!r} exists")
+
+    async def materialize(self, node: Node) -> None:
+        """
+        Create pending file C{node} on the data plane now, empty (as a
+        C{create} used to): an operation is about to need it there. Its open
+        state's changes are then committed over that version. The caller
+        holds the namespace lock.
+        """
+        ctx = self._ctx
+        if not node.pending:
+            return
+        link = ctx.table.primary_name(node)
+        if link is None:
+            return  # unlinked: it will never reach the server
+        directory, _name = link
+        attributes = node.attributes
+        created = await self.write(
+            ctx.remote.mknod(
+                ctx.server_path(ctx.rel_of(node)),
+                kind=FileKind.FILE,
+                mode=attributes.mode,
+                rdev=0,
+                uid=attributes.uid,
+                gid=attributes.gid,
+                session_id=ctx.write_session(),
+            )
+        )
+        ctx.table.bind(node, created)
+        directory.entry_added(created)
+        node.chunks = ()
+        node.chunks_version = created.version
+        state = ctx.files.state(node.ino)
+        if state is not None:
+            state.version = created.version
+
     async def make_node(
         self,
         directory: Node,
@@ -376,6 +436,7 @@ class NamespaceOps:
         (caller holds the namespace lock and has checked the policy).
         """
         ctx = self._ctx
+        self.refuse_pending(directory, decoded, rel)
         uid, gid = _owner(caller)
         created = await self.write(
             ctx.remote.mknod(
@@ -389,7 +450,7 @@ class NamespaceOps:
             )
         )
         node = ctx.table.learn(directory, decoded, created)
-        directory.stale = True
+        directory.entry_added(created)
         if kind is FileKind.FILE:
             node.chunks = ()
             node.chunks_version = created.version

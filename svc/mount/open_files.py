@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from svc.chunking import ChunkRef
 from svc.mount.extents import FileLayout, Source
 from svc.mount.remote import IChunkSource, gather
-from svc.mount.spill import SpillDirectory, SpillFile
+from svc.mount.spill import MemorySpill, SpillDirectory, SpillFile
 from svc.worker import IWorker
 
 DEFAULT_MEMO_BYTES = 64 << 20
@@ -87,13 +87,17 @@ class ChunkMemo:
             self._held -= len(dropped)
 
 
+Spill = SpillFile | MemorySpill
+"""Where an open file's written bytes are (on disk, or in memory for small files)."""
+
+
 class SpillHandle:
     """
     A spill file shared by a L{FileState} and its in-flight reads: removed
     once retired and no read uses it.
     """
 
-    def __init__(self, spill: SpillFile, worker: IWorker) -> None:
+    def __init__(self, spill: Spill, worker: IWorker) -> None:
         self.spill = spill
         self._worker = worker
         self._users = 0
@@ -113,6 +117,9 @@ class SpillHandle:
     def _maybe_remove(self) -> Deferred[None] | None:
         if self._retired and self._users == 0:
             self._users = -1  # removed once
+            if self.spill.in_memory:
+                self.spill.remove()
+                return None
             return self._worker.submit(self.spill.remove)
         return None
 
@@ -161,7 +168,7 @@ class FileState:
         return self.layout.size
 
     @property
-    def spill(self) -> SpillFile | None:
+    def spill(self) -> Spill | None:
         """The current spill file, if any write created one."""
         return self._spill.spill if self._spill is not None else None
 
@@ -197,7 +204,9 @@ class FileState:
 
         return Deferred.fromCoroutine(reading())
 
-    def _read_spill(self, spill: SpillFile, offset: int, length: int) -> Deferred[bytes]:
+    def _read_spill(self, spill: Spill, offset: int, length: int) -> Deferred[bytes]:
+        if spill.in_memory:
+            return succeed(spill.read(offset, length))
         return self._worker.submit(lambda: spill.read(offset, length))
 
     def _read_original(self, refs: list[ChunkRef], start: int, end: int) -> Deferred[bytes]:
@@ -220,8 +229,11 @@ class FileState:
         """Store C{data} at C{offset} in the spill file."""
         if not data:
             return
-        spill = await self._spill_file()
-        await self._worker.submit(lambda: spill.write(offset, data))
+        spill = await self._spill_for(offset + len(data))
+        if spill.in_memory:
+            spill.write(offset, data)
+        else:
+            await self._worker.submit(lambda: spill.write(offset, data))
         self.layout.write(offset, len(data))
         self.mtime_ns = self._now_ns()
 
@@ -229,18 +241,41 @@ class FileState:
         """Truncate or extend to C{size} (new bytes read as zeros)."""
         spill = self.spill
         if spill is not None and size < self.layout.size:
-            await self._worker.submit(lambda: spill.truncate(size))
+            if spill.in_memory:
+                spill.truncate(size)
+            else:
+                await self._worker.submit(lambda: spill.truncate(size))
         self.layout.truncate(size)
         self.mtime_ns = self._now_ns()
 
-    async def _spill_file(self) -> SpillFile:
-        if self._spill is None:
-            spill = await self._worker.submit(lambda: self._spill_dir.create(self.ino))
-            if self._spill is None:
-                self._spill = SpillHandle(spill, self._worker)
-            else:  # another write created one meanwhile (callers hold the lock)
-                await self._worker.submit(spill.remove)
-        return self._spill.spill
+    async def _spill_for(self, end: int) -> Spill:
+        """The spill to write bytes ending at C{end} into (moved to disk if needed)."""
+        current = self._spill
+        if current is None:
+            memory = self._spill_dir.in_memory(end)
+            if memory is not None:
+                self._spill = SpillHandle(memory, self._worker)
+                return memory
+            disk = await self._worker.submit(lambda: self._spill_dir.create(self.ino))
+            self._spill = SpillHandle(disk, self._worker)
+            return disk
+        spill = current.spill
+        if not isinstance(spill, MemorySpill) or spill.fits(end):
+            return spill
+        # Outgrown: the bytes so far go to a spill file (reads of the memory
+        # spill are never in flight: they complete at once).
+        held = spill.contents()
+
+        def moving() -> SpillFile:
+            disk = self._spill_dir.create(self.ino)
+            if held:
+                disk.write(0, held)
+            return disk
+
+        disk = await self._worker.submit(moving)
+        self._spill = SpillHandle(disk, self._worker)
+        current.retire()
+        return disk
 
     def committed(self, version: int, base: tuple[ChunkRef, ...]) -> Deferred[None] | None:
         """

@@ -236,6 +236,7 @@ class Remote:
                 get_field(reply.payload, "version", int),
                 get_field(reply.payload, "size", int),
                 bool(reply.payload.get("created", False)),
+                optional_field(reply.payload, "inode", int),
             )
 
         return self._request("manifest_put", payload, parse)

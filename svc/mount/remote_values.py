@@ -60,11 +60,15 @@ class ListPage:
 
 @attrs.frozen
 class PutResult:
-    """C{manifest_put}: the version and size after the write."""
+    """
+    C{manifest_put}: the version and size after the write, and the file's
+    data-plane inode number (L{None} from a server that does not send it).
+    """
 
     version: int
     size: int
     created: bool
+    inode: int | None = None
 
 
 @attrs.frozen

@@ -1,6 +1,8 @@
 """
 Spill files: an open file's local changes, on local disk rather than in
-memory.
+memory -- except for small files, whose changes are kept in memory
+(L{MemorySpill}) until they outgrow a per-file limit or the spill
+directory's memory budget runs out.
 
 A L{SpillFile} is a sparse file in the spill directory holding, at their own
 offsets, the bytes written to one open file. Bytes never written are holes
@@ -8,9 +10,12 @@ offsets, the bytes written to one open file. Bytes never written are holes
 truncating or extending a file costs no I/O beyond C{ftruncate}. Which
 ranges hold real data is tracked by L{svc.mount.extents.FileLayout}, not here.
 
-The methods are blocking: call them on a worker (L{svc.worker.IWorker}),
-never on the reactor thread. C{pread}/C{pwrite} carry their own offsets, so
-several worker threads may use one spill file at once.
+The methods of L{SpillFile} are blocking: call them on a worker
+(L{svc.worker.IWorker}), never on the reactor thread. C{pread}/C{pwrite}
+carry their own offsets, so several worker threads may use one spill file at
+once. A L{MemorySpill} has the same methods, none blocking
+(C{in_memory} tells them apart): a worker round trip costs more than copying
+a few KiB.
 
 Spill files are named C{<ino>-<serial>.spill} and removed when the open file
 is written back or closed; L{SpillDirectory.sweep} removes leftovers of a
@@ -26,9 +31,17 @@ from pathlib import Path
 
 SPILL_SUFFIX = ".spill"
 
+DEFAULT_MEMORY_FILE_BYTES = 256 << 10
+"""Changes of a file are kept in memory while they lie below this offset."""
+
+DEFAULT_MEMORY_BYTES = 64 << 20
+"""Memory all in-memory spills of a mount may reserve (each reserves the per-file limit)."""
+
 
 class SpillFile:
     """One sparse spill file; see the module docstring."""
+
+    in_memory = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -81,12 +94,106 @@ class SpillFile:
             pass
 
 
-class SpillDirectory:
-    """Where spill files are created (a directory the mount client owns)."""
+class MemorySpill:
+    """
+    A spill held in memory, for changes below C{limit}; see the module
+    docstring. Bytes never written read as zeros. It gives its reservation
+    back to C{budget} when removed.
+    """
 
-    def __init__(self, root: Path) -> None:
+    in_memory = True
+
+    def __init__(self, limit: int, budget: MemoryBudget) -> None:
+        self.limit = limit
+        self._budget = budget
+        self._data = bytearray()
+        self._removed = False
+
+    def fits(self, end: int) -> bool:
+        """Whether a write ending at offset C{end} can stay in memory."""
+        return end <= self.limit
+
+    def write(self, offset: int, data: bytes) -> None:
+        """Store C{data} at C{offset} (below the limit)."""
+        end = offset + len(data)
+        if end > self.limit:
+            raise ValueError("write beyond the in-memory spill's limit")
+        if offset > len(self._data):
+            self._data.extend(bytes(offset - len(self._data)))
+        self._data[offset:end] = data
+
+    def read(self, offset: int, length: int) -> bytes:
+        """C{length} bytes at C{offset}; past what was written, zeros."""
+        data = bytes(self._data[offset : offset + length])
+        return data + bytes(length - len(data)) if len(data) < length else data
+
+    def truncate(self, size: int) -> None:
+        """Drop everything at or after C{size}."""
+        del self._data[size:]
+
+    def contents(self) -> bytes:
+        """Everything held, from offset 0."""
+        return bytes(self._data)
+
+    def allocated(self) -> int:
+        """Bytes held."""
+        return len(self._data)
+
+    def remove(self) -> None:
+        """Drop the bytes and the reservation; idempotent."""
+        if not self._removed:
+            self._removed = True
+            self._data = bytearray()
+            self._budget.release(self.limit)
+
+
+class MemoryBudget:
+    """The bytes in-memory spills may reserve together."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.reserved = 0
+
+    def reserve(self, size: int) -> bool:
+        """Reserve C{size} bytes if they are left; whether they were."""
+        if self.reserved + size > self.total:
+            return False
+        self.reserved += size
+        return True
+
+    def release(self, size: int) -> None:
+        """Give back a reservation."""
+        self.reserved -= size
+
+
+class SpillDirectory:
+    """
+    Where spill files are created (a directory the mount client owns), and
+    the memory budget of in-memory spills.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        memory_file_bytes: int = DEFAULT_MEMORY_FILE_BYTES,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
         self.root = root
         self._serial = itertools.count(1)
+        self._memory_file_bytes = memory_file_bytes
+        self._budget = MemoryBudget(memory_bytes)
+
+    def in_memory(self, end: int) -> MemorySpill | None:
+        """
+        A new in-memory spill for a file whose first write ends at offset
+        C{end}, or L{None} when it would not fit (the limit or the budget):
+        then use L{create}. Not blocking.
+        """
+        limit = self._memory_file_bytes
+        if end > limit or not self._budget.reserve(limit):
+            return None
+        return MemorySpill(limit, self._budget)
 
     def create(self, ino: int) -> SpillFile:
         """A new, empty spill file for inode C{ino} (blocking)."""

@@ -26,7 +26,7 @@ from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
 from svc.audit.sink import JsonlAuditSink
 from svc.dataplane.client import connect_dataplane
-from svc.mount.bridge import Bridge, ReactorCaller, invalidator, sync_all
+from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient
 from svc.mount.fs import MountFS
@@ -200,6 +200,7 @@ class MountService(Service):
             emit=self._emit,
             policy=policy,
             invalidate=invalidator(),
+            invalidate_entry=entry_invalidator(),
         )
         await self._fs.start()
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)

@@ -21,12 +21,20 @@ and cuts only around the changes:
    all-zero maximum chunk, known without reading (checked once against the
    cutter: L{zero_chunk}).
 
-Memory: one window (16 MiB) plus the upload batch (L{ChunkUploader}).
+Memory: one window (16 MiB) plus two upload batches (L{ChunkUploader}): one
+being uploaded while the next is cut.
 
 L{ChunkUploader} batches new chunks: one C{chunk_has} per batch (at most
 L{CHUNK_HAS_LIMIT} hashes or C{batch_bytes} bytes), then a C{chunk_put} for
-each absent chunk, all in flight at once; a chunk is asked about or sent at
-most once per write-back. Part two (the compare-and-swap commit) is
+each absent chunk, all in flight at once, while the next batch is cut (a full
+batch first waits for the previous one's uploads); a chunk is asked about or
+sent at most once per write-back. A batch of fewer than C{probe_min_bytes} bytes is
+sent without asking (uploading a few KiB costs less than the round trip of
+C{chunk_has}; the server deduplicates). The last batch's uploads are not
+waited for by L{ChunkUploader.finish}: the commit sends its C{manifest_put}
+behind them on the same connection (the server runs it once they are stored,
+``docs/specifications/dataplane-ops.md`` section 7) and then waits for both
+(L{ChunkUploader.settle}). Part two (the compare-and-swap commit) is
 L{svc.mount.commit}.
 """
 
@@ -45,8 +53,16 @@ from svc.mount.extents import FileLayout
 from svc.mount.remote import CHUNK_HAS_LIMIT, Remote, gather
 from svc.worker import IWorker
 
-DEFAULT_BATCH_BYTES = 64 << 20
-"""New-chunk bytes held before their C{chunk_has} batch is sent."""
+DEFAULT_BATCH_BYTES = 32 << 20
+"""New-chunk bytes held before their C{chunk_has} batch is sent (one batch is
+uploaded while the next is cut)."""
+
+DEFAULT_PROBE_MIN_BYTES = 64 << 10
+"""Batches holding fewer new-chunk bytes than this are uploaded without C{chunk_has}."""
+
+INLINE_CUT_BYTES = 64 << 10
+"""Windows up to this size are cut and hashed on the calling thread (a worker
+round trip costs more than cutting and hashing them)."""
 
 Reader = Callable[[int, int], Deferred[bytes]]
 """C{read(offset, length)} of the content being written back."""
@@ -80,7 +96,8 @@ class ChunkUploader:
     """
     Sends the new chunks of one write-back; see the module docstring.
 
-    @ivar uploaded: chunks sent with C{chunk_put} (the flush's C{chunks_new}).
+    @ivar uploaded: chunks sent with C{chunk_put} and stored (the flush's
+        C{chunks_new}), once L{settle} has returned.
     """
 
     def __init__(
@@ -90,14 +107,17 @@ class ChunkUploader:
         *,
         on_uploaded: Callable[[str, bytes], object] = lambda chunk_hash, data: None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
+        probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES,
     ) -> None:
         self._remote = remote
         self._session_id = session_id
         self._on_uploaded = on_uploaded
         self._batch_bytes = batch_bytes
+        self._probe_min_bytes = probe_min_bytes
         self._batch: dict[str, bytes] = {}
         self._held = 0
         self._settled: set[str] = set()
+        self._in_flight: list[Deferred[None]] = []
         self.uploaded = 0
 
     def knows(self, chunk_hash: str) -> bool:
@@ -111,12 +131,31 @@ class ChunkUploader:
         self._batch[chunk_hash] = data
         self._held += len(data)
         if self._held >= self._batch_bytes or len(self._batch) >= CHUNK_HAS_LIMIT:
+            await self.settle()  # the previous batch: at most one in flight
             await self._send()
 
     async def finish(self) -> None:
-        """Send what is left; every added chunk is then stored."""
+        """
+        Send what is left, without waiting for the uploads to be answered:
+        every added chunk is stored once L{settle} returns.
+        """
         if self._batch:
             await self._send()
+
+    async def settle(self) -> None:
+        """
+        Wait for every upload sent; the first failure is raised (after all
+        have been answered).
+        """
+        in_flight, self._in_flight = self._in_flight, []
+        await gather(in_flight)
+
+    async def drain(self) -> None:
+        """Wait for every upload sent, ignoring failures (a write-back given up)."""
+        try:
+            await self.settle()
+        except Exception:
+            return
 
     async def put(self, chunk_hash: str, data: bytes) -> None:
         """Upload one chunk unconditionally (a commit found it missing)."""
@@ -126,19 +165,21 @@ class ChunkUploader:
         self._on_uploaded(chunk_hash, data)
 
     async def _send(self) -> None:
-        batch, self._batch, self._held = self._batch, {}, 0
+        batch, self._batch, held, self._held = self._batch, {}, self._held, 0
         hashes = list(batch)
-        present = await self._remote.chunk_has(hashes)
-        absent = [name for name, found in zip(hashes, present, strict=True) if not found]
-        puts = [
-            self._remote.chunk_put(name, batch[name], session_id=self._session_id)
-            for name in absent
-        ]
-        await gather(puts)
-        self.uploaded += len(absent)
         self._settled.update(hashes)
+        if held < self._probe_min_bytes:
+            absent = hashes
+        else:
+            present = await self._remote.chunk_has(hashes)
+            absent = [name for name, found in zip(hashes, present, strict=True) if not found]
         for name in absent:
-            self._on_uploaded(name, batch[name])
+            put = self._remote.chunk_put(name, batch[name], session_id=self._session_id)
+            self._in_flight.append(put.addCallback(self._stored, name, batch[name]))
+
+    def _stored(self, _size: int, chunk_hash: str, data: bytes) -> None:
+        self.uploaded += 1
+        self._on_uploaded(chunk_hash, data)
 
 
 async def rechunk(
@@ -179,7 +220,10 @@ async def rechunk(
             window += more
             if len(window) < want:
                 raise FSError(errno.EIO, "content shorter than its size during write-back")
-        length, name = await worker.submit(partial(first_chunk, window, want))
+        if want <= INLINE_CUT_BYTES:
+            length, name = first_chunk(window, want)
+        else:
+            length, name = await worker.submit(partial(first_chunk, window, want))
         data = bytes(window[:length])
         _advance(window, length)
         chunks.append(ChunkRef(position, length, name))

@@ -8,6 +8,9 @@ The rules that need more than one store live here:
   chunks first checks the chunk store holds them (L{MissingChunks}
   otherwise), and that check and the commit run under the tenant's commit
   lock, which garbage collection and purge also take before deleting chunks.
+  A chunk whose upload this storage completed since the last deletion (GC,
+  purge; a chunk withdrawn as corrupt is forgotten) is known to be there
+  and is not looked up again (L{RecentChunks}).
 - B{Quotas.} A chunk upload that stores new bytes reserves them against the
   owner's account budget first (L{OwnerAccount}); a manifest change is
   checked against the agent's grant inside its transaction.
@@ -24,14 +27,16 @@ metrics (sizes, versions, hashes, counts) so nothing is read twice.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, fail
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from svc.store.chunks import ChunkHasResult, ChunkPutResult, IChunkStore
+from svc.store.chunks import ChunkHasResult, ChunkPutResult, CorruptStoredChunk, IChunkStore
 from svc.store.errors import MissingChunks, NotFound, WriteLeaseHeld
 from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
 from svc.store.journal import JournalPage, JournalQuery, RevertResult
@@ -57,6 +62,9 @@ T = TypeVar("T")
 
 _NS_PER_SECOND = 1_000_000_000
 _MS_PER_SECOND = 1000
+
+RECENT_CHUNKS = 65536
+"""Chunks whose completed upload a tenant storage remembers (L{RecentChunks})."""
 
 
 def _defer(coroutine: Coroutine[Any, Any, T]) -> Deferred[T]:
@@ -121,6 +129,42 @@ class OwnerAccount:
         self._reserved -= size
 
 
+class RecentChunks:
+    """
+    Chunks known to be stored without asking the chunk store: those whose
+    upload completed (durably) since the last deletion. L{deleted} is
+    called, still under the commit lock, once a deletion has ended (however
+    it ended); it forgets them all, including uploads that completed while
+    it ran. Manifest changes wait for the commit lock, so none trusts a
+    chunk a deletion may have removed. At most C{limit} are remembered (the
+    oldest forgotten first). Forgetting is always safe: the chunk store is
+    asked instead.
+    """
+
+    def __init__(self, limit: int = RECENT_CHUNKS) -> None:
+        self._limit = limit
+        self._stored: OrderedDict[str, None] = OrderedDict()
+
+    def stored(self, chunk_hash: str) -> None:
+        """An upload of C{chunk_hash} completed."""
+        self._stored[chunk_hash] = None
+        self._stored.move_to_end(chunk_hash)
+        while len(self._stored) > self._limit:
+            self._stored.popitem(last=False)
+
+    def unknown(self, hashes: Sequence[str]) -> list[str]:
+        """Those of C{hashes} not known to be stored."""
+        return [h for h in hashes if h not in self._stored]
+
+    def forget(self, chunk_hash: str) -> None:
+        """C{chunk_hash} may be gone (withdrawn as corrupt)."""
+        self._stored.pop(chunk_hash, None)
+
+    def deleted(self) -> None:
+        """Chunks may have been deleted: nothing is known any more."""
+        self._stored.clear()
+
+
 @attrs.frozen
 class RetentionPolicy:
     """
@@ -162,6 +206,7 @@ class TenantStorage:
         self._seconds = clock_seconds
         self._commit_lock = DeferredLock()
         self._journal_waiters: list[Deferred[None]] = []
+        self._recent = RecentChunks()
 
     @property
     def tenant_id(self) -> str:
@@ -216,13 +261,23 @@ class TenantStorage:
             finally:
                 self.account.release(size)
 
-        return _defer(put())
+        def stored(result: ChunkPutResult) -> ChunkPutResult:
+            self._recent.stored(result.hash)
+            return result
+
+        return _defer(put()).addCallback(stored)
 
     def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:
         """
         The bytes of a chunk (hash-verified by the store).
         """
-        return self.chunks.get(chunk_hash)
+
+        def withdrawn(failure: Failure) -> Failure:
+            if isinstance(failure.value, CorruptStoredChunk | NotFound):
+                self._recent.forget(chunk_hash)
+            return failure
+
+        return self.chunks.get(chunk_hash).addErrback(withdrawn)
 
     def chunk_has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:
         """
@@ -298,7 +353,7 @@ class TenantStorage:
 
         async def put() -> PutResult:
             self._check_lease(path, holder)
-            hashes = list(dict.fromkeys(chunk.hash for chunk in chunks))
+            hashes = self._recent.unknown(list(dict.fromkeys(chunk.hash for chunk in chunks)))
             if hashes:
                 has = await self.chunks.has(hashes)
                 if has.absent:
@@ -496,9 +551,12 @@ class TenantStorage:
                 return SweepReport(
                     self.tenant_id, len(old), sum(c.size for c in old), True, len(young)
                 )
-            result = await self.chunks.delete(
-                [c.hash for c in old], modified_before_ns=grace_cutoff_ns
-            )
+            try:
+                result = await self.chunks.delete(
+                    [c.hash for c in old], modified_before_ns=grace_cutoff_ns
+                )
+            finally:
+                self._recent.deleted()
             await self.manifests.journal_prune(journal_cutoff_ms)
             return SweepReport(
                 self.tenant_id,
@@ -522,7 +580,10 @@ class TenantStorage:
             # Only what the subtree held and nothing else references: other
             # agents' unreferenced uploads in flight are left to the GC's grace.
             garbage = sorted(purged.hashes - referenced)
-            result = await self.chunks.delete(garbage)
+            try:
+                result = await self.chunks.delete(garbage)
+            finally:
+                self._recent.deleted()
             self._grants.pop(agent_id, None)
             return PurgeReport(self.tenant_id, agent_id, purged.count, result.bytes_freed)
 

@@ -256,6 +256,15 @@ def wire(frame: Frame) -> bytes:
     return b"".join(bytes(b) for b in encode_frame(frame))
 
 
+class TCPTransport(StringTransport):
+    """A L{StringTransport} that records C{setTcpNoDelay}."""
+
+    no_delay: bool | None = None
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.no_delay = enabled
+
+
 class MisbehavingServerTests(SynchronousTestCase):
     """
     The client's own protocol checks, driven by hand-written frames.
@@ -266,6 +275,12 @@ class MisbehavingServerTests(SynchronousTestCase):
         self.transport = StringTransport()
         self.protocol = DataPlaneClientProtocol(self.clock, hello_timeout=30)
         self.protocol.makeConnection(self.transport)
+
+    def test_no_delay_on_connection(self) -> None:
+        """The client turns Nagle's algorithm off on a TCP transport (pipelined requests)."""
+        transport = TCPTransport()
+        DataPlaneClientProtocol(self.clock, hello_timeout=30).makeConnection(transport)
+        self.assertIs(transport.no_delay, True)
 
     def test_sends_nothing_before_hello(self) -> None:
         """The client writes nothing until HELLO."""

@@ -159,6 +159,33 @@ class AdmissionTests(SynchronousTestCase):
         self.assertEqual(conn.transport.value(), b"")
 
 
+class TCPTransport(StringTransport):
+    """A L{StringTransport} that records C{setTcpNoDelay}."""
+
+    no_delay: bool | None = None
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.no_delay = enabled
+
+
+class NoDelayTests(SynchronousTestCase):
+    """The server turns Nagle's algorithm off: pipelined answers are not held back."""
+
+    def test_no_delay_on_connection(self) -> None:
+        """setTcpNoDelay(True) is called on a TCP transport as the connection is made."""
+        transport = TCPTransport()
+        protocol = DataPlaneServerProtocol(
+            service=ScriptedDataPlaneService(),
+            admission=admit,
+            clock=Clock(),
+            limits=ServerLimits(),
+            new_connection_id=lambda: "conn-1",
+            known_ops=FAKE_OPS,
+        )
+        protocol.makeConnection(transport)
+        self.assertIs(transport.no_delay, True)
+
+
 class RequestTests(SynchronousTestCase):
     """
     Requests in, answers out.

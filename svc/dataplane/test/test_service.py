@@ -82,12 +82,15 @@ class NamespaceOpsTests(SynchronousTestCase):
             uid=5,
             gid=6,
         )
-        self.assertEqual(put, {"version": 1, "size": 300, "created": True, "journal_seq": 2})
+        self.assertEqual(
+            put,
+            {"inode": put["inode"], "version": 1, "size": 300, "created": True, "journal_seq": 2},
+        )
         self.assertEqual(
             line(self.fixture.last()), expected("manifest_put", "/agent-1/f", size=300, version=1)
         )
         got = self.agent.ok("manifest_get", path="/agent-1/f")
-        self.assertEqual(got["chunks"], [[chunk_hash, 300]])
+        self.assertEqual((got["chunks"], got["inode"]), ([[chunk_hash, 300]], put["inode"]))
         self.assertEqual(
             (got["size"], got["version"], got["mode"], got["uid"], got["gid"], got["mtime_ns"]),
             (300, 1, 0o640, 5, 6, 12),

@@ -92,6 +92,7 @@ class Mount:
         self.chunks = MemoryChunkSource(self.remote)
         self.audit: list[AuditEvent] = []
         self.invalidated: list[int] = []
+        self.invalidated_entries: list[tuple[int, bytes]] = []
         self.spill_dir = Path(case.mktemp())
         self.fs = MountFS(
             remote=self.remote,
@@ -104,6 +105,7 @@ class Mount:
             emit=self.audit.append,
             policy=policy,
             invalidate=self.invalidated.append,
+            invalidate_entry=lambda parent, name: self.invalidated_entries.append((parent, name)),
             settings=settings,
         )
         self.ok(self.fs.start())

@@ -1,19 +1,27 @@
 """
-Tests for L{svc.mount.spill} (sparse spill files) and the byte map of open
-files in L{svc.mount.extents} (L{RangeSet}, L{FileLayout}).
+Tests for L{svc.mount.spill} (sparse spill files, in-memory spills) and the
+byte map of open files in L{svc.mount.extents} (L{RangeSet}, L{FileLayout}).
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef
 from svc.mount.extents import FileLayout, RangeSet, Segment, Source, chunk_layout
+from svc.mount.open_files import ChunkMemo, FileState
 from svc.mount.spill import SpillDirectory
+from svc.mount.test.test_writeback import DictSource
+from svc.testing.worker import ImmediateWorker
+
+T = TypeVar("T")
 
 MiB = 1 << 20
 H = "0" * 64
@@ -148,3 +156,80 @@ class SpillFileTests(SynchronousTestCase):
         self.assertEqual(list(self.directory.root.iterdir()), [])
         self.spill.remove()
         self.assertFalse(self.spill.path.exists())
+
+
+class MemorySpillTests(SynchronousTestCase):
+    """Small files' changes stay in memory, within a per-file limit and a budget."""
+
+    def setUp(self) -> None:
+        self.directory = SpillDirectory(
+            Path(self.mktemp()), memory_file_bytes=100, memory_bytes=250
+        )
+
+    def test_read_back_holes_and_truncate(self) -> None:
+        """Written bytes read back, holes and the end read as zeros, truncation drops."""
+        spill = self.directory.in_memory(13)
+        assert spill is not None
+        spill.write(10, b"abc")
+        self.assertEqual(spill.read(8, 8), b"\0\0abc\0\0\0")
+        spill.truncate(11)
+        self.assertEqual(spill.read(8, 8), b"\0\0a\0\0\0\0\0")
+        self.assertEqual(spill.contents(), bytes(10) + b"a")
+
+    def test_limit_and_budget(self) -> None:
+        """Past the per-file limit, or once the budget is reserved, there is none."""
+        self.assertIsNone(self.directory.in_memory(101))
+        first = self.directory.in_memory(1)
+        second = self.directory.in_memory(1)
+        self.assertIsNone(self.directory.in_memory(1))
+        assert first is not None and second is not None
+        self.assertFalse(first.fits(101))
+        self.assertRaises(ValueError, first.write, 99, b"xy")
+        first.remove()
+        first.remove()
+        self.assertIsNotNone(self.directory.in_memory(1))
+        self.assertEqual(list(self.directory.root.glob("*")), [])
+
+
+class SpilledStateTests(SynchronousTestCase):
+    """An open file's bytes move from memory to a spill file when they outgrow it."""
+
+    def state(self, directory: SpillDirectory) -> FileState:
+        state = FileState(
+            3,
+            1,
+            (),
+            worker=ImmediateWorker(),
+            spill_dir=directory,
+            memo=ChunkMemo(DictSource({}), budget=0),
+            now_ns=lambda: 1,
+        )
+        self.addCleanup(state.close)
+        return state
+
+    def drive(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        result: T = self.successResultOf(Deferred.fromCoroutine(coroutine))
+        return result
+
+    def test_grows_onto_disk(self) -> None:
+        """Small writes stay in memory; a write past the limit moves everything to disk."""
+        root = Path(self.mktemp())
+        state = self.state(SpillDirectory(root, memory_file_bytes=100))
+        self.drive(state.write(0, b"head"))
+        assert state.spill is not None
+        self.assertTrue(state.spill.in_memory)
+        self.assertFalse(root.exists())
+        self.drive(state.write(200, b"tail"))
+        self.assertFalse(state.spill.in_memory)
+        self.assertEqual(len(list(root.glob("*.spill"))), 1)
+        content = self.successResultOf(state.read(0, 204))
+        self.assertEqual(content, b"head" + bytes(196) + b"tail")
+
+    def test_budget_spent_goes_to_disk(self) -> None:
+        """With no memory budget left, the first write makes a spill file."""
+        root = Path(self.mktemp())
+        state = self.state(SpillDirectory(root, memory_file_bytes=100, memory_bytes=0))
+        self.drive(state.write(0, b"x"))
+        assert state.spill is not None
+        self.assertFalse(state.spill.in_memory)
+        self.assertEqual(self.successResultOf(state.read(0, 1)), b"x")

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from blake3 import blake3
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
 from svc.dataplane.client import Reply
-from svc.mount.commit import CommitRequest, Committed, commit, conflict_name
+from svc.dataplane.client_errors import RemoteError
+from svc.mount.commit import CommitRequest, Committed, Conflict, commit, conflict_name
+from svc.mount.errors import RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.local_connection import LocalConnection
 from svc.mount.open_files import ChunkMemo, FileState
@@ -26,6 +28,8 @@ from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
 from svc.mount.writeback import ChunkUploader, rechunk, zero_chunk
 from svc.testing.worker import ImmediateWorker
+from svc.wire.control import ErrorInfo
+from svc.wire.errno import WireErrno
 
 MiB = 1 << 20
 
@@ -181,16 +185,73 @@ class UploaderTests(SynchronousTestCase):
         server = ChunkServer({names[0]: pieces[0]})
         uploaded: list[str] = []
         uploader = ChunkUploader(
-            Remote(server), "mount:x", on_uploaded=lambda h, d: uploaded.append(h), batch_bytes=2500
+            Remote(server),
+            "mount:x",
+            on_uploaded=lambda h, d: uploaded.append(h),
+            batch_bytes=2500,
+            probe_min_bytes=0,
         )
         for name, piece in [*zip(names, pieces, strict=True), (names[1], pieces[1])]:
             self.successResultOf(Deferred.fromCoroutine(uploader.add(name, piece)))
         self.successResultOf(Deferred.fromCoroutine(uploader.finish()))
+        self.successResultOf(Deferred.fromCoroutine(uploader.settle()))
         self.assertEqual(
             [c for c in server.calls if c[0] == "chunk_has"], [("chunk_has", 3), ("chunk_has", 2)]
         )
         self.assertEqual(server.count("chunk_put"), 4)
         self.assertEqual((uploader.uploaded, sorted(uploaded)), (4, sorted(names[1:])))
+
+    def test_small_batches_are_sent_without_asking(self) -> None:
+        """A batch below probe_min_bytes is uploaded without chunk_has."""
+        piece = pseudo_random("small", 4096)
+        name = blake3(piece).hexdigest()
+        server = ChunkServer()
+        uploader = ChunkUploader(Remote(server), None, probe_min_bytes=8192)
+        self.successResultOf(Deferred.fromCoroutine(uploader.add(name, piece)))
+        self.successResultOf(Deferred.fromCoroutine(uploader.finish()))
+        self.successResultOf(Deferred.fromCoroutine(uploader.settle()))
+        self.assertEqual(server.calls, [("chunk_put", 4096)])
+        self.assertEqual(uploader.uploaded, 1)
+
+
+class HeldCaller:
+    """
+    A caller that answers C{manifest_put} at once and holds every
+    C{chunk_put} until released; records the order of requests.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.held: list[tuple[Deferred[Reply], Reply | Exception]] = []
+        self.fail_put: Exception | None = None
+        self.manifest_reply: Reply | Exception = Reply({"version": 1, "size": 1, "inode": 7})
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        raw: bytes = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        self.calls.append(op)
+        if op == "chunk_put":
+            answer: Deferred[Reply] = Deferred()
+            outcome = self.fail_put or Reply({"hash": payload["hash"], "size": len(raw)})
+            self.held.append((answer, outcome))
+            return answer
+        assert op == "manifest_put"
+        if isinstance(self.manifest_reply, Exception):
+            return fail(self.manifest_reply)
+        return succeed(self.manifest_reply)
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for answer, outcome in held:
+            if isinstance(outcome, Exception):
+                answer.errback(outcome)
+            else:
+                answer.callback(outcome)
 
 
 class CommitTests(SynchronousTestCase):
@@ -229,8 +290,59 @@ class CommitTests(SynchronousTestCase):
                 )
             )
         )
-        self.assertEqual(outcome, Committed(version=1, cas_retries=0))
+        assert isinstance(outcome, Committed)
+        self.assertEqual((outcome.version, outcome.cas_retries), (1, 0))
         self.assertEqual(connection.calls, ["manifest_put", "chunk_put", "manifest_put"])
+
+    def pipelined(self, caller: HeldCaller) -> Deferred[Committed | Conflict]:
+        data = b"x"
+        name = blake3(data).hexdigest()
+        remote = Remote(caller)
+        uploader = ChunkUploader(remote, None)
+        self.successResultOf(Deferred.fromCoroutine(uploader.add(name, data)))
+        self.successResultOf(Deferred.fromCoroutine(uploader.finish()))
+        request = CommitRequest(
+            path="/agent-1/f",
+            expected_version=0,
+            base=(),
+            chunks=chunk_layout([(name, 1)]),
+            size=1,
+            mode=0o644,
+            mtime_ns=1,
+            uid=0,
+            gid=0,
+        )
+        return Deferred.fromCoroutine(
+            commit(
+                remote,
+                request,
+                session_id=None,
+                uploader=uploader,
+                read=lambda offset, length: succeed(data[offset : offset + length]),
+            )
+        )
+
+    def test_put_is_sent_behind_the_uploads(self) -> None:
+        """manifest_put goes out before the chunk_put is answered; the commit waits for both."""
+        caller = HeldCaller()
+        committing = self.pipelined(caller)
+        self.assertEqual(caller.calls, ["chunk_put", "manifest_put"])
+        self.assertNoResult(committing)
+        caller.release()
+        self.assertEqual(self.successResultOf(committing), Committed(1, 0, 7))
+
+    def test_failed_upload_is_the_error(self) -> None:
+        """When an upload fails and the put is refused, the upload's error is raised."""
+        caller = HeldCaller()
+        caller.fail_put = RemoteError(ErrorInfo(WireErrno.EDQUOT, "over budget", {}))
+        caller.manifest_reply = RemoteError(
+            ErrorInfo(WireErrno.EINVAL, "missing", {"missing": [blake3(b"x").hexdigest()]})
+        )
+        committing = self.pipelined(caller)
+        caller.release()
+        failure = self.failureResultOf(committing, RemoteFailure)
+        self.assertEqual(failure.value.wire, WireErrno.EDQUOT)
+        self.assertEqual(caller.calls, ["chunk_put", "manifest_put"])
 
     def test_conflict_name(self) -> None:
         """Conflict copy names carry a session tag and UTC time and fit 255 bytes."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from blake3 import blake3
 from hypothesis import given, settings
@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.store.chunks import CorruptStoredChunk
+from svc.store.chunkstore_fs import FilesystemChunkStore
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.store.errors import (
     ChunksCollected,
@@ -25,7 +27,7 @@ from svc.store.errors import (
     WriteLeaseHeld,
 )
 from svc.store.gc import SweepReport
-from svc.store.layout import TenantLocation
+from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.tenant import RetentionPolicy, TenantStorage
@@ -364,6 +366,89 @@ class CollectionTests(SynchronousTestCase):
         self.failureResultOf(self.storage.manifest_get("/a1"), NotFound)
         self.assertEqual(self.stored(), {shared[0]})
         self.assertEqual(self.f.ok(self.storage.manifest_get("/a2/g")).attributes.size, 30)
+
+
+class RecentChunksTests(SynchronousTestCase):
+    """
+    A chunk whose upload completed since the last deletion is not looked up
+    again by a manifest change; a deletion or a corrupt read forgets it.
+    """
+
+    def setUp(self) -> None:
+        self.f = EngineFixture(self)
+        self.addCleanup(self.f.close)
+        self.storage = self.f.tenant()
+        self.f.mkdir(self.storage, "/a1")
+        self.asked: list[str] = []
+        store = self.storage.chunks
+        has = store.has
+
+        def counting(hashes: Any) -> Any:
+            self.asked.extend(hashes)
+            return has(hashes)
+
+        store.has = counting  # type: ignore[method-assign]
+
+    def put(self, part: tuple[str, bytes]) -> Any:
+        return self.storage.manifest_put(
+            "/a1/f",
+            expected_version=0,
+            chunks=[ChunkRef(part[0], len(part[1]))],
+            size=len(part[1]),
+            mode=0o644,
+            mtime_ns=0,
+            uid=0,
+            gid=0,
+            writer=WRITER,
+        )
+
+    def test_just_uploaded_is_not_asked(self) -> None:
+        """A manifest naming a chunk just uploaded commits without asking the chunk store."""
+        part = blob("fresh", 10)
+        self.f.ok(self.storage.chunk_put(*part))
+        self.f.ok(self.put(part))
+        self.assertEqual(self.asked, [])
+
+    def test_swept_chunk_is_missing(self) -> None:
+        """A chunk a sweep deleted after its upload is asked about and refused."""
+        part = blob("swept", 10)
+        self.f.ok(self.storage.chunk_put(*part))
+        self.f.clock.advance(GRACE + 1)
+        self.assertEqual(self.f.ok(self.storage.sweep()).count, 1)
+        failure = self.failureResultOf(self.put(part), MissingChunks)
+        self.assertEqual((failure.value.hashes, self.asked), ((part[0],), [part[0]]))
+
+    def test_purged_chunk_is_missing(self) -> None:
+        """A chunk a purge deleted after another upload of it is asked about and refused."""
+        part = blob("purged", 10)
+        self.f.ok(self.f.put_file(self.storage, "/a1/g", [part]))
+        self.f.mkdir(self.storage, "/a2")
+        self.f.ok(self.storage.purge_agent("a1"))
+        failure = self.failureResultOf(
+            self.storage.manifest_put(
+                "/a2/f",
+                expected_version=0,
+                chunks=[ChunkRef(part[0], 10)],
+                size=10,
+                mode=0o644,
+                mtime_ns=0,
+                uid=0,
+                gid=0,
+                writer=Writer("a2", None),
+            ),
+            MissingChunks,
+        )
+        self.assertEqual(failure.value.hashes, (part[0],))
+
+    def test_corrupt_chunk_is_asked_again(self) -> None:
+        """A chunk withdrawn as corrupt by a read is asked about (and refused) again."""
+        part = blob("corrupt", 10)
+        self.f.ok(self.storage.chunk_put(*part))
+        store = cast(FilesystemChunkStore, self.storage.chunks)
+        chunk_path(store.objects_dir, part[0]).write_bytes(b"x" * 10)
+        self.failureResultOf(self.storage.chunk_get(part[0]), CorruptStoredChunk)
+        self.failureResultOf(self.put(part), MissingChunks)
+        self.assertEqual(self.asked, [part[0]])
 
 
 class CollectionPropertyTests(SynchronousTestCase):

@@ -1,0 +1,253 @@
+"""
+Tests for file creation in L{svc.mount.fs.MountFS}: a file created in a
+complete directory stays on this mount (pending) until its first commit or
+an operation that needs it on the data plane, and a create's effect on its
+directory is computed rather than fetched again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.dataplane.service import location_of
+from svc.mount.attributes import AttributeChanges, OpenResult
+from svc.mount.fs import ROOT_INODE
+from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
+
+
+def create(mount: Mount, path: str) -> OpenResult:
+    """Create C{path} for writing; its open handle."""
+    parent, name = mount.parent_of(path)
+    opened, _entry = mount.ok(mount.fs.create(parent, name, 0o640, os.O_WRONLY, CALLER))
+    return opened
+
+
+def close(mount: Mount, opened: OpenResult) -> None:
+    """Flush and release C{opened}, as C{close(2)} does."""
+    mount.ok(mount.fs.flush(opened.fh, CALLER))
+    mount.ok(mount.fs.release(opened.fh, CALLER))
+
+
+class PendingCreateTests(SynchronousTestCase):
+    """A create in a complete directory sends nothing until the file is needed."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+
+    def requests(self) -> list[str]:
+        return list(self.mount.connection.calls)
+
+    def test_first_commit_creates_the_file(self) -> None:
+        """create and write send nothing; the flush is one chunk_put and one manifest_put."""
+        before = len(self.requests())
+        opened = create(self.mount, "d/f")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"hello", CALLER))
+        self.assertEqual(self.requests()[before:], [])
+        close(self.mount, opened)
+        self.assertEqual(self.requests()[before:], ["chunk_put", "manifest_put"])
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"hello")
+        created = self.mount.events("create")[-1]
+        self.assertEqual((created.path, created.allowed), ("/d/f", True))
+        self.assertEqual(self.mount.events("flush")[-1].get("version_new"), 1)
+
+    def test_visible_on_this_mount_before_commit(self) -> None:
+        """Lookups, getattr and listings of this mount see the new file at once."""
+        opened = create(self.mount, "d/new")
+        entry = self.mount.lookup_path("d/new")
+        self.assertEqual((entry.attributes.size, entry.attributes.mode), (0, 0o640))
+        self.assertEqual(self.mount.names("d"), ["new"])
+        self.assertEqual(self.fixture.mount().names("d"), [])
+        close(self.mount, opened)
+        self.assertEqual(self.fixture.mount().names("d"), ["new"])
+
+    def test_empty_file_is_committed_on_close(self) -> None:
+        """A file created and closed without writes exists, empty, on the data plane."""
+        close(self.mount, create(self.mount, "d/empty"))
+        other = self.fixture.mount()
+        self.assertEqual(other.lookup_path("d/empty").attributes.size, 0)
+        self.assertEqual(self.mount.count("mknod"), 0)
+
+    def test_inode_number_kept_and_bound(self) -> None:
+        """The FUSE inode number survives the commit and matches a later listing."""
+        opened = create(self.mount, "d/f")
+        before = self.mount.lookup_path("d/f").ino
+        close(self.mount, opened)
+        self.mount.fs._ctx.directory(self.mount.lookup_path("d").ino).complete = False
+        self.assertEqual(self.mount.names("d"), ["f"])
+        self.assertEqual(self.mount.lookup_path("d/f").ino, before)
+
+    def test_fsync_commits(self) -> None:
+        """fsync of a new file commits it while it stays open."""
+        opened = create(self.mount, "d/f")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"data", CALLER))
+        self.mount.ok(self.mount.fs.fsync(opened.fh, False, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"data")
+        close(self.mount, opened)
+
+    def test_unlink_before_commit_sends_nothing(self) -> None:
+        """Unlinking a pending file is local; its later close commits nothing."""
+        opened = create(self.mount, "d/tmp")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"scratch", CALLER))
+        before = len(self.requests())
+        dir_ino = self.mount.lookup_path("d").ino
+        self.mount.ok(self.mount.fs.unlink(dir_ino, b"tmp", CALLER))
+        close(self.mount, opened)
+        self.assertEqual(self.requests()[before:], [])
+        self.assertEqual(self.mount.names("d"), [])
+        self.assertEqual(self.mount.events("unlink")[-1].allowed, True)
+
+    def test_rename_creates_it_first(self) -> None:
+        """A rename of a pending file creates it (mknod), renames it, then commits there."""
+        opened = create(self.mount, "d/draft")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"text", CALLER))
+        dir_ino = self.mount.lookup_path("d").ino
+        self.mount.ok(self.mount.fs.rename(dir_ino, b"draft", dir_ino, b"final", CALLER))
+        close(self.mount, opened)
+        self.assertEqual(self.mount.count("mknod"), 1)
+        self.assertEqual(self.fixture.mount().read_file("d/final"), b"text")
+        self.assertEqual(self.fixture.mount().names("d"), ["final"])
+
+    def test_rename_onto_pending_file(self) -> None:
+        """A pending rename target is created first, so the data plane replaces it."""
+        self.mount.write_file("d/src", b"source")
+        opened = create(self.mount, "d/dst")
+        dir_ino = self.mount.lookup_path("d").ino
+        self.mount.ok(self.mount.fs.rename(dir_ino, b"src", dir_ino, b"dst", CALLER))
+        close(self.mount, opened)
+        self.assertEqual(self.fixture.mount().read_file("d/dst"), b"source")
+        self.assertEqual(self.fixture.mount().names("d"), ["dst"])
+
+    def test_link_creates_it_first(self) -> None:
+        """A hard link to a pending file creates it first; both names share its content."""
+        opened = create(self.mount, "d/a")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"shared", CALLER))
+        node = self.mount.lookup_path("d/a")
+        dir_ino = self.mount.lookup_path("d").ino
+        linked = self.mount.ok(self.mount.fs.link(node.ino, dir_ino, b"b", CALLER))
+        self.assertEqual((linked.ino, linked.attributes.nlink), (node.ino, 2))
+        close(self.mount, opened)
+        other = self.fixture.mount()
+        self.assertEqual((other.read_file("d/a"), other.read_file("d/b")), (b"shared", b"shared"))
+
+    def test_chmod_creates_it_first(self) -> None:
+        """setattr of a pending file creates it, then changes it on the data plane."""
+        opened = create(self.mount, "d/f")
+        ino = self.mount.lookup_path("d/f").ino
+        self.mount.ok(self.mount.fs.setattr(ino, AttributeChanges(mode=0o600), CALLER))
+        close(self.mount, opened)
+        self.assertEqual(self.fixture.mount().lookup_path("d/f").attributes.mode, 0o600)
+        self.assertEqual(self.mount.count("mknod"), 1)
+
+    def test_pending_name_is_taken(self) -> None:
+        """mkdir, symlink and mknod over a pending name are EEXIST."""
+        opened = create(self.mount, "d/x")
+        dir_ino = self.mount.lookup_path("d").ino
+        fs = self.mount.fs
+        self.assertEqual(self.mount.errno(fs.mkdir(dir_ino, b"x", 0o755, CALLER)), errno.EEXIST)
+        self.assertEqual(self.mount.errno(fs.symlink(dir_ino, b"x", b"t", CALLER)), errno.EEXIST)
+        made = fs.mknod(dir_ino, b"x", 0o100644, 0, CALLER)
+        self.assertEqual(self.mount.errno(made), errno.EEXIST)
+        close(self.mount, opened)
+
+    def test_directory_with_pending_file_is_not_empty(self) -> None:
+        """rmdir of a directory holding a pending file is ENOTEMPTY, and so is replacing it."""
+        opened = create(self.mount, "d/f")
+        fs = self.mount.fs
+        self.assertEqual(self.mount.errno(fs.rmdir(ROOT_INODE, b"d", CALLER)), errno.ENOTEMPTY)
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER))
+        replaced = fs.rename(ROOT_INODE, b"e", ROOT_INODE, b"d", CALLER)
+        self.assertEqual(self.mount.errno(replaced), errno.ENOTEMPTY)
+        close(self.mount, opened)
+        self.assertEqual(self.fixture.mount().names("d"), ["f"])
+
+    def test_failed_first_commit_in_read_only_mode_drops_the_name(self) -> None:
+        """In read-only mode a new file that was never committed loses its name (kernel too)."""
+        opened = create(self.mount, "d/lost")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"bytes", CALLER))
+        self.mount.fs.set_read_only("lease lost")
+        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EROFS)
+        release = self.mount.fs.release(opened.fh, CALLER)
+        self.assertEqual(self.mount.errno(release), errno.EROFS)
+        self.assertEqual(self.mount.names("d"), [])
+        self.assertEqual(self.fixture.mount().names("d"), [])
+        dir_ino = self.mount.lookup_path("d").ino
+        self.assertEqual(self.mount.invalidated_entries, [(dir_ino, b"lost")])
+
+    def test_failed_first_commit_leaves_an_empty_file(self) -> None:
+        """A new file whose content cannot be committed (over its grant) is created empty."""
+        engine = self.fixture.service.service.engine
+        self.mount.ok(engine.set_agent_grant(location_of(AGENT), AGENT.agent_id, 10))
+        opened = create(self.mount, "d/big")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"x" * 100, CALLER))
+        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EDQUOT)
+        release = self.mount.fs.release(opened.fh, CALLER)
+        self.assertEqual(self.mount.errno(release), errno.EDQUOT)
+        self.assertEqual(self.mount.names("d"), ["big"])
+        other = self.fixture.mount()
+        self.assertEqual(other.lookup_path("d/big").attributes.size, 0)
+        self.assertEqual(self.mount.lookup_path("d/big").attributes.size, 0)
+        self.assertEqual(self.mount.invalidated_entries, [])
+
+    def test_incomplete_directory_creates_at_once(self) -> None:
+        """In a directory not listed in full, create sends mknod as before."""
+        fresh = self.fixture.mount()
+        opened = create(fresh, "d/f")
+        self.assertEqual(fresh.count("mknod"), 1)
+        close(fresh, opened)
+        self.assertEqual(self.fixture.mount().names("d"), ["f"])
+
+    def test_conflicting_creation_is_saved_as_a_copy(self) -> None:
+        """A name taken on the data plane meanwhile keeps that file; ours becomes a copy."""
+        opened = create(self.mount, "d/f")
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"ours", CALLER))
+        other = self.fixture.mount()
+        other.write_file("d/f", b"theirs")
+        flushed = self.mount.fs.flush(opened.fh, CALLER)
+        self.assertEqual(self.mount.errno(flushed), errno.ESTALE)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        names = self.fixture.mount().names("d")
+        self.assertEqual(len(names), 2)
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"theirs")
+        copy = next(name for name in names if name != "f")
+        self.assertTrue(copy.startswith("f.conflict-"))
+        self.assertEqual(self.fixture.mount().read_file(f"d/{copy}"), b"ours")
+
+
+class DirectoryAttributeTests(SynchronousTestCase):
+    """A create's effect on its directory is computed, not fetched."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+
+    def test_parent_after_mkdir_symlink_mknod_link(self) -> None:
+        """The directory's times, version and link count equal the server's, with no head_file."""
+        fs = self.mount.fs
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        directory = self.mount.lookup_path("d")
+        self.mount.ok(fs.mkdir(directory.ino, b"sub", 0o755, CALLER))
+        self.mount.ok(fs.symlink(directory.ino, b"s", b"target", CALLER))
+        node = self.mount.ok(fs.mknod(directory.ino, b"n", 0o100644, 0, CALLER))
+        self.mount.ok(fs.link(node.ino, directory.ino, b"l", CALLER))
+        heads = self.mount.count("head_file")
+        local = self.mount.ok(fs.getattr(directory.ino, CALLER))
+        self.assertEqual(self.mount.count("head_file"), heads)
+        server = self.fixture.mount().lookup_path("d").attributes
+        self.assertEqual(
+            (local.mtime_ns, local.ctime_ns, local.version, local.nlink),
+            (server.mtime_ns, server.ctime_ns, server.version, server.nlink),
+        )
+
+    def test_parent_after_pending_commit(self) -> None:
+        """After a new file's first commit the directory's version and link count match."""
+        fs = self.mount.fs
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        close(self.mount, create(self.mount, "d/f"))
+        local = self.mount.ok(fs.getattr(self.mount.lookup_path("d").ino, CALLER))
+        server = self.fixture.mount().lookup_path("d").attributes
+        self.assertEqual((local.version, local.nlink), (server.version, server.nlink))
