@@ -51,7 +51,7 @@ from svc.dataplane.client_errors import (
     RemoteError,
     VersionUnsupported,
 )
-from svc.dataplane.protocol import DataPlaneClock, Timer
+from svc.dataplane.protocol import DataPlaneClock, Timer, no_delay
 from svc.wire.control import (
     GoAway,
     GoAwayReason,
@@ -151,7 +151,7 @@ class DataPlaneClientProtocol(Protocol):
         return waiter
 
     def connectionMade(self) -> None:
-        _no_delay(self.transport)
+        no_delay(self.transport)
         self._hello_timer = self._clock.callLater(self._hello_timeout, self._hello_timed_out)
 
     def handshakeCompleted(self) -> None:
@@ -426,19 +426,6 @@ class DataPlaneClientProtocol(Protocol):
         waiters, self._ready_waiters = self._ready_waiters, []
         for waiter in waiters:
             waiter.errback(error)
-
-
-def _no_delay(transport: object) -> None:
-    """
-    Turn Nagle's algorithm off on the TCP connection under C{transport} (the
-    TLS layer forwards C{setTcpNoDelay} to it; test transports lack it).
-    Frames are small and pipelined: with Nagle on, a frame written while the
-    previous one is unacknowledged waits for the peer's delayed ACK (up to
-    40 ms on Linux).
-    """
-    set_no_delay = getattr(transport, "setTcpNoDelay", None)
-    if callable(set_no_delay):
-        set_no_delay(True)
 
 
 def _cancel(timer: Timer) -> None:

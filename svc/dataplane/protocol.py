@@ -132,7 +132,7 @@ def error_for_failure(request_id: int, failure: Failure, op: str) -> Frame:
     return error_frame(request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE)
 
 
-def _no_delay(transport: object) -> None:
+def no_delay(transport: object) -> None:
     """
     Turn Nagle's algorithm off on the TCP connection under C{transport} (the
     TLS layer forwards C{setTcpNoDelay} to it; test transports lack it).
@@ -229,7 +229,7 @@ class DataPlaneServerProtocol(Protocol):
     # -- life cycle ---------------------------------------------------------
 
     def connectionMade(self) -> None:
-        _no_delay(self.transport)
+        no_delay(self.transport)
         self._start_timer("handshake", self._limits.handshake_timeout, self._handshake_timed_out)
         if self._tracker is not None:
             self._tracker.connection_started(self)
