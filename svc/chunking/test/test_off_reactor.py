@@ -62,7 +62,8 @@ class ChunkFileTests(SynchronousTestCase):
         )
         self.assertEqual(sequential, chunk_bytes(_data()))
         self.assertEqual(parallel, sequential)
-        self.assertEqual(pool.kept, 1)
+        # Files this large are mapped, not read: no buffer is borrowed.
+        self.assertEqual(pool.kept, 0)
 
     def test_parallel_small_file(self) -> None:
         """A file too small to split is cut in one job after the size check."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from functools import cache
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -15,6 +16,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.chunking.buffers import STREAM_BUFFER_SIZE, BufferPool
 from svc.chunking.core import MAX_CHUNK_SIZE, chunk_bytes, chunk_hash
 from svc.chunking.stream import (
+    MAPPED_MIN_SIZE,
     ChunkMismatch,
     chunk_range,
     chunk_stream,
@@ -150,6 +152,52 @@ class PathTests(SynchronousTestCase):
         self.assertEqual(refs[0].offset, 100)
         self.assertEqual(refs[-1].end, len(data))
 
+    def test_mapped_threshold(self) -> None:
+        """Files just under, at and over the mapping threshold cut as in memory, from any start."""
+        data = xof(b"mapped threshold", MAPPED_MIN_SIZE + 3)
+        path = self._write(data)
+        for start in (0, 1, 2, 3, 4):
+            expected = [
+                (ref.offset + start, ref.length, ref.hash) for ref in chunk_bytes(data[start:])
+            ]
+            got = [
+                (ref.offset, ref.length, ref.hash) for ref, _ in iter_chunk_views(path, start=start)
+            ]
+            self.assertEqual(got, expected)
+        self.assertEqual(list(iter_chunk_views(path, start=len(data))), [])
+        self.assertEqual(list(iter_chunk_views(path, start=len(data) + 10)), [])
+
+    def test_mapped_views_released_after_advance(self) -> None:
+        """A mapped chunk's view is released when the iterator moves on, so the map can close."""
+        data = xof(b"mapped views", 3 * MAX_CHUNK_SIZE)
+        views = []
+        for ref, view in iter_chunk_views(self._write(data)):
+            self.assertEqual(view, data[ref.offset : ref.end])
+            views.append(view)
+        self.assertGreater(len(views), 1)
+        for view in views:
+            with self.assertRaises(ValueError):
+                len(view)
+
+    def test_kept_slices_stay_valid(self) -> None:
+        """A slice the caller keeps of a mapped chunk's view still reads its bytes afterwards."""
+        data = xof(b"kept slices", 3 * MAX_CHUNK_SIZE)
+        kept = [(ref, view[:16]) for ref, view in iter_chunk_views(self._write(data))]
+        for ref, head in kept:
+            self.assertEqual(bytes(head), data[ref.offset : ref.offset + 16])
+
+    def test_fifo_is_read_not_mapped(self) -> None:
+        """A named pipe cannot be mapped: it is read like a stream, with the same chunks."""
+        data = xof(b"fifo", 3 * MiB + 5)
+        path: str = self.mktemp()
+        os.mkfifo(path)
+        writer = threading.Thread(target=lambda: open(path, "wb").write(data))
+        writer.start()
+        try:
+            self.assertEqual(chunk_stream(path), chunk_bytes(data))
+        finally:
+            writer.join()
+
     def test_missing_file(self) -> None:
         """A missing file raises FileNotFoundError."""
         with self.assertRaises(FileNotFoundError):
@@ -179,20 +227,31 @@ class PooledBufferTests(SynchronousTestCase):
     """
 
     def test_pooled_matches_memory(self) -> None:
-        """With a pool, paths and readers cut exactly as in memory, buffer after buffer."""
+        """With a pool, readers and small files cut exactly as in memory, buffer after buffer."""
         data = _large()
-        path = self.mktemp()
-        with open(path, "wb") as handle:
-            handle.write(data)
         pool = BufferPool(keep=1)
         expected = chunk_bytes(data)
-        self.assertEqual(chunk_stream(path, pool=pool), expected)
+        self.assertEqual(chunk_stream(io.BytesIO(data), pool=pool), expected)
         self.assertEqual(pool.kept, 1)
         # The second stream reuses the first one's (dirty) buffer.
         reader = ScheduledReader(data, [5 * MiB + 3])
         self.assertEqual(chunk_stream(reader, pool=pool), expected)
         self.assertEqual(chunk_stream(io.BytesIO(b"short"), pool=pool), chunk_bytes(b"short"))
+        small = self.mktemp()
+        with open(small, "wb") as handle:
+            handle.write(data[: MAPPED_MIN_SIZE - 1])
+        self.assertEqual(chunk_stream(small, pool=pool), chunk_bytes(data[: MAPPED_MIN_SIZE - 1]))
         self.assertEqual(pool.kept, 1)
+
+    def test_mapped_files_borrow_nothing(self) -> None:
+        """A regular file of at least MAPPED_MIN_SIZE bytes is mapped: the pool stays unused."""
+        data = _large()
+        path = self.mktemp()
+        with open(path, "wb") as handle:
+            handle.write(data)
+        pool = BufferPool(keep=1)
+        self.assertEqual(chunk_stream(path, pool=pool), chunk_bytes(data))
+        self.assertEqual(pool.kept, 0)
 
     def test_abandoned_iteration_returns_buffer(self) -> None:
         """Closing an iterator early gives its buffer back to the pool."""
