@@ -30,6 +30,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
+from svc.direct_io import DirectWriter
 from svc.durable import fsync_directory
 from svc.store.chunks import (
     MAX_CHUNK_SIZE,
@@ -146,9 +147,16 @@ class FilesystemChunkStore:
 
     log = Logger()
 
-    def __init__(self, objects_dir: Path, worker: IWorker) -> None:
+    def __init__(
+        self, objects_dir: Path, worker: IWorker, *, writer: DirectWriter | None = None
+    ) -> None:
+        """
+        @param writer: how chunk files are written; by default with
+            C{O_DIRECT} where the filesystem allows it (L{svc.direct_io}).
+        """
         self._dir = os.path.abspath(os.fspath(objects_dir))
         self._worker = worker
+        self._writer = DirectWriter() if writer is None else writer
         self._lock = threading.Lock()
         self._total = 0
         self._durable_shards: set[str] = set()
@@ -307,11 +315,9 @@ class FilesystemChunkStore:
 
     def _write_temp(self, shard_dir: str, name: str, view: memoryview) -> str:
         temp = os.path.join(shard_dir, f"{TEMP_PREFIX}{name}.{secrets.token_hex(8)}")
-        fd = os.open(temp, _OPEN_FLAGS_TEMP, FILE_MODE)
+        fd = self._writer.create(temp, _OPEN_FLAGS_TEMP, FILE_MODE)
         try:
-            written = 0
-            while written < view.nbytes:
-                written += os.write(fd, view[written:])
+            self._writer.write_all(fd, view)
             os.fsync(fd)
         except BaseException:
             os.close(fd)

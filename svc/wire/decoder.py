@@ -4,7 +4,8 @@ The incremental frame decoder: bytes in, whole L{Frame}s out.
 It takes data split anywhere (mid-header, mid-payload, many frames at once),
 rejects every malformed input with L{CodecError} and nothing else, decides a
 frame's size from its header before it buffers any of the body, and copies a
-large raw segment at most once.
+large raw segment at most once, into an immutable C{bytes} object (so a
+consumer such as the chunk store can keep it without a defensive copy).
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from svc.wire.payload import unpack_payload
 
 _U32_MAX = 2**32 - 1
 
+KEEP_AS_VIEW = 8192
+"""
+Body pieces at least this long are kept as views of the data fed until the
+body is complete; shorter ones are copied together. A body of C{n} bytes is
+then held in at most about C{2 * n / KEEP_AS_VIEW + 1} pieces.
+"""
+
 
 class FrameDecoder:
     """
@@ -37,10 +45,13 @@ class FrameDecoder:
     connection must be dropped. Frames completed earlier in the same L{feed}
     call as the error are not returned.
 
-    Memory: at most L{HEADER_SIZE} bytes of an incomplete header, then one
-    buffer the size of the announced body (checked against the limits first).
-    A frame that arrives whole inside one L{feed} is decoded without copying
-    its body; its raw segment then shares memory with the data fed.
+    Memory: at most L{HEADER_SIZE} bytes of an incomplete header, then the
+    pieces of the announced body received so far (the size is checked
+    against the limits first), kept as views of the data fed and joined once
+    when the body is complete. A frame that arrives whole inside one L{feed}
+    is decoded without copying its body; its raw segment then shares memory
+    with the data fed. Either way the raw segment is a read-only view of a
+    C{bytes} object: nothing can change it.
     """
 
     def __init__(
@@ -68,7 +79,8 @@ class FrameDecoder:
         self._accept = frozenset(accept)
         self._header_bytes = bytearray()
         self._current: FrameHeader | None = None
-        self._body = bytearray()
+        self._pieces: list[memoryview] = []
+        self._small = bytearray()
         self._filled = 0
         self._error: CodecError | None = None
 
@@ -104,7 +116,8 @@ class FrameDecoder:
         except CodecError as e:
             self._error = e
             self._header_bytes.clear()
-            self._body = bytearray()
+            self._pieces = []
+            self._small = bytearray()
             self._filled = 0
             self._current = None
             raise
@@ -137,21 +150,38 @@ class FrameDecoder:
                     position += size
                     continue
                 self._current = header
-                self._body = bytearray(size)
+                self._pieces = []
                 self._filled = 0
             else:
                 size = header.payload_length + header.raw_length
                 take = min(size - self._filled, end - position)
-                self._body[self._filled : self._filled + take] = view[position : position + take]
+                self._keep(view[position : position + take])
                 self._filled += take
                 position += take
                 if self._filled == size:
-                    body = memoryview(self._body).toreadonly()
+                    self._pieces.append(memoryview(self._small))
+                    body = memoryview(b"".join(self._pieces))
                     self._current = None
-                    self._body = bytearray()
+                    self._pieces = []
+                    self._small = bytearray()
                     self._filled = 0
                     frames.append(_finish(header, body))
         return frames
+
+    def _keep(self, piece: memoryview) -> None:
+        """
+        Keep a piece of the body: a large one as a view (the data fed is
+        immutable bytes), a small one copied into the run of small ones, so
+        a peer sending a body a byte at a time costs bytes, not a view per
+        byte.
+        """
+        if len(piece) < KEEP_AS_VIEW:
+            self._small += piece
+            return
+        if self._small:
+            self._pieces.append(memoryview(bytes(self._small)))
+            self._small.clear()
+        self._pieces.append(piece)
 
     def _check_header(self, header: FrameHeader) -> FrameHeader:
         if header.type not in self._accept:

@@ -5,12 +5,13 @@ Tests for L{svc.wire.decoder.FrameDecoder}.
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import msgpack
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.wire.control import GoAway, Hello, error_frame, goaway_frame, hello_frame
-from svc.wire.decoder import FrameDecoder
+from svc.wire.decoder import KEEP_AS_VIEW, FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
 from svc.wire.frame import (
@@ -147,6 +148,46 @@ class FrameDecoderTests(SynchronousTestCase):
         for frame in (whole, pieces):
             self.assertIsInstance(frame.raw, memoryview)
             self.assertTrue(memoryview(frame.raw).readonly)
+
+    def test_raw_backed_by_bytes(self) -> None:
+        """
+        A raw segment, whole or assembled from pieces of any size, is a view
+        of a C{bytes} object, so a consumer may keep it without copying.
+        """
+        raw = bytes(range(256)) * 1024
+        data = encoded(Frame(FrameType.REQUEST, 5, {"op": "chunk_put"}, raw))
+        schedules = [[len(data)], [40, len(data)], [1] * 64 + [KEEP_AS_VIEW * 3], [7, 9000, 3]]
+        for schedule in schedules:
+            decoder = FrameDecoder()
+            frames: list[Frame] = []
+            position, turn = 0, 0
+            while position < len(data):
+                size = schedule[turn % len(schedule)]
+                frames += decoder.feed(data[position : position + size])
+                position, turn = position + size, turn + 1
+            [frame] = frames
+            self.assertIsInstance(frame.raw, memoryview)
+            self.assertIsInstance(memoryview(frame.raw).obj, bytes)
+            self.assertEqual(bytes(frame.raw), raw, schedule)
+
+    def test_tiny_pieces_held_compactly(self) -> None:
+        """
+        A body fed a byte at a time is held as copied runs, not a view per
+        byte: the decoder's memory stays near the bytes received.
+        """
+        raw = b"\x5a" * (256 * 1024)
+        data = encoded(Frame(FrameType.REQUEST, 5, {"op": "chunk_put"}, raw))
+        decoder = FrameDecoder()
+        tracemalloc.start()
+        try:
+            for index in range(len(data) - 1):
+                decoder.feed(data[index : index + 1])
+            held, _peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.assertLess(held, 2 * len(raw))
+        [frame] = decoder.feed(data[-1:])
+        self.assertEqual(bytes(frame.raw), raw)
 
     def test_empty_feed(self) -> None:
         """Feeding nothing returns no frames."""
