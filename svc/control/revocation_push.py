@@ -27,9 +27,12 @@ L{ControlPushLoop}:
      C{reconcile_every} intervals, for every tenant this process knows to be
      placed, so a server that lost or never got a quota converges.
 
-The queue and the set of known tenants are in memory only: after a restart
-of the control plane a tenant is known again at its next enrollment,
-renewal or quota change.
+The queue and the set of known tenants are in memory. The set is rebuilt
+from the database at start: the first quota round reads every placement
+made (L{ControlStore.list_placements}) and sends each placed tenant's whole
+quotas once, so a restart of the control plane (or of both planes) never
+leaves a server without a tenant's budget and grants. Until that read
+succeeds (it is retried every round) no other quota work is done.
 
 A failure to reach a server, or of the database, is logged and retried next
 round; rounds never overlap (a request that arrives during a round runs one
@@ -192,6 +195,7 @@ class ControlPushLoop(Service):
         self._syncs: set[str] = set()
         self._placed: dict[str, str | None] = {}
         self._tenants_read: set[str] = set()
+        self._placements_loaded = False
         self._draining: Deferred[None] | None = None
 
     # PushNotices
@@ -330,8 +334,28 @@ class ControlPushLoop(Service):
             else:
                 self._log_failure("revocation push", target, result.value)
 
+    async def _load_placements(self) -> bool:
+        """
+        Once per process: know every placed tenant and queue its whole
+        quotas; L{False} (tried again next round) when the database fails.
+        """
+        if self._placements_loaded:
+            return True
+        try:
+            placements = await self._store.list_placements()
+        except Exception:
+            _log.failure("quota push: cannot list placements; retrying next round")
+            return False
+        for placement in placements:
+            self._placed[placement.tenant_id] = placement.server.fqdn
+            if placement.tenant_id not in self._tenants_read:
+                self._syncs.add(placement.tenant_id)
+        self._placements_loaded = True
+        _log.info("quota push: {count} placed tenants to send", count=len(placements))
+        return True
+
     async def _push_quotas(self) -> None:
-        if not await self._read_tenants():
+        if not await self._load_placements() or not await self._read_tenants():
             return
         placements: dict[str, Placement | None] = {}
         failed: set[str] = set()  # servers that failed once wait for the next round

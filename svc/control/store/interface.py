@@ -300,6 +300,9 @@ class ControlStore(Protocol):
     def get_placement(self, tenant_id: str) -> Deferred[Placement | None]:
         """The tenant's placement, if made."""
 
+    def list_placements(self) -> Deferred[tuple[Placement, ...]]:
+        """Every placement made, by tenant id (read at start by the quota push loop)."""
+
     def get_ca_material(
         self, kind: CaKind, tenant_id: str | None = None
     ) -> Deferred[CaMaterial | None]:

@@ -412,6 +412,9 @@ class TransactionalStore:
     def get_placement(self, tenant_id: str) -> Deferred[Placement | None]:
         return self._read(lambda: fleet.get_placement(tenant_id))
 
+    def list_placements(self) -> Deferred[tuple[Placement, ...]]:
+        return self._read(fleet.list_placements)
+
     def get_ca_material(
         self, kind: CaKind, tenant_id: str | None = None
     ) -> Deferred[CaMaterial | None]:

@@ -28,7 +28,7 @@ from svc.control.revocation_push import (
     unsuperseded,
 )
 from svc.control.store.interface import ControlStore
-from svc.control.store.values import Allocation, AllocationState, Tenant, User
+from svc.control.store.values import Allocation, AllocationState, Placement, Tenant, User
 from svc.control.test.test_dataplane_client import FakeDataPlane, credentials, fake_client
 from svc.pki.issuance import issue_control_cert
 from svc.testing.control_store import memory_control_store
@@ -260,8 +260,8 @@ class ControlPushLoopTests(PushLoopCase):
 
     def test_quota_sent_to_tenant_server(self) -> None:
         """A grant change goes at once to the server the tenant is placed on."""
-        fqdn = self.provision_and_place()
         self.loop.startService()
+        fqdn = self.provision_and_place()
         self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 99))
         self.assertEqual(
             self.planes[fqdn].bodies("/control/quotas"),
@@ -279,9 +279,9 @@ class ControlPushLoopTests(PushLoopCase):
 
     def test_quota_retried_newest_wins(self) -> None:
         """An undelivered update stays queued, superseded by a newer one, until delivered."""
+        self.loop.startService()
         fqdn = self.provision_and_place()
         self.planes[fqdn].reachable = False
-        self.loop.startService()
         self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 1))
         self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 2))
         self.assertEqual(self.loop.pending_quotas, (AgentGrant("acme", "acme", "a1", 2),))
@@ -294,26 +294,38 @@ class ControlPushLoopTests(PushLoopCase):
 
     def test_quota_queued_while_stopped(self) -> None:
         """An update queued before start is delivered by the first round."""
-        fqdn = self.provision_and_place()
+        self.provision()
         self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 7))
-        self.assertEqual(self.planes[fqdn].requests, [])
+        fqdn = self.place()
         self.loop.startService()
-        self.assertEqual(len(self.planes[fqdn].bodies("/control/quotas")), 1)
+        # The first round reads the placed tenant from the database too; the
+        # value read replaces the queued one (the database is the truth).
+        self.assertEqual(
+            self.planes[fqdn].bodies("/control/quotas"), [grant_body("a1", 1), budget_body(None)]
+        )
+        self.assertEqual(self.loop.pending_quotas, ())
 
 
 class GatedStore:
     """
     A store whose C{get_tenant} waits for the test (C{gate}) or fails
-    (C{broken}); every other call goes to the real one.
+    (C{broken}), and whose C{list_placements} fails on demand
+    (C{listing_broken}); every other call goes to the real one.
     """
 
     def __init__(self, store: ControlStore) -> None:
         self._store = store
         self.gate: Deferred[None] | None = None
         self.broken = False
+        self.listing_broken = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+    def list_placements(self) -> Deferred[tuple[Placement, ...]]:
+        if self.listing_broken:
+            return fail(RuntimeError("database down"))
+        return self._store.list_placements()
 
     def get_tenant(self, tenant_id: str) -> Deferred[Tenant]:
         if self.broken:
@@ -415,8 +427,8 @@ class TenantSyncTests(PushLoopCase):
 
     def test_reconcile_knows_tenants_of_delivered_updates(self) -> None:
         """A tenant that got an update through this loop is reconciled too."""
-        fqdn = self.provision_and_place()
         self.loop.startService()
+        fqdn = self.provision_and_place()
         self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 1))
         self.clock.advance(INTERVAL * RECONCILE)
         self.assertEqual(
@@ -472,9 +484,9 @@ class TenantSyncTests(PushLoopCase):
     def test_change_during_read_wins(self) -> None:
         """A budget change queued while the tenant is read is not overwritten by the older read."""
         gated, loop = self.gated()
+        loop.startService()
         fqdn = self.provision_and_place()
         self.set_budget(5)
-        loop.startService()
         gate: Deferred[None] = Deferred()
         gated.gate = gate
         loop.tenant_placed("acme")
@@ -496,6 +508,37 @@ class TenantSyncTests(PushLoopCase):
         gated.broken = False
         self.clock.advance(INTERVAL)
         self.assertEqual(self.quotas(fqdn), [budget_body(None), grant_body("a1", 1)])
+        self.assertTrue(loop.idle)
+
+    def test_start_sends_every_placed_tenant(self) -> None:
+        """
+        After a restart (no notice at all) the first round sends each placed
+        tenant's whole quotas to its server, and reconciling knows them.
+        """
+        fqdn = self.provision_and_place()
+        self.provision("b1", tenant="team", grant=4)
+        other = self.place("team")
+        self.provision("c1", tenant="unplaced", grant=3)
+        self.set_budget(11)
+        self.loop.startService()
+        self.assertEqual(self.quotas(fqdn), [budget_body(11), grant_body("a1", 1)])
+        self.assertEqual(self.quotas(other), [budget_body(11, "team"), grant_body("b1", 4, "team")])
+        self.assertEqual(self.loop.placed_tenants, {"acme", "team"})
+        self.assertTrue(self.loop.idle)
+
+    def test_listing_placements_retried(self) -> None:
+        """When the placements cannot be listed, quota work waits and the next round retries."""
+        gated, loop = self.gated()
+        fqdn = self.provision_and_place()
+        gated.listing_broken = True
+        loop.startService()
+        loop.quota_changed(AgentGrant("acme", "acme", "a1", 3))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 2)
+        self.assertEqual(self.quotas(fqdn), [])
+        self.assertFalse(loop.idle)
+        gated.listing_broken = False
+        self.clock.advance(INTERVAL)
+        self.assertEqual(self.quotas(fqdn), [grant_body("a1", 1), budget_body(None)])
         self.assertTrue(loop.idle)
 
     def test_reconcile_every_at_least_one(self) -> None:

@@ -113,6 +113,13 @@ class FleetContract(StoreCase):
         self.assertEqual(await self.store.place_tenant("t1", NOW + HOUR), first)
         self.assertEqual(await self.store.get_placement("t1"), first)
         self.assertIsNone(await self.store.get_placement("t3"))
+        self.assertEqual(await self.store.list_placements(), (first, second))
+
+    async def test_list_placements_empty(self) -> None:
+        """Before any placement the list is empty, even with servers and tenants."""
+        await self._tenants("t1")
+        await self.store.register_server("dp1.example.net", "a:1", 5, NOW)
+        self.assertEqual(await self.store.list_placements(), ())
 
     async def test_insufficient_capacity(self) -> None:
         """When every server is full (or none is registered) placement is insufficient_capacity."""

@@ -76,19 +76,28 @@ def list_servers() -> Transaction[tuple[Server, ...]]:
     return tuple(rows.server(row) for row in found.rows)
 
 
+_SELECT_PLACEMENT = (
+    "SELECT p.tenant_id, p.placed_us, "
+    + ", ".join(f"s.{column.strip()}" for column in rows.SERVER_COLUMNS.split(","))
+    + " FROM tenant_placements p JOIN servers s ON s.server_id = p.server_id"
+)
+
+
+def _placement(row: tuple[object, ...]) -> Placement:
+    return Placement(as_str(row[0]), rows.server(row[2:]), rows.at(row[1]))
+
+
 def get_placement(tenant_id: str) -> Transaction[Placement | None]:
     """Where tenant C{tenant_id} lives, if it has been placed."""
-    found: Rows = yield Sql(
-        "SELECT p.tenant_id, p.placed_us, "
-        + ", ".join(f"s.{column.strip()}" for column in rows.SERVER_COLUMNS.split(","))
-        + " FROM tenant_placements p JOIN servers s ON s.server_id = p.server_id"
-        " WHERE p.tenant_id = ?",
-        (tenant_id,),
-    )
+    found: Rows = yield Sql(f"{_SELECT_PLACEMENT} WHERE p.tenant_id = ?", (tenant_id,))
     row = found.one()
-    if row is None:
-        return None
-    return Placement(as_str(row[0]), rows.server(row[2:]), rows.at(row[1]))
+    return None if row is None else _placement(row)
+
+
+def list_placements() -> Transaction[tuple[Placement, ...]]:
+    """Every placement made, by tenant id."""
+    found: Rows = yield Sql(f"{_SELECT_PLACEMENT} ORDER BY p.tenant_id")
+    return tuple(_placement(row) for row in found.rows)
 
 
 def place_tenant(tenant_id: str, now_us: int) -> Transaction[PlacementOutcome]:
