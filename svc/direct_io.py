@@ -1,13 +1,15 @@
 """
 Writing whole new files with C{O_DIRECT}, past the page cache.
 
-On the project's virtual machines a buffered write of 4 MiB costs 7 to 12 ms
-of kernel CPU (page allocation and copy into the page cache: 300 to 600 MB/s),
-more than receiving the same bytes over TLS; the same write with C{O_DIRECT}
-from an aligned buffer costs about 0.5 ms and runs at about 1.9 GB/s
-(C{bench/README.md}, "Why chunk writes bypass the page cache"). Chunk files are
-written once, read rarely soon after, and must be fsync'd anyway, so they gain
-everything and lose nothing by bypassing the cache.
+On the project's virtual machines a buffered write of a new 4 MiB file often
+costs 7 to 12 ms of kernel CPU (allocating fresh page-cache pages, which the
+hypervisor must back, and copying into them: 300 to 600 MB/s), more than
+receiving the same bytes over TLS; the same write with C{O_DIRECT} from an
+aligned buffer costs about 0.5 ms and runs at about 1.9 GB/s (measured in
+C{docs/specifications/chunk-store.md}, "Measured"). Chunk files are written
+once, read rarely soon after, and must be fsync'd anyway, so they lose
+nothing by bypassing the cache; on any machine they save a copy and the
+page-cache churn.
 
 C{O_DIRECT} wants the buffer address, the file offset and the length aligned
 to the device's logical block size. L{DirectWriter} copies the data through a
