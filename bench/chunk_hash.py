@@ -41,7 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,30 +89,34 @@ def hash_file(path: str, buffer: bytearray, max_threads: int = 1) -> str:
     return hasher.hexdigest()
 
 
-def hash_mapped(path: str, max_threads: int = 1) -> str:
+@contextmanager
+def mapped(path: str) -> Iterator[memoryview]:
     """
-    Plain BLAKE3 of a file mapped read-only (no copy into the process), as
-    C{b3sum} does by default.
+    The file at C{path} mapped read-only, as one view (released on exit).
     """
     with open(path, "rb") as handle:
         mapping = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         mapping.madvise(mmap.MADV_SEQUENTIAL)
         with memoryview(mapping) as view:
-            digest = blake3(view, max_threads=max_threads).hexdigest()
+            yield view
         mapping.close()
-    return digest
+
+
+def hash_mapped(path: str, max_threads: int = 1) -> str:
+    """
+    Plain BLAKE3 of a file mapped read-only (no copy into the process), as
+    C{b3sum} does by default.
+    """
+    with mapped(path) as view:
+        return blake3(view, max_threads=max_threads).hexdigest()
 
 
 def cut_mapped(path: str) -> int:
     """
     Only the cut, no hashing, over the mapped file: the chunker's extra work.
     """
-    with open(path, "rb") as handle:
-        mapping = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        with memoryview(mapping) as view:
-            count = sum(1 for _ in iter_cut_points(view))
-        mapping.close()
-    return count
+    with mapped(path) as view:
+        return sum(1 for _ in iter_cut_points(view))
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
