@@ -26,7 +26,10 @@ Measured, MB = 10**6 bytes:
      bytes (C{svc.durable.write_file_atomically}), one at a time and
      C{min(window, io-threads)} at a time, the concurrency the store gets.
 2. Latency, sequential, of C{head_file} and C{manifest_get} of a small file
-   (C{--small-ops} each, after a warm-up) next to a 128-byte raw TLS echo.
+   and of C{small_file_commit} (a new 4 KiB chunk's C{chunk_put} and the
+   C{manifest_put} creating a file, pipelined: what a mount's close of a new
+   small file waits for) (C{--small-ops} each, after a warm-up) next to a
+   128-byte raw TLS echo.
 3. C{--connections} connections of distinct agents of one tenant, each
    looping C{head_file}/C{manifest_get} on its own file for C{--duration}
    seconds (one request in flight per connection); the reference is the same
@@ -398,6 +401,35 @@ def small_op(client: DataPlaneClient, path: str, op: str) -> Callable[[], Deferr
     return lambda: client.call(op, payload)
 
 
+def small_commit(client: DataPlaneClient, directory: str) -> Callable[[], Deferred[Any]]:
+    """
+    What closing a new small file costs the mount: C{chunk_put} of a new
+    C{SMALL_FILE_SIZE} chunk and the C{manifest_put} creating a new file,
+    sent back to back on the connection (the server runs the put after the
+    chunk is stored); fires when both are answered.
+    """
+    serial = iter(range(1 << 62))
+
+    def call() -> Deferred[Any]:
+        data = os.urandom(SMALL_FILE_SIZE)
+        name = chunk_hash(data)
+        put = client.call("chunk_put", {"hash": name}, data)
+        created = client.call(
+            "manifest_put",
+            {
+                "path": f"{directory}/c{next(serial)}",
+                "expected_version": 0,
+                "chunks": [[name, len(data)]],
+                "size": len(data),
+                "mode": 0o644,
+                "mtime_ns": time.time_ns(),
+            },
+        )
+        return gatherResults([put, created])
+
+    return call
+
+
 # -- the run -----------------------------------------------------------------
 
 
@@ -485,12 +517,14 @@ async def latency_phase(
     meter: CpuMeter,
 ) -> dict[str, list[float]]:
     """
-    Milliseconds per call of C{head_file}, C{manifest_get} and the raw echo,
+    Milliseconds per call of C{head_file}, C{manifest_get}, C{small_file_commit}
+    and the raw echo,
     interleaved (one of each per turn) so all three see the same machine.
     """
     calls: dict[str, Callable[[], Awaitable[object]]] = {
         "head_file": small_op(client, path, "head_file"),
         "manifest_get": small_op(client, path, "manifest_get"),
+        "small_file_commit": small_commit(client, path.rpartition("/")[0]),
         "raw_tls_echo": lambda: raw.echo(ECHO_BODY),
     }
 
@@ -504,7 +538,7 @@ async def latency_phase(
         return samples
 
     await turns(WARM_UP_CALLS)
-    return await meter.measure("latency_all_three", turns(options.small_ops))
+    return await meter.measure("latency", turns(options.small_ops))
 
 
 async def concurrency_phase(

@@ -5,7 +5,9 @@ file's changes (``docs/specifications/mount-consistency.md``).
 
 Write-back runs on C{flush}, C{fsync} and the last C{release} of a dirty
 file, holding the file's lock (writes to that file wait): the content is
-re-chunked and its novel chunks uploaded (L{svc.mount.writeback}), then
+re-chunked and its novel chunks uploaded (L{svc.mount.writeback}; a new
+file's write-behind, L{svc.mount.write_behind}, started by its writes, has
+usually cut and uploaded all but the tail already), then
 committed with a compare-and-swap under the namespace lock
 (L{svc.mount.commit}). A lost compare-and-swap that is not provably
 compatible saves this mount's version as a conflict copy beside the file,
@@ -31,6 +33,7 @@ from twisted.logger import Logger
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
+from svc.chunking import MAX_CHUNK_SIZE
 from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
 from svc.mount.client_audit import AuditLine
 from svc.mount.commit import (
@@ -47,6 +50,7 @@ from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
 from svc.mount.open_files import FileState, Handle
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
+from svc.mount.write_behind import WriteBehind
 from svc.mount.writeback import ChunkUploader, rechunk
 
 _log = Logger()
@@ -244,7 +248,43 @@ class FileOps:
             ctx.check_write(rel)
         async with handle.state.lock:
             await handle.state.write(offset, data)
+        self._write_behind(handle.state)
         return len(data)
+
+    def _write_behind(self, state: FileState) -> None:
+        """Start or poke the write-behind of a new file grown past its first cut."""
+        ctx = self._ctx
+        settings = ctx.settings
+        if (
+            settings.write_behind_files <= 0
+            or state.layout.clean_limit != 0
+            or ctx.read_only_reason is not None
+        ):
+            return
+        behind = state.write_behind
+        if behind is None:
+            if state.size < MAX_CHUNK_SIZE + settings.write_behind_lead_bytes:
+                return
+            uploader = self._uploader(ctx.write_session())
+            behind = state.write_behind = WriteBehind(
+                state.read,
+                lambda: state.size,
+                ctx.worker,
+                uploader,
+                ctx.write_behind_slots,
+                lead=settings.write_behind_lead_bytes,
+            )
+        behind.poke()
+
+    def _uploader(self, session: str | None) -> ChunkUploader:
+        settings = self._ctx.settings
+        return ChunkUploader(
+            self._ctx.remote,
+            session,
+            on_uploaded=self._uploaded,
+            batch_bytes=settings.batch_bytes,
+            probe_min_bytes=settings.probe_min_bytes,
+        )
 
     async def truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
         """
@@ -375,13 +415,7 @@ class FileOps:
             session = ctx.write_session()
             with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
                 ctx.check_write(rel)
-                uploader = ChunkUploader(
-                    ctx.remote,
-                    session,
-                    on_uploaded=self._uploaded,
-                    batch_bytes=ctx.settings.batch_bytes,
-                    probe_min_bytes=ctx.settings.probe_min_bytes,
-                )
+                uploader = self._uploader(session)
                 try:
                     await self._commit_changes(node, state, line, uploader, session)
                 finally:
@@ -397,8 +431,11 @@ class FileOps:
     ) -> None:
         """Rechunk, upload and commit C{state} (under its lock); see L{write_back}."""
         ctx = self._ctx
+        behind, state.write_behind = state.write_behind, None
+        sent_behind = await behind.stop() if behind is not None else 0
+        precut = behind.at if behind is not None and behind.chunks else None
         try:
-            chunks = await rechunk(state.layout, state.read, ctx.worker, uploader)
+            chunks = await rechunk(state.layout, state.read, ctx.worker, uploader, precut)
         except RemoteFailure as failure:
             raise ctx.write_failed(failure) from None
         if len(chunks) > MANIFEST_CHUNK_LIMIT:
@@ -434,9 +471,10 @@ class FileOps:
             copy = None
             if isinstance(outcome, Conflict):
                 copy = await save_copy(ctx, node, request, session)
+        chunks_new = uploader.uploaded + sent_behind
         line.extra.update(
-            chunks_new=uploader.uploaded,
-            chunks_reused=max(0, len(chunks) - uploader.uploaded),
+            chunks_new=chunks_new,
+            chunks_reused=max(0, len(chunks) - chunks_new),
             cas_retries=outcome.cas_retries,
         )
         if isinstance(outcome, Committed):

@@ -24,6 +24,7 @@ from svc.mount.inodes import InodeTable, Node
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
+from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
 from svc.mount.writeback import DEFAULT_BATCH_BYTES, DEFAULT_PROBE_MIN_BYTES
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.wire.errno import WireErrno
@@ -45,6 +46,9 @@ class FSSettings:
     memory_spill_file_bytes: int = DEFAULT_MEMORY_FILE_BYTES
     memory_spill_bytes: int = DEFAULT_MEMORY_BYTES
     max_cas_retries: int = 3
+    write_behind_files: int = DEFAULT_FILES
+    """Files whose write-behind may run at once (0 turns write-behind off)."""
+    write_behind_lead_bytes: int = DEFAULT_LEAD_BYTES
 
 
 DEFAULT_SETTINGS = FSSettings()
@@ -117,6 +121,7 @@ class FSContext:
         self.invalidate = invalidate
         self.invalidate_entry = invalidate_entry
         self.files = OpenFiles()
+        self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)
         self.namespace_lock = DeferredLock()
         self.read_only_reason: str | None = None

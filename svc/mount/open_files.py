@@ -28,6 +28,7 @@ from svc.chunking import ChunkRef
 from svc.mount.extents import FileLayout, Source
 from svc.mount.remote import IChunkSource, gather
 from svc.mount.spill import MemorySpill, SpillDirectory, SpillFile
+from svc.mount.write_behind import WriteBehind
 from svc.worker import IWorker
 
 DEFAULT_MEMO_BYTES = 64 << 20
@@ -132,6 +133,8 @@ class FileState:
     @ivar mtime_ns: the modification time to commit (set by writes and by
         C{setattr}), L{None} when unchanged since the base.
     @ivar handles: open handles sharing this state.
+    @ivar write_behind: the uploads running ahead of the write-back
+        (L{svc.mount.write_behind}), if started; told of every change here.
     """
 
     def __init__(
@@ -156,6 +159,7 @@ class FileState:
         self._memo = memo
         self._now_ns = now_ns
         self._spill: SpillHandle | None = None
+        self.write_behind: WriteBehind | None = None
 
     @property
     def dirty(self) -> bool:
@@ -236,6 +240,8 @@ class FileState:
             await self._worker.submit(lambda: spill.write(offset, data))
         self.layout.write(offset, len(data))
         self.mtime_ns = self._now_ns()
+        if self.write_behind is not None:
+            self.write_behind.touched(offset, offset + len(data))
 
     async def truncate(self, size: int) -> None:
         """Truncate or extend to C{size} (new bytes read as zeros)."""
@@ -245,6 +251,8 @@ class FileState:
                 spill.truncate(size)
             else:
                 await self._worker.submit(lambda: spill.truncate(size))
+        if self.write_behind is not None and size < self.layout.size:
+            self.write_behind.touched(size)
         self.layout.truncate(size)
         self.mtime_ns = self._now_ns()
 
@@ -285,10 +293,14 @@ class FileState:
         self.version = version
         self.layout.reset(base)
         self.mtime_ns = None
+        self.write_behind = None
         return self._retire()
 
     def close(self) -> Deferred[None] | None:
-        """The last handle is gone: retire the spill file."""
+        """The last handle is gone: stop any write-behind, retire the spill file."""
+        if self.write_behind is not None:
+            self.write_behind.cancel()
+            self.write_behind = None
         return self._retire()
 
     def _retire(self) -> Deferred[None] | None:

@@ -7,7 +7,9 @@ content from offset 0 would produce (FastCDC, L{svc.chunking}), but reads
 and cuts only around the changes:
 
  - A cut always starts at a real boundary of the new content (offset 0, or
-   the end of the previous chunk). If a base chunk starts there and is
+   the end of the previous chunk). If the file's write-behind
+   (L{svc.mount.write_behind}) already cut and stored a chunk starting
+   there, it is taken as is. If a base chunk starts there and is
    I{reusable} (L{svc.mount.extents.FileLayout.reusable}: its bytes and the
    byte after it are unchanged), cutting would find the same chunk, so it
    is taken as is: no read, no hashing, no upload. So the clean prefix is
@@ -67,8 +69,12 @@ round trip costs more than cutting and hashing them)."""
 Reader = Callable[[int, int], Deferred[bytes]]
 """C{read(offset, length)} of the content being written back."""
 
+Precut = Callable[[int], ChunkRef | None]
+"""C{at(offset)}: a chunk of the current content, already cut and stored,
+starting at C{offset} (L{svc.mount.write_behind.WriteBehind.at})."""
 
-def first_chunk(window: bytearray, length: int) -> tuple[int, str]:
+
+def first_chunk(window: bytes | bytearray, length: int) -> tuple[int, str]:
     """
     The first chunk of C{window[:length]} (which holds L{MAX_CHUNK_SIZE}
     bytes, or everything up to the end of the content): its length and
@@ -187,11 +193,12 @@ async def rechunk(
     read: Reader,
     worker: IWorker,
     uploader: ChunkUploader,
+    precut: Precut | None = None,
 ) -> tuple[ChunkRef, ...]:
     """
     The chunk list of the content described by C{layout} (read through
-    C{read}); every chunk not reused from the base goes to C{uploader}.
-    See the module docstring.
+    C{read}); every chunk not reused from the base or from C{precut} goes
+    to C{uploader}. See the module docstring.
     """
     size = layout.size
     zero = zero_chunk()
@@ -199,6 +206,12 @@ async def rechunk(
     position = 0
     window = bytearray()  # the content at [position, position + len(window))
     while position < size:
+        cut = precut(position) if precut is not None else None
+        if cut is not None:
+            chunks.append(cut)
+            _advance(window, cut.length)
+            position = cut.end
+            continue
         index = layout.base_index_at(position)
         if index is not None and layout.reusable(index):
             reused = layout.base[index]
