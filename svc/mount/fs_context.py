@@ -49,6 +49,7 @@ class FSSettings:
     write_behind_files: int = DEFAULT_FILES
     """Files whose write-behind may run at once (0 turns write-behind off)."""
     write_behind_lead_bytes: int = DEFAULT_LEAD_BYTES
+    """How far a new file must extend past a write-behind cut's window before the cut."""
 
 
 DEFAULT_SETTINGS = FSSettings()

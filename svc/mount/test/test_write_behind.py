@@ -39,7 +39,6 @@ class WriteBehindTests(SynchronousTestCase):
         self.server = ChunkServer()
         self.slots = Slots(1)
         self.state = self.new_state()
-        self.reads: list[tuple[int, int]] = []
 
     def new_state(self) -> FileState:
         state = FileState(
@@ -56,13 +55,13 @@ class WriteBehindTests(SynchronousTestCase):
 
     def attach(self, state: FileState, read: Reader | None = None) -> WriteBehind:
         uploader = ChunkUploader(Remote(self.server), None, batch_bytes=8 * MiB)
-
-        def counted(offset: int, length: int) -> Deferred[bytes]:
-            self.reads.append((offset, length))
-            return state.read(offset, length)
-
         behind = WriteBehind(
-            read or counted, lambda: state.size, ImmediateWorker(), uploader, self.slots, lead=LEAD
+            read or state.read,
+            lambda: state.size,
+            ImmediateWorker(),
+            uploader,
+            self.slots,
+            lead=LEAD,
         )
         state.write_behind = behind
         return behind
@@ -76,12 +75,14 @@ class WriteBehindTests(SynchronousTestCase):
         for offset in range(0, len(data), piece):
             self.write(state, offset, data[offset : offset + piece])
 
-    def write_back(self, state: FileState, behind: WriteBehind) -> tuple[list[ChunkRef], int]:
+    def write_back(
+        self, state: FileState, behind: WriteBehind, read: Reader | None = None
+    ) -> tuple[list[ChunkRef], int]:
         sent = self.successResultOf(Deferred.fromCoroutine(behind.stop()))
         uploader = ChunkUploader(Remote(self.server), None)
         chunks = self.successResultOf(
             Deferred.fromCoroutine(
-                rechunk(state.layout, state.read, ImmediateWorker(), uploader, behind.at)
+                rechunk(state.layout, read or state.read, ImmediateWorker(), uploader, behind.at)
             )
         )
         self.successResultOf(Deferred.fromCoroutine(uploader.finish()))
@@ -117,20 +118,13 @@ class WriteBehindTests(SynchronousTestCase):
         behind = self.attach(self.state)
         self.write_sequentially(self.state, data)
         frontier = behind.frontier
-        self.reads.clear()
         tail_reads: list[tuple[int, int]] = []
 
         def read(offset: int, length: int) -> Deferred[bytes]:
             tail_reads.append((offset, length))
             return self.state.read(offset, length)
 
-        self.successResultOf(Deferred.fromCoroutine(behind.stop()))
-        uploader = ChunkUploader(Remote(self.server), None)
-        chunks = self.successResultOf(
-            Deferred.fromCoroutine(
-                rechunk(self.state.layout, read, ImmediateWorker(), uploader, behind.at)
-            )
-        )
+        chunks, _ = self.write_back(self.state, behind, read)
         self.assertEqual(refs(chunks), refs(chunk_bytes(data)))
         self.assertTrue(tail_reads)
         self.assertGreaterEqual(min(offset for offset, _ in tail_reads), frontier)
