@@ -262,11 +262,22 @@ def start_processes(stack: Stack, state: dict[str, Any], control_env: dict[str, 
         control_env,
     )
     wait_until("the control plane", lambda: http("GET", control_url + "/healthz")[0] == 200)
+    start_dataplane(stack, state)
+    return control_url
+
+
+def start_dataplane(
+    stack: Stack, state: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> int:
+    """
+    Start the data plane (also used by tests restarting it); C{environ}
+    adds or overrides variables. Returns its pid.
+    """
     _say(
         f"starting the data plane on 127.0.0.1:{state['dataplane_port']} "
         f"(log: {stack.root / 'dataplane.log'})"
     )
-    stack.spawn(
+    return stack.spawn(
         "dataplane",
         [
             stack._bin("twist"),
@@ -276,9 +287,8 @@ def start_processes(stack: Stack, state: dict[str, Any], control_env: dict[str, 
             "--http-listen",
             f"tcp:{state['dataplane_http_port']}:interface=127.0.0.1",
         ],
-        stack.dataplane_environ(state),
+        {**stack.dataplane_environ(state), **(environ or {})},
     )
-    return control_url
 
 
 def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> None:

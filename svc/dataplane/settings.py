@@ -46,6 +46,7 @@ DEFAULT_SERVER_FQDN = "localhost"
 DEFAULT_STATE_DIR = "./svc-dataplane-state"
 DEFAULT_IO_THREADS = 4
 MAX_IO_THREADS = 64
+DEFAULT_IDLE_TIMEOUT_SECONDS = 300
 DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
 DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
 MAX_SECONDS = 10 * 365 * 24 * 3600
@@ -93,6 +94,7 @@ class DataPlaneSettings:
     retention: RetentionPolicy = attrs.field(factory=RetentionPolicy)
     lease_timings: LeaseTimings = attrs.field(factory=LeaseTimings)
     io_threads: int = DEFAULT_IO_THREADS
+    idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -157,6 +159,13 @@ class DataPlaneSettings:
             lease_timings=LeaseTimings.from_environ(environ),
             io_threads=env_int(
                 environ, "SVC_IO_THREADS", DEFAULT_IO_THREADS, minimum=1, maximum=MAX_IO_THREADS
+            ),
+            idle_timeout_seconds=env_int(
+                environ,
+                "SVC_IDLE_TIMEOUT_SECONDS",
+                DEFAULT_IDLE_TIMEOUT_SECONDS,
+                minimum=1,
+                maximum=MAX_SECONDS,
             ),
         )
 

@@ -197,7 +197,11 @@ class DataPlaneServer(MultiService):
             self.service,
             self._admission,
             reactor,
-            limits or ServerLimits(server_name=HELLO_SERVER_NAME),
+            limits
+            or ServerLimits(
+                server_name=HELLO_SERVER_NAME,
+                idle_timeout=float(settings.idle_timeout_seconds),
+            ),
         )
         self.certificate = self._certificate_component()
         self.certificate.setServiceParent(self)  # type: ignore[no-untyped-call]

@@ -25,7 +25,8 @@ from twisted.python import usage
 from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
 from svc.audit.sink import JsonlAuditSink
-from svc.dataplane.client import connect_dataplane
+from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient
@@ -173,8 +174,8 @@ class MountService(Service):
         self._schedule_refresh(lease.ttl_seconds)
         self._schedule_renewal()
 
-        host, _, port = creds.server_addr.rpartition(":")
-        self._dataplane = await connect_dataplane(reactor, (host, int(port)), creds.client_tls())
+        self._dataplane = ReconnectingClient(reactor, self._connect_dataplane)
+        await self._dataplane.start()
         remote = Remote(self._dataplane)
         self._cache = await ChunkCache.open(
             settings.chunk_dir, self._worker, reactor, emit=self._emit
@@ -213,6 +214,11 @@ class MountService(Service):
         )
         self._loop.mount()
         self._loop.ended.addCallback(self._loop_ended)
+
+    def _connect_dataplane(self) -> Deferred[DataPlaneClient]:
+        """A new data-plane connection with the current certificate and server address."""
+        host, _, port = self._creds.server_addr.rpartition(":")
+        return connect_dataplane(self._reactor, (host, int(port)), self._creds.client_tls())
 
     def _loop_ended(self, result: object) -> None:
         if not self._stopping:
@@ -255,6 +261,10 @@ class MountService(Service):
             try:
                 self._creds = await self._control.renew(self._creds)
                 _log.info("agent certificate renewed, serial {serial}", serial=self._creds.serial)
+                # The server ends connections admitted with the old leaf when
+                # it expires: move to one admitted with the new leaf now.
+                if self._dataplane is not None and await self._dataplane.switch():
+                    _log.info("data-plane connection moved to the renewed certificate")
             except Exception as error:
                 _log.warn("certificate renewal failed, retrying: {error}", error=error)
             self._schedule_renewal()

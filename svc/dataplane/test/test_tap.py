@@ -105,6 +105,7 @@ class OptionsTests(SynchronousTestCase):
             "SVC_CHUNK_GRACE_SECONDS": "0",
             "SVC_JOURNAL_RETENTION_SECONDS": "86400",
             "SVC_IO_THREADS": "8",
+            "SVC_IDLE_TIMEOUT_SECONDS": "45",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "2",
             "SVC_ADVERTISE_ADDR": "dp1.example.com:443",
             "SVC_HTTP_ADVERTISE_ADDR": "[2001:db8::1]:7444",
@@ -119,6 +120,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(settings.retention.chunk_grace_seconds, 0.0)
         self.assertEqual(settings.retention.journal_retention_seconds, 86400.0)
         self.assertEqual(settings.io_threads, 8)
+        self.assertEqual(settings.idle_timeout_seconds, 45)
         self.assertEqual(settings.lease_timings.revoke_timeout, 2.0)
         self.assertEqual(settings.control_url, "https://control.example:8443")
 
@@ -209,6 +211,7 @@ class RefusalTests(SynchronousTestCase):
             "SVC_CHUNK_GRACE_SECONDS": "-1",
             "SVC_JOURNAL_RETENTION_SECONDS": "a week",
             "SVC_IO_THREADS": "0",
+            "SVC_IDLE_TIMEOUT_SECONDS": "0",
             "SVC_LEASE_TTL_SECONDS": "0",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "100",
         }

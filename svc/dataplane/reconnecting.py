@@ -1,0 +1,361 @@
+"""
+A data-plane caller that outlives its connections.
+
+One TLS connection does not last as long as a mount: the server ends it
+after an idle period (GOAWAY C{idle_timeout}), when it restarts (GOAWAY
+C{shutdown}, or a plain connection loss), and when the certificate it was
+admitted with expires (GOAWAY C{credentials_expired}), and the network may
+drop it. L{ReconnectingClient} keeps the C{call(op, payload, raw, timeout=)}
+seam of L{svc.dataplane.client.DataPlaneClient} over a succession of
+connections, opened by a C{connect} callable (which picks up renewed
+credentials each time it is called). The rules, from the client error tree
+(L{svc.dataplane.client_errors}):
+
+ - A connection is used until it fails a call as L{NotExecuted} or
+   L{OutcomeUnknown} (other than a timeout), receives GOAWAY, or closes.
+   Then it is dropped; the next call that needs one opens a new connection
+   (on demand: an idle client holds no connection).
+ - A call that was L{NotExecuted} is sent again on the next connection. A
+   call whose outcome is unknown is sent again only when its op is in
+   L{RESENDABLE_OPS} (reads, and C{chunk_put}, which stores the same bytes
+   under the same name however often it runs); any other op fails with the
+   L{OutcomeUnknown}, since it may have run.
+ - Calls waiting for a connection are sent on it in the order they were
+   first made (a request sees the effects of every earlier request on the
+   same connection, and pipelined writers rely on that).
+ - A call waits at most C{connect_wait} seconds for a connection (and never
+   past its own timeout), then fails L{NotExecuted} naming the last
+   connection error. While calls wait, attempts repeat with exponential
+   backoff from C{backoff_initial} to C{backoff_max} seconds.
+ - L{ReconnectingClient.switch} opens a connection first and then moves new
+   calls to it, closing the old one in order (answers still expected are
+   awaited): after a certificate renewal, no call sees a gap.
+
+Design: ``docs/specifications/mount-runtime.md`` section 6.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from svc.dataplane.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
+from svc.dataplane.client_errors import CallTimedOut, NotExecuted, OutcomeUnknown
+from svc.dataplane.protocol import DataPlaneClock
+from svc.wire.control import GoAway
+from svc.wire.frame import Buffer
+from svc.wire.ops import Op
+
+_log = Logger()
+
+__all__ = [
+    "RESENDABLE_OPS",
+    "IConnection",
+    "ReconnectClock",
+    "ReconnectPolicy",
+    "ReconnectingClient",
+]
+
+RESENDABLE_OPS = frozenset(
+    {
+        Op.LIST,
+        Op.HEAD_FILE,
+        Op.MANIFEST_GET,
+        Op.READLINK,
+        Op.CHUNK_GET,
+        Op.CHUNK_HAS,
+        Op.CHUNK_PUT,
+        Op.JOURNAL_QUERY,
+        Op.PING,
+    }
+)
+"""Ops that may run twice with the effect of running once: resent after an unknown outcome."""
+
+
+class IConnection(Protocol):
+    """The part of L{svc.dataplane.client.DataPlaneClient} this module uses."""
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object] | None = None,
+        raw: Buffer = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        """Send C{op}."""
+
+    def on_push(self, callback: PushCallback) -> None:
+        """Deliver pushes to C{callback}."""
+
+    @property
+    def going_away(self) -> GoAway | None:
+        """The server's GOAWAY, once received."""
+
+    def close(self) -> Deferred[None]:
+        """Close in order."""
+
+    def when_closed(self) -> Deferred[None]:
+        """Fires once the connection is gone."""
+
+
+class ReconnectClock(DataPlaneClock, Protocol):
+    """The part of C{IReactorTime} used here (a reactor or a C{Clock})."""
+
+    def seconds(self) -> float:
+        """The current time in seconds."""
+
+
+@attrs.frozen
+class ReconnectPolicy:
+    """
+    How long calls wait for a connection and how attempts are spaced.
+
+    @ivar call_timeout: a call's whole budget when it names none (seconds).
+    @ivar connect_wait: the longest a call waits for a connection.
+    @ivar backoff_initial: the pause after the first failed attempt.
+    @ivar backoff_max: the longest pause between attempts.
+    """
+
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+    connect_wait: float = 20.0
+    backoff_initial: float = 0.25
+    backoff_max: float = 5.0
+
+
+@attrs.define(eq=False, order=False)
+class _Waiter:
+    seq: int
+    deferred: Deferred[IConnection]
+
+    def __lt__(self, other: _Waiter) -> bool:
+        return self.seq < other.seq
+
+
+class ReconnectingClient:
+    """
+    See the module docstring. Call L{start} once; then L{call} as on one
+    connection.
+
+    @ivar connections: how many connections were admitted so far.
+    """
+
+    def __init__(
+        self,
+        clock: ReconnectClock,
+        connect: Callable[[], Deferred[Any]],
+        policy: ReconnectPolicy = ReconnectPolicy(),
+    ) -> None:
+        """
+        @param clock: the reactor (or a test C{Clock}).
+        @param connect: opens a connection and fires with it once the server
+            admitted it (L{svc.dataplane.client.connect_dataplane} with the
+            current credentials), or fails.
+        """
+        self._clock = clock
+        self._connect = connect
+        self._policy = policy
+        self._current: IConnection | None = None
+        self._waiters: list[_Waiter] = []
+        self._connecting = False
+        self._closed = False
+        self._last_error = "not connected yet"
+        self._push_callbacks: list[PushCallback] = []
+        self._seq = itertools.count()
+        self.connections = 0
+
+    # -- life cycle ---------------------------------------------------------
+
+    def start(self) -> Deferred[None]:
+        """
+        Open the first connection; fails with its error (no retry: a client
+        that cannot connect at start should say so).
+        """
+
+        async def starting() -> None:
+            self._adopt(await self._connect())
+
+        return Deferred.fromCoroutine(starting())
+
+    def switch(self) -> Deferred[bool]:
+        """
+        Open a new connection (with the credentials C{connect} now uses),
+        send new calls on it and close the old one in order. Fires with
+        whether it switched; a failed attempt keeps the old connection.
+        """
+
+        async def switching() -> bool:
+            try:
+                fresh = await self._connect()
+            except Exception as error:
+                _log.warn("could not open a new data-plane connection: {error}", error=error)
+                return False
+            if self._closed:
+                await fresh.close()
+                return False
+            old, self._current = self._current, None
+            self._adopt(fresh)
+            if old is not None:
+                await old.close()
+            return True
+
+        return Deferred.fromCoroutine(switching())
+
+    def close(self) -> Deferred[None]:
+        """Close the connection in order; calls waiting for one fail L{NotExecuted}."""
+        self._closed = True
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.deferred.called:
+                waiter.deferred.errback(NotExecuted("client closing"))
+        current, self._current = self._current, None
+        if current is None:
+            return succeed(None)
+        return current.close()
+
+    def on_push(self, callback: PushCallback) -> None:
+        """Deliver the pushes of this and every later connection to C{callback}."""
+        self._push_callbacks.append(callback)
+        if self._current is not None:
+            self._current.on_push(callback)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open and taking calls."""
+        return self._usable(self._current)
+
+    # -- calls --------------------------------------------------------------
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object] | None = None,
+        raw: Buffer = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        """
+        Send C{op} on the current connection, opening one if needed; see the
+        module docstring for when it is sent again. Fails with the client's
+        errors (L{NotExecuted} when no connection could be had in time).
+        """
+        seq = next(self._seq)
+        budget = self._policy.call_timeout if timeout is None else timeout
+        deadline = self._clock.seconds() + budget
+        return Deferred.fromCoroutine(self._call(seq, deadline, op, payload or {}, raw))
+
+    async def _call(
+        self, seq: int, deadline: float, op: str, payload: Mapping[str, object], raw: Buffer
+    ) -> Reply:
+        while True:
+            connection = await self._connection_for(seq, deadline)
+            remaining = max(0.0, deadline - self._clock.seconds())
+            try:
+                return await connection.call(op, payload, raw, timeout=remaining)
+            except CallTimedOut:
+                raise
+            except NotExecuted as error:
+                self._drop(connection, error)
+                if self._clock.seconds() >= deadline:
+                    raise
+            except OutcomeUnknown as error:
+                self._drop(connection, error)
+                if op not in RESENDABLE_OPS or self._clock.seconds() >= deadline:
+                    raise
+
+    def _usable(self, connection: IConnection | None) -> bool:
+        return connection is not None and connection.going_away is None
+
+    def _connection_for(self, seq: int, deadline: float) -> Deferred[IConnection]:
+        current = self._current
+        if self._usable(current):
+            assert current is not None
+            return succeed(current)
+        if current is not None:
+            self._drop(current, None)
+        if self._closed:
+            raise NotExecuted("client closing")
+        waiter = _Waiter(seq, Deferred())
+        bisect.insort(self._waiters, waiter)
+        wait = min(deadline - self._clock.seconds(), self._policy.connect_wait)
+        timer = self._clock.callLater(max(0.0, wait), self._gave_up, waiter)
+        waiter.deferred.addBoth(_cancelling(timer))
+        self._ensure_connecting()
+        return waiter.deferred
+
+    def _gave_up(self, waiter: _Waiter) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not waiter.deferred.called:
+            waiter.deferred.errback(NotExecuted(f"no data-plane connection: {self._last_error}"))
+
+    # -- connections --------------------------------------------------------
+
+    def _drop(self, connection: IConnection, error: Exception | None) -> None:
+        if connection is not self._current:
+            return
+        self._current = None
+        reason = connection.going_away
+        why = f"GOAWAY {reason.reason}" if reason is not None else str(error or "closed")
+        self._last_error = why
+        _log.info("data-plane connection ended ({why}); the next call reconnects", why=why)
+
+    def _adopt(self, connection: IConnection) -> None:
+        self.connections += 1
+        self._current = connection
+        for callback in self._push_callbacks:
+            connection.on_push(callback)
+        connection.when_closed().addCallback(lambda _: self._drop(connection, None))
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.deferred.called:
+                waiter.deferred.callback(connection)
+
+    def _ensure_connecting(self) -> None:
+        if not self._connecting:
+            self._connecting = True
+            Deferred.fromCoroutine(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        delay = self._policy.backoff_initial
+        attempt = 0
+        try:
+            while self._waiters and not self._closed:
+                attempt += 1
+                try:
+                    connection = await self._connect()
+                except Exception as error:
+                    self._last_error = str(error) or type(error).__name__
+                    _log.warn(
+                        "data-plane connection attempt {attempt} failed: {error}",
+                        attempt=attempt,
+                        error=self._last_error,
+                    )
+                    clock: Any = self._clock
+                    await deferLater(clock, delay)
+                    delay = min(delay * 2, self._policy.backoff_max)
+                    continue
+                if self._closed:
+                    await connection.close()
+                    return
+                _log.info("data-plane connection open again (attempt {attempt})", attempt=attempt)
+                self._adopt(connection)
+                return
+        finally:
+            self._connecting = False
+
+
+def _cancelling(timer: Any) -> Callable[[object], object]:
+    def cancel(result: object) -> object:
+        if timer.active():
+            timer.cancel()
+        return result
+
+    return cancel
