@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 from twisted.trial.unittest import SkipTest, TestCase
 
-from tests.mount_harness import BIN, MountStackCase, skip_reason
+from tests.mount_harness import BIN, MountStackCase, audit_lines, skip_reason
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
@@ -70,6 +72,39 @@ class MountSystemTests(MountStackCase):
         self.assertEqual(after, before)
         if shutil.which("sqlite3"):
             self.assertEqual(self.sh("sqlite3 db.sqlite 'select sum(x) from t'"), "6\n")
+
+    def test_sighup_reopens_the_audit_log(self) -> None:
+        """After rename + SIGHUP the mount keeps serving; later lines go to a new file."""
+        mount = self.mount()
+        self.sh("echo one > one.txt", mount)
+        self.wait_for_flush(mount.audit, "one.txt")
+        rotated = mount.audit.with_name("rotated.jsonl")
+        mount.audit.rename(rotated)
+        mount.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "reopening the audit log" not in mount.log.read_text(errors="replace"):
+            self.assertLess(time.monotonic(), deadline, "no reopen logged")
+            time.sleep(0.1)
+        self.sh("echo two > two.txt", mount)
+        self.wait_for_flush(mount.audit, "two.txt")
+        self.assertTrue(os.path.ismount(self.mount_point))
+        self.assertIsNone(mount.process.poll())
+        flushed = {
+            Path(line["path"]).name for line in audit_lines(rotated) if line["event"] == "flush"
+        }
+        self.assertIn("one.txt", flushed)
+        self.assertNotIn("two.txt", flushed)
+        self.unmount(mount)
+
+    def wait_for_flush(self, audit: Path, name: str) -> None:
+        """Wait until C{audit} has a C{flush} line for a file called C{name}."""
+        deadline = time.monotonic() + 30
+        while not any(
+            line["event"] == "flush" and Path(line["path"]).name == name
+            for line in audit_lines(audit)
+        ):
+            self.assertLess(time.monotonic(), deadline, f"no flush line for {name}")
+            time.sleep(0.1)
 
 
 class MountStartFailureTests(TestCase):

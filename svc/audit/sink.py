@@ -28,6 +28,7 @@ with the lines around it.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -300,19 +301,56 @@ class JsonlAuditSink:
         self._fd = None
 
 
+InstallSignal = Callable[[int, Any], Any]
+"""C{signal.signal}, or a test's stand-in."""
+
+
 class AuditLogService(Service):
     """
     Runs a L{JsonlAuditSink} as part of a service tree: started with the
     tree, stopped (everything queued written and synced) before it ends.
+    Given C{install_signal}, it handles C{SIGHUP} while running by reopening
+    the log (rotation: rename the file, then send SIGHUP) and puts the
+    previous handler back when it stops.
     """
 
-    def __init__(self, sink: JsonlAuditSink) -> None:
+    def __init__(
+        self,
+        sink: JsonlAuditSink,
+        *,
+        reactor: Any = None,
+        install_signal: InstallSignal | None = None,
+    ) -> None:
+        """
+        @param reactor: where the reopen runs (C{callFromThread}); needed
+            with C{install_signal}.
+        @param install_signal: C{signal.signal} to handle SIGHUP; L{None}
+            leaves signals alone.
+        """
         self.sink = sink
+        self._reactor = reactor
+        self._install_signal = install_signal if reactor is not None else None
+        self._previous_sighup: Any = None
 
     def startService(self) -> None:
         self.sink.start()
+        if self._install_signal is not None:
+            self._previous_sighup = self._install_signal(signal.SIGHUP, self._sighup)
         super().startService()  # type: ignore[no-untyped-call]
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
+        if self._install_signal is not None and self._previous_sighup is not None:
+            self._install_signal(signal.SIGHUP, self._previous_sighup)
+            self._previous_sighup = None
         return self.sink.stop()
+
+    def _sighup(self, signum: int, frame: object) -> None:
+        self._reactor.callFromThread(self.reopen)
+
+    def reopen(self) -> Deferred[None]:
+        """Reopen the audit log file (after it was renamed for rotation)."""
+        _log.info("reopening the audit log {path}", path=str(self.sink.path))
+        reopened = self.sink.reopen()
+        reopened.addErrback(lambda f: _log.failure("reopening the audit log failed", f))
+        return reopened

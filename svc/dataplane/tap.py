@@ -47,7 +47,7 @@ from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.web.server import Site
 
-from svc.audit.sink import AuditLogService, JsonlAuditSink
+from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.config import ConfigError
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
 from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_dataplane
@@ -76,10 +76,6 @@ HELLO_SERVER_NAME = "svc-dataplane"
 START_FAILED_STATUS = 1
 
 _log = Logger()
-
-InstallSignal = Callable[[int, Any], Any]
-"""C{signal.signal}, or a test's stand-in."""
-
 
 class Options(usage.Options):
     """
@@ -175,13 +171,15 @@ class DataPlaneServer(MultiService):
         settings = config.settings
         self._config = config
         self._reactor = reactor
-        self._install_signal = install_signal
-        self._previous_sighup: Any = None
         self._exit_on_failure = exit_on_failure
         self._io = ThreadWorker(reactor, "svc-dataplane-io", threads=settings.io_threads)
         self.registry = CollectorRegistry()
         self.metrics = DataPlaneMetrics(self.registry)
-        self.audit = AuditLogService(JsonlAuditSink(settings.audit_log, reactor))
+        self.audit = AuditLogService(
+            JsonlAuditSink(settings.audit_log, reactor),
+            reactor=reactor,
+            install_signal=install_signal,
+        )
         self.audit.setServiceParent(self)  # type: ignore[no-untyped-call]
         self.service = DataPlaneService(
             self._new_engine,
@@ -311,7 +309,6 @@ class DataPlaneServer(MultiService):
 
         await self._io.submit(make_roots)
         self.audit.startService()
-        self._install_sighup()
         _log.info(
             "svc-dataplane starting: server certificate {source}",
             source="from the given files"
@@ -365,27 +362,6 @@ class DataPlaneServer(MultiService):
         self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)
         self._reactor.stop()
 
-    # SIGHUP: reopen the audit log (rotation)
-
-    def _install_sighup(self) -> None:
-        if self._install_signal is not None:
-            self._previous_sighup = self._install_signal(signal.SIGHUP, self._sighup)
-
-    def _remove_sighup(self) -> None:
-        if self._install_signal is not None and self._previous_sighup is not None:
-            self._install_signal(signal.SIGHUP, self._previous_sighup)
-            self._previous_sighup = None
-
-    def _sighup(self, signum: int, frame: object) -> None:
-        self._reactor.callFromThread(self.reopen_audit_log)
-
-    def reopen_audit_log(self) -> Deferred[None]:
-        """Reopen the audit log file (after it was renamed for rotation)."""
-        _log.info("reopening the audit log {path}", path=str(self.audit.sink.path))
-        reopened = self.audit.sink.reopen()
-        reopened.addErrback(lambda f: _log.failure("reopening the audit log failed", f))
-        return reopened
-
     # Stopping
 
     def stopService(self) -> Deferred[None]:
@@ -395,7 +371,6 @@ class DataPlaneServer(MultiService):
     async def _stop(self) -> None:
         if self.started is not None and not self.started.called:
             self.started.cancel()
-        self._remove_sighup()
         ports, self._ports = self._ports, []
         await DeferredList([port.stopListening() for port in ports], consumeErrors=True)
         steps: list[tuple[str, Callable[[], object]]] = [

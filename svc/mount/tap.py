@@ -12,6 +12,7 @@ every open file, unmount, release the lease, close the connection.
 from __future__ import annotations
 
 import os
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -24,7 +25,7 @@ from twisted.python import usage
 
 from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
-from svc.audit.sink import JsonlAuditSink
+from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
@@ -106,9 +107,20 @@ def agent_id_of(leaf: Any) -> str:
 class MountService(Service):
     """The whole mount client: see the module docstring."""
 
-    def __init__(self, reactor: Any, settings: MountSettings) -> None:
+    def __init__(
+        self,
+        reactor: Any,
+        settings: MountSettings,
+        *,
+        install_signal: InstallSignal | None = signal.signal,
+    ) -> None:
+        """
+        @param install_signal: installs the SIGHUP handler that reopens the
+            audit log (L{None}: none).
+        """
         self._reactor = reactor
         self._settings = settings
+        self._install_signal = install_signal
         self._stopping = False
         self._timers: list[Any] = []
         self._fs: Any = None
@@ -118,13 +130,13 @@ class MountService(Service):
         self._creds: Any = None
         self._dataplane: Any = None
         self._cache: Any = None
-        self._sink: Any = None
+        self._audit: AuditLogService | None = None
         self._worker: Any = None
         self.ready: Deferred[None] = Deferred()
 
     def _emit(self, event: AuditEvent) -> None:
-        if self._sink is not None:
-            self._sink.emit(event)
+        if self._audit is not None:
+            self._audit.sink.emit(event)
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
@@ -150,8 +162,12 @@ class MountService(Service):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         policy = load_policy_file(settings.policy_file) if settings.policy_file else UNRESTRICTED
         if settings.audit_log is not None:
-            self._sink = JsonlAuditSink(settings.audit_log, reactor)
-            self._sink.start()
+            self._audit = AuditLogService(
+                JsonlAuditSink(settings.audit_log, reactor),
+                reactor=reactor,
+                install_signal=self._install_signal,
+            )
+            self._audit.startService()
         self._worker = ThreadWorker(reactor, "svc-mount-worker", threads=2)
 
         self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
@@ -299,8 +315,8 @@ class MountService(Service):
             await self._dataplane.close()
         if self._cache is not None:
             await self._cache.close()
-        if self._sink is not None:
-            await self._sink.stop()
+        if self._audit is not None:
+            await self._audit.stopService()
 
 
 def makeService(options: Options) -> IService:

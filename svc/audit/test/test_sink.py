@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import threading
 from collections.abc import Callable
@@ -237,3 +238,44 @@ class AuditLogServiceTests(SynchronousTestCase):
         reactor.run_pending()
         self.successResultOf(stopped)
         self.assertEqual([line["size"] for line in read_lines(path)], [5])
+
+    def test_sighup_reopens_while_running(self) -> None:
+        """With install_signal, SIGHUP reopens the log; stopping restores the old handler."""
+        path = Path(self.mktemp())
+        reactor = ThreadCallsReactor()
+        handlers: dict[int, Any] = {signal.SIGHUP: "previous"}
+
+        def install(signum: int, handler: Any) -> Any:
+            previous = handlers.get(signum)
+            handlers[signum] = handler
+            return previous
+
+        sink = JsonlAuditSink(path, reactor)
+        service = AuditLogService(sink, reactor=reactor, install_signal=install)
+        service.startService()
+        sink.emit(event(1))
+        path.rename(path.with_name("rotated.log"))
+        handlers[signal.SIGHUP](signal.SIGHUP, None)
+        reactor.run_pending()  # the handler hands the reopen to the reactor
+        reactor.wait()  # the writer reopened the path
+        sink.emit(event(2))
+        stopped = service.stopService()
+        self.assertEqual(handlers[signal.SIGHUP], "previous")
+        self.assertTrue(sink.join(WAIT))
+        reactor.run_pending()
+        self.successResultOf(stopped)
+        self.assertEqual([line["size"] for line in read_lines(path)], [2])
+        self.assertEqual([line["size"] for line in read_lines(path.with_name("rotated.log"))], [1])
+
+    def test_no_signal_handling_by_default(self) -> None:
+        """Without install_signal the service leaves SIGHUP alone."""
+        before = signal.getsignal(signal.SIGHUP)
+        reactor = ThreadCallsReactor()
+        sink = JsonlAuditSink(Path(self.mktemp()), reactor)
+        service = AuditLogService(sink)
+        service.startService()
+        self.assertIs(signal.getsignal(signal.SIGHUP), before)
+        stopped = service.stopService()
+        self.assertTrue(sink.join(WAIT))
+        reactor.run_pending()
+        self.successResultOf(stopped)
