@@ -60,8 +60,12 @@ OP_LABELS: tuple[str, ...] = (
     "lease_refresh",
     "lease_release",
     "lease_revoke",
+    "statfs",
 )
-"""The C{op} label values of the specification (there is no C{read})."""
+"""
+The C{op} label values of the specification (there is no C{read}), and
+C{statfs}, the operation this project adds (``docs/decisions.md``).
+"""
 
 BYTE_DIRECTIONS: Mapping[str, frozenset[str]] = {
     "in": frozenset({"chunk_put", "manifest_put"}),

@@ -13,10 +13,14 @@ outcome. Every op is timed into C{svc_dataplane_op_duration_seconds}.
 
 Ordering (wire section 5: a request sees the effects of every earlier
 request of its connection): namespace, journal, lease and C{close} requests
-run one at a time in arrival order; C{chunk_get} and C{chunk_has} wait for
-the earlier ones but do not hold up later ones; C{chunk_put} starts at once,
-and any later request naming its hash waits for it; C{ping} waits for
-nothing.
+run one at a time in arrival order; C{chunk_get}, C{chunk_has} and
+C{statfs} wait for the earlier ones but do not hold up later ones;
+C{chunk_put} starts at once, and any later request naming its hash waits for
+it; C{ping} waits for nothing.
+
+C{statfs}, C{ping}, C{close} and the lease requests write no per-request
+audit line: the specification names no event for them (lease events come
+from the lease table).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ AUDIT_PATH_LIMIT = 4096
 """A refused path longer than this (in characters) is logged truncated."""
 
 _UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
-_AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS})
+_AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS, Op.STATFS})
 _PATH_EMPTY_OPS = frozenset(
     {Op.CHUNK_GET, Op.CHUNK_PUT, Op.CHUNK_HAS, Op.JOURNAL_QUERY, Op.JOURNAL_REVERT_PATH}
 )
@@ -80,6 +84,7 @@ _AUDITED_OPS = frozenset(Op) - {
     Op.LEASE_REFRESH,
     Op.LEASE_RELEASE,
     Op.LEASE_REVOKE,
+    Op.STATFS,
     Op.PING,
     Op.CLOSE,
 }

@@ -52,6 +52,7 @@ from svc.dataplane.replies import (
     put_map,
     rename_map,
     revert_map,
+    statfs_map,
 )
 from svc.policy import PathPolicy
 from svc.store.journal import JournalQuery
@@ -275,6 +276,16 @@ async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Re
     return Outcome(OpReply(attributes_map(result.attributes)))
 
 
+# The disk.
+
+
+async def _statfs(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
+    # The agent is the certificate's: the request names none.
+    storage = await conn.storage()
+    usage = await storage.quota_usage(conn.agent_id)
+    return Outcome(OpReply(statfs_map(usage)))
+
+
 # Journal.
 
 
@@ -405,6 +416,7 @@ _HANDLERS = {
     Op.READLINK: _readlink,
     Op.MKNOD: _mknod,
     Op.LINK: _link,
+    Op.STATFS: _statfs,
     Op.CHUNK_GET: chunk_get,
     Op.CHUNK_PUT: chunk_put,
     Op.CHUNK_HAS: chunk_has,

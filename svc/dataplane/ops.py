@@ -279,7 +279,7 @@ class LeaseIdRequest:
 
 @attrs.frozen
 class EmptyRequest:
-    """C{ping}, C{close}: no arguments."""
+    """C{statfs}, C{ping}, C{close}: no arguments."""
 
 
 Request = (
@@ -453,6 +453,7 @@ _PARSERS: Mapping[Op, Callable[[Mapping[str, object]], Request]] = {
     Op.READLINK: lambda p: ReadlinkRequest(require_str(p, "path")),
     Op.MKNOD: _parse_mknod,
     Op.LINK: _two_paths,
+    Op.STATFS: lambda p: EmptyRequest(),
     Op.CHUNK_GET: lambda p: ChunkGetRequest(_chunk_hash(p)),
     Op.CHUNK_PUT: lambda p: ChunkPutRequest(_chunk_hash(p), session_value(p)),
     Op.CHUNK_HAS: _parse_chunk_has,

@@ -21,6 +21,7 @@ from svc.store.manifest_values import (
     PutResult,
     RenameResult,
 )
+from svc.store.quota import QuotaUsage
 
 Reply = dict[str, object]
 
@@ -108,6 +109,22 @@ def put_map(result: PutResult) -> Reply:
 def rename_map(result: RenameResult) -> Reply:
     """C{manifest_rename}: C{moved} names and whether a destination was C{replaced}."""
     return {"moved": result.moved_names, "replaced": result.replaced is not None}
+
+
+def statfs_map(usage: QuotaUsage) -> Reply:
+    """
+    C{statfs}: C{used_bytes}, C{grant_bytes} (nil: no grant),
+    C{budget_bytes} (nil: no account budget), C{account_used_bytes} and
+    C{available_bytes} (nil when neither limit exists). Every key is always
+    sent.
+    """
+    return {
+        "used_bytes": usage.used_bytes,
+        "grant_bytes": usage.grant_bytes,
+        "budget_bytes": usage.budget_bytes,
+        "account_used_bytes": usage.account_used_bytes,
+        "available_bytes": usage.available_bytes,
+    }
 
 
 def _snapshot_fields(prefix: str, snapshot: Snapshot | None, reply: Reply) -> None:

@@ -31,6 +31,7 @@ from svc.mount.errors import RemoteFailure, local_errno
 from svc.mount.remote_values import (
     BadReply,
     ChunkEntry,
+    DiskUsage,
     LastWriter,
     LeaseAnswer,
     ListedEntry,
@@ -42,6 +43,7 @@ from svc.mount.remote_values import (
     get_field,
     optional_field,
     parse_attributes,
+    parse_disk_usage,
     parse_lease,
 )
 from svc.wire.errors import CodecError
@@ -54,6 +56,7 @@ __all__ = [
     "MANIFEST_CHUNK_LIMIT",
     "ChunkEntry",
     "DirectChunkSource",
+    "DiskUsage",
     "IChunkSource",
     "IDataPlaneCaller",
     "LastWriter",
@@ -200,6 +203,10 @@ class Remote:
         return self._request(
             "readlink", {"path": path}, lambda r: get_field(r.payload, "target", str)
         )
+
+    def statfs(self) -> Deferred[DiskUsage]:
+        """The usage and limits of the agent's disk (the certificate's agent)."""
+        return self._request("statfs", {}, lambda r: parse_disk_usage(r.payload))
 
     # Writes (each takes the mount session)
 

@@ -1,13 +1,14 @@
 """
 The replies of the data-plane operations as frozen values, and their
 parsers (``docs/specifications/dataplane-ops.md`` sections 2 and 3). A reply
-without the documented shape raises L{BadReply}. Pure.
+without the documented shape raises L{BadReply} (or L{ValueError}, from a
+value's own checks). Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -92,6 +93,39 @@ class LeaseAnswer:
     reason: str | None = None
 
 
+def _count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attribute.name} is {value!r}, not a byte count")
+
+
+def _optional_count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _count(instance, attribute, value)
+
+
+def _room(instance: DiskUsage, attribute: attrs.Attribute[Any], value: object) -> None:
+    _optional_count(instance, attribute, value)
+    limited = instance.grant_bytes is not None or instance.budget_bytes is not None
+    if limited != (value is not None):
+        raise ValueError("available_bytes must be nil exactly when there is no grant and no budget")
+
+
+@attrs.frozen
+class DiskUsage:
+    """
+    C{statfs}: the agent's disk usage and the limits on it, in bytes; a
+    limit of L{None} does not exist, and C{available_bytes} is L{None}
+    exactly when neither does. Building one with other values raises
+    L{ValueError}.
+    """
+
+    used_bytes: int = attrs.field(validator=_count)
+    grant_bytes: int | None = attrs.field(validator=_optional_count)
+    budget_bytes: int | None = attrs.field(validator=_optional_count)
+    account_used_bytes: int = attrs.field(validator=_count)
+    available_bytes: int | None = attrs.field(validator=_room)
+
+
 class BadReply(Exception):
     """A reply that does not have the documented shape."""
 
@@ -147,6 +181,17 @@ def chunk_entries(value: object) -> tuple[ChunkEntry, ...]:
             raise BadReply(f"bad chunk list entry {item!r}")
         entries.append(ChunkEntry(item[0], item[1]))
     return tuple(entries)
+
+
+def parse_disk_usage(payload: Mapping[str, object]) -> DiskUsage:
+    """A C{statfs} answer (every key present, limits nil when absent)."""
+    return DiskUsage(
+        used_bytes=get_field(payload, "used_bytes", int),
+        grant_bytes=optional_field(payload, "grant_bytes", int),
+        budget_bytes=optional_field(payload, "budget_bytes", int),
+        account_used_bytes=get_field(payload, "account_used_bytes", int),
+        available_bytes=optional_field(payload, "available_bytes", int),
+    )
 
 
 def parse_lease(payload: Mapping[str, object]) -> LeaseAnswer:

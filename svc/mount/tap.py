@@ -32,6 +32,7 @@ from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidat
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient
 from svc.mount.fs import MountFS
+from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, SettingsError, settings_from
@@ -218,6 +219,7 @@ class MountService(Service):
             policy=policy,
             invalidate=invalidator(),
             invalidate_entry=entry_invalidator(),
+            quota=QuotaSource(remote.statfs, reactor),
         )
         await self._fs.start()
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)

@@ -16,7 +16,8 @@ A put that would take either past its limit fails with C{EDQUOT}
 (L{QuotaExceeded}) and writes nothing. C{None} means unlimited.
 
 The checks here are pure; L{QuotaSettings} is the value persisted in the
-quota files, read and written by L{svc.store.quota_files}.
+quota files, read and written by L{svc.store.quota_files}; L{QuotaUsage} is
+what an agent is told of its usage and limits (the C{statfs} operation).
 """
 
 from __future__ import annotations
@@ -71,4 +72,43 @@ def check_grant(usage_after_bytes: int, usage_before_bytes: int, grant_bytes: in
     if usage_after_bytes > grant_bytes:
         raise QuotaExceeded(
             f"agent grant {grant_bytes} bytes: the change needs {usage_after_bytes}"
+        )
+
+
+def available_bytes(
+    used_bytes: int, grant_bytes: int | None, account_used_bytes: int, budget_bytes: int | None
+) -> int | None:
+    """
+    How many more bytes an agent may store: the smaller of the room left
+    under its grant (C{grant - used}) and under its owner's account budget
+    (C{budget - account_used}), over the limits that exist, never below 0;
+    L{None} when neither limit exists.
+    """
+    room = []
+    if grant_bytes is not None:
+        room.append(grant_bytes - used_bytes)
+    if budget_bytes is not None:
+        room.append(budget_bytes - account_used_bytes)
+    return max(0, min(room)) if room else None
+
+
+@attrs.frozen
+class QuotaUsage:
+    """
+    One agent's usage and the limits on it, in bytes, as the quota checks
+    count them: C{used_bytes} is the agent usage, C{account_used_bytes} the
+    account usage of its owner (every agent's, every tenant's); a limit of
+    C{None} is unlimited.
+    """
+
+    used_bytes: int
+    grant_bytes: int | None
+    account_used_bytes: int
+    budget_bytes: int | None
+
+    @property
+    def available_bytes(self) -> int | None:
+        """See L{available_bytes}."""
+        return available_bytes(
+            self.used_bytes, self.grant_bytes, self.account_used_bytes, self.budget_bytes
         )

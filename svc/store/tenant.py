@@ -56,7 +56,7 @@ from svc.store.manifest_values import (
     Writer,
 )
 from svc.store.manifests import ManifestStore
-from svc.store.quota import check_account
+from svc.store.quota import QuotaUsage, check_account
 
 T = TypeVar("T")
 
@@ -237,6 +237,26 @@ class TenantStorage:
         Unique chunk bytes referenced by the agent's live files.
         """
         return self.manifests.subtree_usage(agent_id)
+
+    def quota_usage(self, agent_id: str) -> Deferred[QuotaUsage]:
+        """
+        The agent's usage and grant with its owner's account usage and
+        budget. Cheap: one primary-key read of C{subtree_usage} in
+        C{routes.db} (queued behind the writes already submitted) and the
+        chunk stores' running totals; nothing is scanned.
+        """
+
+        async def usage() -> QuotaUsage:
+            used = await self.agent_usage(agent_id)
+            account_used = await self.account.used_bytes()
+            return QuotaUsage(
+                used_bytes=used,
+                grant_bytes=self.grant_for(agent_id),
+                account_used_bytes=account_used,
+                budget_bytes=self.account.budget_bytes,
+            )
+
+        return _defer(usage())
 
     # Chunks
 

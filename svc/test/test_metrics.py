@@ -35,11 +35,12 @@ SPEC_FAMILIES: dict[str, tuple[str, frozenset[str]]] = {
     "svc_agent_path_denied_total": ("counter", frozenset({"op"})),
 }
 
+# The specification's op values, then statfs (added by this project, docs/decisions.md).
 SPEC_OPS = (
     "list stat manifest_get manifest_put manifest_delete manifest_rename dir_create "
     "dir_remove setattr symlink readlink mknod link chunk_get chunk_has chunk_put "
     "journal_query journal_revert_path ping close lease_grant lease_refresh "
-    "lease_release lease_revoke"
+    "lease_release lease_revoke statfs"
 ).split()
 
 # 14 buckets, base 2, starting at 500 microseconds.
@@ -130,12 +131,13 @@ class ExpositionTests(SynchronousTestCase):
                 self.assertEqual(bounds[:-1], [float(2**i) for i in range(14)], family.name)
 
     def test_op_labels(self) -> None:
-        """The op label values are the spec's list: head_file is stat, no read."""
+        """The op label values are the spec's list plus statfs: head_file is stat, no read."""
         self.assertEqual(list(OP_LABELS), SPEC_OPS)
         self.assertNotIn("read", OP_LABELS)
         self.assertEqual(sorted(op_label(op) for op in Op), sorted(SPEC_OPS))
         self.assertEqual(op_label(Op.HEAD_FILE), "stat")
         self.assertEqual(op_label(Op.LIST), "list")
+        self.assertEqual(op_label(Op.STATFS), "statfs")
 
     def test_lease_held_removed(self) -> None:
         """svc_lease_held is 1 while held and its series is removed on release."""

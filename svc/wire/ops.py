@@ -29,6 +29,8 @@ class Op(enum.StrEnum):
     READLINK = "readlink"
     MKNOD = "mknod"
     LINK = "link"
+    # The disk: usage and limits (statfs).
+    STATFS = "statfs"
     # Chunks (raw segment carries the bytes of chunk_put and chunk_get).
     CHUNK_GET = "chunk_get"
     CHUNK_PUT = "chunk_put"

@@ -16,6 +16,7 @@ from svc.dataplane.ops import (
     MAX_LIST_LIMIT,
     MAX_MANIFEST_CHUNKS,
     ChunkHasRequest,
+    EmptyRequest,
     JournalQueryRequest,
     LeaseGrantRequest,
     ListRequest,
@@ -28,7 +29,7 @@ from svc.dataplane.ops import (
     path_uses,
     request_op,
 )
-from svc.dataplane.replies import attributes_map, lease_revoke_push, list_map
+from svc.dataplane.replies import attributes_map, lease_revoke_push, list_map, statfs_map
 from svc.store.chunks import CorruptStoredChunk
 from svc.store.errors import (
     ChunksCollected,
@@ -40,6 +41,7 @@ from svc.store.errors import (
 )
 from svc.store.lease_values import LeaseHolder, LeaseMode, LeaseReason, LeaseRevoke
 from svc.store.manifest_values import Attributes, ChunkRef, DirectoryEntry, FileKind
+from svc.store.quota import QuotaUsage
 from svc.wire.errno import WireErrno
 from svc.wire.ops import REQUEST_OPS, Op
 
@@ -68,6 +70,7 @@ VALID: dict[Op, dict[str, object]] = {
     Op.READLINK: {"path": "/a/l"},
     Op.MKNOD: {"path": "/a/p", "kind": "fifo", "mode": 0o600},
     Op.LINK: {"path": "/a/f", "to_path": "/a/h"},
+    Op.STATFS: {},
     Op.CHUNK_GET: {"hash": H1},
     Op.CHUNK_PUT: {"hash": H1},
     Op.CHUNK_HAS: {"hashes": [H1, H2]},
@@ -95,6 +98,7 @@ REQUIRED: dict[Op, tuple[str, ...]] = {
     Op.READLINK: ("path",),
     Op.MKNOD: ("path", "kind", "mode"),
     Op.LINK: ("path", "to_path"),
+    Op.STATFS: (),
     Op.CHUNK_GET: ("hash",),
     Op.CHUNK_PUT: ("hash",),
     Op.CHUNK_HAS: ("hashes",),
@@ -236,6 +240,12 @@ class RequestSchemaTests(SynchronousTestCase):
         self.assertEqual(path_uses(Op.CHUNK_HAS, has), ())
         self.assertEqual(path_uses(Op.JOURNAL_QUERY, parse_request(Op.JOURNAL_QUERY, {})), ())
 
+    def test_statfs_takes_no_arguments(self) -> None:
+        """statfs parses to the empty request whatever it carries: it names no agent or path."""
+        request = parse_request(Op.STATFS, {"op": "statfs", "agent_id": "agent-2", "path": "/b"})
+        self.assertEqual(request, EmptyRequest())
+        self.assertEqual(path_uses(Op.STATFS, request), ())
+
     @given(
         st.sampled_from(sorted(REQUEST_OPS)),
         st.dictionaries(
@@ -325,6 +335,29 @@ class ReplyTests(SynchronousTestCase):
                 "reason": "contention",
                 "deadline_unix_ms": 110000,
                 "deadline_ms": 10000,
+            },
+        )
+
+    def test_statfs_map(self) -> None:
+        """The statfs answer has all five keys, nil for the limits that do not exist."""
+        self.assertEqual(
+            statfs_map(QuotaUsage(300, 1000, 700, None)),
+            {
+                "used_bytes": 300,
+                "grant_bytes": 1000,
+                "budget_bytes": None,
+                "account_used_bytes": 700,
+                "available_bytes": 700,
+            },
+        )
+        self.assertEqual(
+            statfs_map(QuotaUsage(300, None, 700, None)),
+            {
+                "used_bytes": 300,
+                "grant_bytes": None,
+                "budget_bytes": None,
+                "account_used_bytes": 700,
+                "available_bytes": None,
             },
         )
 

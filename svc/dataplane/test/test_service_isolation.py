@@ -260,6 +260,24 @@ class SameTenantIsolationTests(SynchronousTestCase):
             self.alice.ok("chunk_put", self.content, hash=self.hash)["size"], len(self.content)
         )
 
+    def test_statfs_own_usage(self) -> None:
+        """statfs tells each agent its own usage and grant, whatever the request names."""
+        engine = self.fixture.service.engine
+        location = TenantLocation("user-1", "tenant-a")
+        self.successResultOf(engine.set_agent_grant(location, "agent-1", 10_000))
+        payloads: list[dict[str, Any]] = [{}, {"agent_id": "agent-1"}, {"path": "/agent-1"}]
+        for payload in payloads:
+            answer = self.bob.ok("statfs", **payload)
+            self.assertEqual(
+                (answer["used_bytes"], answer["grant_bytes"], answer["available_bytes"]),
+                (0, None, None),
+                payload,
+            )
+        mine = self.alice.ok("statfs")
+        self.assertEqual((mine["used_bytes"], mine["grant_bytes"]), (len(self.content), 10_000))
+        # The account figure is the owner's, shared by design (its budget is shared).
+        self.assertEqual(self.bob.ok("statfs")["account_used_bytes"], len(self.content))
+
     def test_leases_confined(self) -> None:
         """A lease on the other agent's path is EACCES, counted but with no audit line."""
         lines = len(self.fixture.audit)
@@ -304,6 +322,30 @@ class CrossTenantIsolationTests(SynchronousTestCase):
         )
         self.assertEqual(mallory.connection.location, TenantLocation("user-1", "tenant-b"))
         self.assertEqual(alice.connection.location, TenantLocation("user-1", "tenant-a"))
+
+
+class OtherOwnerStatfsTests(SynchronousTestCase):
+    """
+    An agent of another owner learns nothing of an owner's usage.
+    """
+
+    def test_other_owner_account(self) -> None:
+        """statfs of another owner's agent with the same agent id counts none of these bytes."""
+        fixture = ServiceFixture(self)
+        self.addCleanup(fixture.close)
+        alice = fixture.agent()
+        alice.put_file("f", b"owner one only " * 50)
+        stranger = fixture.agent(identity(tenant="tenant-c", user="user-2", serial="d4"))
+        self.assertEqual(
+            stranger.ok("statfs"),
+            {
+                "used_bytes": 0,
+                "grant_bytes": None,
+                "budget_bytes": None,
+                "account_used_bytes": 0,
+                "available_bytes": None,
+            },
+        )
 
 
 class VisibleChunksTests(SynchronousTestCase):

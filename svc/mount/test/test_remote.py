@@ -19,9 +19,12 @@ from svc.dataplane.client_errors import NotExecuted
 from svc.mount.attributes import AttributeChanges, FileKind
 from svc.mount.errors import RemoteFailure, local_errno
 from svc.mount.local_connection import LocalConnection
-from svc.mount.remote import ChunkEntry, DirectChunkSource, Remote
+from svc.mount.remote import ChunkEntry, DirectChunkSource, DiskUsage, Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture
+from svc.store.layout import TenantLocation
 from svc.wire.errno import WireErrno
+
+TENANT_A = TenantLocation("user-1", "tenant-a")
 
 
 class Canned:
@@ -167,6 +170,63 @@ class RemoteTests(SynchronousTestCase):
         self.assertEqual(self.failure(odd.head_file("/agent-1")).errno, errno.EIO)
         self.successResultOf(self.connection.close())
         self.assertEqual(self.failure(self.remote.head_file("/agent-1")).errno, errno.EIO)
+
+    def test_statfs(self) -> None:
+        """statfs answers the agent's usage and limits as a DiskUsage."""
+        self.assertEqual(
+            self.successResultOf(self.remote.statfs()), DiskUsage(0, None, None, 0, None)
+        )
+        engine = self.fixture.service.service.engine
+        self.successResultOf(engine.set_agent_grant(TENANT_A, "agent-1", 50_000))
+        self.successResultOf(engine.set_account_budget("user-1", 80_000))
+        data = b"counted" * 100
+        name = blake3(data).hexdigest()
+        self.successResultOf(self.remote.chunk_put(name, data, session_id=None))
+        self.successResultOf(
+            self.remote.manifest_put(
+                "/agent-1/f",
+                expected_version=0,
+                chunks=[ChunkEntry(name, len(data))],
+                size=len(data),
+                mode=0o600,
+                mtime_ns=1,
+                uid=0,
+                gid=0,
+                session_id=None,
+            )
+        )
+        self.assertEqual(
+            self.successResultOf(self.remote.statfs()),
+            DiskUsage(len(data), 50_000, 80_000, len(data), 50_000 - len(data)),
+        )
+
+    def test_statfs_bad_replies(self) -> None:
+        """A statfs answer missing a figure, mistyped, negative or inconsistent is EIO."""
+        good: dict[str, object] = {
+            "used_bytes": 10,
+            "grant_bytes": 100,
+            "budget_bytes": None,
+            "account_used_bytes": 30,
+            "available_bytes": 90,
+        }
+        parsed = self.successResultOf(Remote(Canned(Reply(good))).statfs())
+        self.assertEqual(parsed, DiskUsage(10, 100, None, 30, 90))
+        bad = [
+            {k: v for k, v in good.items() if k != "used_bytes"},
+            {k: v for k, v in good.items() if k != "account_used_bytes"},
+            {**good, "used_bytes": True},
+            {**good, "used_bytes": "10"},
+            {**good, "grant_bytes": 1.5},
+            {**good, "account_used_bytes": -1},
+            {**good, "available_bytes": -5},
+            {**good, "available_bytes": None},
+            {**good, "grant_bytes": None, "available_bytes": 90},
+        ]
+        for payload in bad:
+            failure = self.failure(Remote(Canned(Reply(payload))).statfs())
+            self.assertEqual((failure.errno, failure.wire), (errno.EIO, None), payload)
+        lost = self.failure(Remote(Canned(NotExecuted("connection closed"))).statfs())
+        self.assertEqual(lost.errno, errno.EIO)
 
     def test_leases_and_pushes(self) -> None:
         """Lease answers are typed; a revoke reaches the holder's push callbacks."""
