@@ -51,6 +51,7 @@ from svc.dataplane.client_errors import (
     RemoteError,
     VersionUnsupported,
 )
+from svc.dataplane.frame_tls import frame_tls_factory, write_frame
 from svc.dataplane.protocol import DataPlaneClock, Timer, no_delay
 from svc.wire.control import (
     GoAway,
@@ -335,7 +336,7 @@ class DataPlaneClientProtocol(Protocol):
                 self._fail(call, error)
                 continue
             call.request_id = request_id
-            self._tls.writeSequence(buffers)
+            write_frame(self._tls, buffers)
         if (self._closing or self.goaway is not None) and table.in_flight == 0:
             self._close_transport()
 
@@ -409,7 +410,7 @@ class DataPlaneClientProtocol(Protocol):
 
     def _send(self, frame: Frame) -> None:
         if self.transport is not None and self._lost is None:
-            self._tls.writeSequence(encode_frame(frame))
+            write_frame(self._tls, encode_frame(frame))
 
     def _close_transport(self) -> None:
         if self.transport is not None and self._lost is None:
@@ -506,7 +507,7 @@ def client_tls_factory(
     the reactor (or a test clock).
     """
     wrapped: Any = Factory.forProtocol(lambda: protocol)
-    return TLSMemoryBIOFactory(tls, isClient=True, wrappedFactory=wrapped, clock=clock)
+    return frame_tls_factory(tls, is_client=True, wrapped=wrapped, clock=clock)
 
 
 def connect_dataplane(

@@ -26,6 +26,7 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from svc.dataplane.admission import Admission, SwappableServerTLS
+from svc.dataplane.frame_tls import frame_tls_factory
 from svc.dataplane.interfaces import IDataPlaneService
 from svc.dataplane.protocol import DataPlaneClock, DataPlaneServerProtocol
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
@@ -211,7 +212,7 @@ def tls_server_factory(
     """
     creator: Any = tls  # zope interfaces: mypy cannot see what these provide
     wrapped: Any = factory
-    return TLSMemoryBIOFactory(creator, isClient=False, wrappedFactory=wrapped, clock=clock)
+    return frame_tls_factory(creator, is_client=False, wrapped=wrapped, clock=clock)
 
 
 def listen_dataplane(

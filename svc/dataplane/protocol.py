@@ -40,6 +40,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.dataplane.admission import Admission
+from svc.dataplane.frame_tls import write_frame
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import AgentIdentity
@@ -617,7 +618,7 @@ class DataPlaneServerProtocol(Protocol):
     def _write(self, buffers: list[Buffer]) -> None:
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
             return
-        self._tls.writeSequence(buffers)
+        write_frame(self._tls, buffers)
 
     def _arm_idle_timer(self) -> None:
         self._start_timer("idle", self._limits.idle_timeout, self._idle_timed_out)
