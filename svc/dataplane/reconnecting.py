@@ -73,6 +73,7 @@ RESENDABLE_OPS = frozenset(
         Op.CHUNK_HAS,
         Op.CHUNK_PUT,
         Op.JOURNAL_QUERY,
+        Op.STATFS,
         Op.PING,
     }
 )

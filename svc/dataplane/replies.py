@@ -114,7 +114,8 @@ def rename_map(result: RenameResult) -> Reply:
 def statfs_map(usage: QuotaUsage) -> Reply:
     """
     C{statfs}: C{used_bytes}, C{grant_bytes} (nil: no grant),
-    C{budget_bytes} (nil: no account budget), C{account_used_bytes} and
+    C{budget_bytes} (nil: no account budget), C{account_used_bytes} (nil
+    without a budget) and
     C{available_bytes} (nil when neither limit exists). Every key is always
     sent.
     """

@@ -122,7 +122,7 @@ class DiskUsage:
     used_bytes: int = attrs.field(validator=_count)
     grant_bytes: int | None = attrs.field(validator=_optional_count)
     budget_bytes: int | None = attrs.field(validator=_optional_count)
-    account_used_bytes: int = attrs.field(validator=_count)
+    account_used_bytes: int | None = attrs.field(validator=_optional_count)
     available_bytes: int | None = attrs.field(validator=_room)
 
 
@@ -189,7 +189,7 @@ def parse_disk_usage(payload: Mapping[str, object]) -> DiskUsage:
         used_bytes=get_field(payload, "used_bytes", int),
         grant_bytes=optional_field(payload, "grant_bytes", int),
         budget_bytes=optional_field(payload, "budget_bytes", int),
-        account_used_bytes=get_field(payload, "account_used_bytes", int),
+        account_used_bytes=optional_field(payload, "account_used_bytes", int),
         available_bytes=optional_field(payload, "available_bytes", int),
     )
 

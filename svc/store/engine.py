@@ -3,7 +3,7 @@ The data plane's storage engine: opens each tenant's storage on first use and
 owns what tenants share (the owner's account budget, the chunk I/O worker).
 
 Layout (``docs/specifications/chunk-store.md``, ``routes-db.md``,
-``leases-db.md``, ``quota.md``)::
+``leases-db.md``, ``storage-engine.md``)::
 
     <tenants_root>/<owner>/[<tenant>/]store/objects/...   chunks
     <tenants_root>/<owner>/account.json                   account budget

@@ -2,7 +2,7 @@
 Quotas: an account budget shared by every tenant of an owner, and a grant per
 agent allocation.
 
-What counts (see ``docs/specifications/quota.md``):
+What counts (see ``docs/specifications/storage-engine.md``, "What counts"):
 
 - B{Account usage} is the number of bytes of distinct chunks held in all the
   chunk stores under the owner's directory. Chunks are content-addressed, so a
@@ -76,18 +76,22 @@ def check_grant(usage_after_bytes: int, usage_before_bytes: int, grant_bytes: in
 
 
 def available_bytes(
-    used_bytes: int, grant_bytes: int | None, account_used_bytes: int, budget_bytes: int | None
+    used_bytes: int,
+    grant_bytes: int | None,
+    account_used_bytes: int | None,
+    budget_bytes: int | None,
 ) -> int | None:
     """
     How many more bytes an agent may store: the smaller of the room left
     under its grant (C{grant - used}) and under its owner's account budget
     (C{budget - account_used}), over the limits that exist, never below 0;
-    L{None} when neither limit exists.
+    L{None} when neither limit exists (the account usage counts only with a
+    budget).
     """
     room = []
     if grant_bytes is not None:
         room.append(grant_bytes - used_bytes)
-    if budget_bytes is not None:
+    if budget_bytes is not None and account_used_bytes is not None:
         room.append(budget_bytes - account_used_bytes)
     return max(0, min(room)) if room else None
 
@@ -97,13 +101,14 @@ class QuotaUsage:
     """
     One agent's usage and the limits on it, in bytes, as the quota checks
     count them: C{used_bytes} is the agent usage, C{account_used_bytes} the
-    account usage of its owner (every agent's, every tenant's); a limit of
-    C{None} is unlimited.
+    account usage of its owner (every agent's, every tenant's), known only
+    when the account has a budget (L{None} otherwise); a limit of C{None} is
+    unlimited.
     """
 
     used_bytes: int
     grant_bytes: int | None
-    account_used_bytes: int
+    account_used_bytes: int | None
     budget_bytes: int | None
 
     @property

@@ -9,7 +9,7 @@ Where quota limits are kept on the data plane's disk.
   C{{"agents": {"<agent_id>": N, ...}}}; an agent not listed is unlimited.
 
 Both are replaced atomically (L{svc.durable.write_file_atomically}) and are
-blocking: call through a worker. Format: ``docs/specifications/quota.md``.
+blocking: call through a worker. Format: ``docs/specifications/storage-engine.md``, "Quota files".
 """
 
 from __future__ import annotations

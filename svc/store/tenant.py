@@ -248,12 +248,16 @@ class TenantStorage:
 
         async def usage() -> QuotaUsage:
             used = await self.agent_usage(agent_id)
-            account_used = await self.account.used_bytes()
+            # The account's usage moves when an upload is new to the tenant
+            # store and not when it is not: shown without need, it would
+            # tell agents what other agents stored (dataplane-ops.md 6).
+            budget = self.account.budget_bytes
+            account_used = None if budget is None else await self.account.used_bytes()
             return QuotaUsage(
                 used_bytes=used,
                 grant_bytes=self.grant_for(agent_id),
                 account_used_bytes=account_used,
-                budget_bytes=self.account.budget_bytes,
+                budget_bytes=budget,
             )
 
         return _defer(usage())

@@ -351,12 +351,12 @@ class ReplyTests(SynchronousTestCase):
             },
         )
         self.assertEqual(
-            statfs_map(QuotaUsage(300, None, 700, None)),
+            statfs_map(QuotaUsage(300, None, None, None)),
             {
                 "used_bytes": 300,
                 "grant_bytes": None,
                 "budget_bytes": None,
-                "account_used_bytes": 700,
+                "account_used_bytes": None,
                 "available_bytes": None,
             },
         )

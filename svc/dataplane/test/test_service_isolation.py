@@ -275,8 +275,9 @@ class SameTenantIsolationTests(SynchronousTestCase):
             )
         mine = self.alice.ok("statfs")
         self.assertEqual((mine["used_bytes"], mine["grant_bytes"]), (len(self.content), 10_000))
-        # The account figure is the owner's, shared by design (its budget is shared).
-        self.assertEqual(self.bob.ok("statfs")["account_used_bytes"], len(self.content))
+        # Without a budget the account figure is not shown: it would tell bob
+        # whether alice's content was new to the tenant store.
+        self.assertIsNone(self.bob.ok("statfs")["account_used_bytes"])
 
     def test_leases_confined(self) -> None:
         """A lease on the other agent's path is EACCES, counted but with no audit line."""
@@ -342,7 +343,7 @@ class OtherOwnerStatfsTests(SynchronousTestCase):
                 "used_bytes": 0,
                 "grant_bytes": None,
                 "budget_bytes": None,
-                "account_used_bytes": 0,
+                "account_used_bytes": None,
                 "available_bytes": None,
             },
         )

@@ -29,12 +29,12 @@ def answer(
     budget: int | None = None,
     available: int | None = None,
 ) -> dict[str, Any]:
-    """A statfs answer map."""
+    """A statfs answer map (the account usage is shown only with a budget)."""
     return {
         "used_bytes": used,
         "grant_bytes": grant,
         "budget_bytes": budget,
-        "account_used_bytes": account_used,
+        "account_used_bytes": account_used if budget is not None else None,
         "available_bytes": available,
     }
 

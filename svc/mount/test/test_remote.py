@@ -174,7 +174,7 @@ class RemoteTests(SynchronousTestCase):
     def test_statfs(self) -> None:
         """statfs answers the agent's usage and limits as a DiskUsage."""
         self.assertEqual(
-            self.successResultOf(self.remote.statfs()), DiskUsage(0, None, None, 0, None)
+            self.successResultOf(self.remote.statfs()), DiskUsage(0, None, None, None, None)
         )
         engine = self.fixture.service.service.engine
         self.successResultOf(engine.set_agent_grant(TENANT_A, "agent-1", 50_000))
@@ -213,7 +213,6 @@ class RemoteTests(SynchronousTestCase):
         self.assertEqual(parsed, DiskUsage(10, 100, None, 30, 90))
         bad = [
             {k: v for k, v in good.items() if k != "used_bytes"},
-            {k: v for k, v in good.items() if k != "account_used_bytes"},
             {**good, "used_bytes": True},
             {**good, "used_bytes": "10"},
             {**good, "grant_bytes": 1.5},
