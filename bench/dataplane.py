@@ -66,7 +66,6 @@ from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import react
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -86,6 +85,7 @@ from dataplane_server import (
 )
 
 from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane.frame_tls import frame_tls_factory, write_frame
 from svc.durable import write_file_atomically
 from svc.pki.pem import cert_to_pem, key_to_pem
 from svc.store.chunks import chunk_hash
@@ -218,7 +218,7 @@ class RawClient(Protocol):
         """Send one message (its buffers); fires with the answer's body."""
         answer: Deferred[bytes] = Deferred()
         self._waiting.append(answer)
-        self._tls().writeSequence(list(parts))
+        write_frame(self._tls(), list(parts))
         return answer
 
     def upload(self, data: bytes) -> Deferred[bytes]:
@@ -257,7 +257,7 @@ async def connect_raw(reactor: Any, port: int, tls: IOpenSSLClientConnectionCrea
     wrapped: Any = Factory.forProtocol(lambda: protocol)
     endpoint: Any = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
     await endpoint.connect(
-        TLSMemoryBIOFactory(tls, isClient=True, wrappedFactory=wrapped, clock=reactor)
+        frame_tls_factory(tls, is_client=True, wrapped=wrapped, clock=reactor)
     )
     await protocol.echo(ECHO_BODY)
     return protocol

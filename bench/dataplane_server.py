@@ -15,7 +15,9 @@ C{--pki} (L{SERVER_CERT}, L{SERVER_KEY}, L{ROOT_CERT}, written by the parent).
 Beside it, on a second port and with the same server TLS options (ed25519,
 TLS 1.3 only, client certificate required), L{RawServerProtocol} speaks a
 trivial message protocol (L{MessageReader}) so the parent can measure what
-Twisted's TLS alone moves over loopback.
+Twisted's TLS alone moves over loopback. It writes the way frame connections
+do (L{svc.dataplane.frame_tls}: unbuffered TLS, large bodies never joined),
+so the reference is the best this TLS stack does, not a copying one.
 
 Once both ports listen it prints one JSON line, C{{"dataplane_port": ...,
 "raw_port": ...}}, and serves until its standard input closes; then it stops
@@ -39,7 +41,6 @@ from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.stdio import StandardIO
 from twisted.internet.task import react
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from svc.audit.sink import JsonlAuditSink
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
 from svc.dataplane.factory import DataPlaneFactory, listen_dataplane
+from svc.dataplane.frame_tls import frame_tls_factory, write_frame
 from svc.dataplane.service import DataPlaneService
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
@@ -164,7 +166,7 @@ class RawServerProtocol(Protocol):
                 transport.abortConnection()
                 return
             data = self._payload if size == len(self._payload) else self._payload[:size]
-            transport.writeSequence([HEADER.pack(DATA, size), data])
+            write_frame(transport, [HEADER.pack(DATA, size), data])
         elif kind == ECHO:
             transport.write(message(ECHO, body))
         else:
@@ -230,7 +232,7 @@ async def serve(reactor: Any, options: argparse.Namespace) -> None:
     creator: Any = tls_options
     raw_endpoint: Any = TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1")  # type: ignore[no-untyped-call]
     raw_port: Any = await raw_endpoint.listen(
-        TLSMemoryBIOFactory(creator, isClient=False, wrappedFactory=raw_factory, clock=reactor)
+        frame_tls_factory(creator, is_client=False, wrapped=raw_factory, clock=reactor)
     )
 
     watcher = _StdinWatcher()
