@@ -38,6 +38,7 @@ from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
+from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.remote import IChunkSource, Remote
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.worker import IWorker
@@ -134,6 +135,14 @@ class MountFS:
     def set_session(self, session_id: str | None) -> None:
         """A new mount session (the lease was granted again)."""
         self._ctx.session_id = session_id
+
+    def outside_changed(self, paths: Sequence[str], session_id: str | None) -> int:
+        """
+        Someone else changed C{paths} (server paths) on the data plane: drop
+        what is cached for them (L{svc.mount.outside_changes}); how many
+        touched the cache.
+        """
+        return apply_outside_changes(self._ctx, paths, session_id)
 
     @property
     def open_handles(self) -> int:

@@ -236,6 +236,25 @@ class InodeTable:
             self.discard_if_unused(node)
         return node
 
+    def forget_name(self, parent: Node, name: str) -> Node | None:
+        """
+        Stop caching the name C{name} of C{parent} without saying it went
+        away (someone else changed it): the node it named, if cached, loses
+        the link but keeps its link count, and is dropped once nothing uses
+        it; C{parent} is no longer complete. The next lookup asks the
+        server, which may name the same inode (found again by its server
+        inode number, so its FUSE number is kept), another one, or none.
+        """
+        parent.complete = False
+        node = self.child(parent, name)
+        parent.children.pop(name, None)
+        if node is None:
+            return None
+        self._remove_link(node, parent.ino, name)
+        node.stale = not node.pending
+        self.discard_if_unused(node)
+        return node
+
     def move(self, parent: Node, name: str, new_parent: Node, new_name: str) -> Node | None:
         """
         C{parent/name} was renamed to C{new_parent/new_name} (replacing what

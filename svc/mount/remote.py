@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from svc.chunking import chunk_hash
-from svc.dataplane.client import Reply
+from svc.dataplane.client import PushCallback, Reply
 from svc.dataplane.client_errors import DataPlaneError, RemoteError
 from svc.mount.attributes import AttributeChanges, Attributes, FileKind
 from svc.mount.errors import RemoteFailure, local_errno
@@ -43,12 +44,15 @@ from svc.mount.remote_values import (
     get_field,
     optional_field,
     parse_attributes,
+    parse_changed,
     parse_disk_usage,
     parse_lease,
 )
 from svc.wire.errors import CodecError
 
 T = TypeVar("T")
+
+_log = Logger()
 
 __all__ = [
     "CHUNK_HAS_LIMIT",
@@ -67,6 +71,7 @@ __all__ = [
     "PutResult",
     "Remote",
     "RenameResult",
+    "changed_pushes",
     "gather",
 ]
 
@@ -402,6 +407,27 @@ class DirectChunkSource:
 
     def put(self, chunk_hash: str, data: bytes, /) -> None:
         return None
+
+
+def changed_pushes(receive: Callable[[tuple[str, ...], str | None], object]) -> PushCallback:
+    """
+    A push callback for L{svc.dataplane.client.DataPlaneClient.on_push}
+    that hands each C{changed} push's paths and session id to C{receive};
+    other pushes are not its business, and a malformed C{changed} push is
+    logged and dropped.
+    """
+
+    def pushed(op: str, payload: Mapping[str, object], raw: bytes) -> None:
+        if op != "changed":
+            return
+        try:
+            paths, session_id = parse_changed(payload)
+        except BadReply as error:
+            _log.warn("ignoring a malformed changed push: {error}", error=error)
+            return
+        receive(paths, session_id)
+
+    return pushed
 
 
 def _hash_of(data: bytes) -> str:

@@ -205,3 +205,22 @@ def parse_lease(payload: Mapping[str, object]) -> LeaseAnswer:
         expires_at_unix_ms=optional_field(payload, "expires_at_unix_ms", int),
         reason=optional_field(payload, "reason", str),
     )
+
+
+MAX_CHANGED_PATHS = 4096
+"""The most paths one C{changed} push may name (more: malformed)."""
+
+
+def parse_changed(payload: Mapping[str, object]) -> tuple[tuple[str, ...], str | None]:
+    """
+    A C{changed} push: its C{paths} (1 or more strings) and C{session_id}
+    (a string or nil).
+
+    @raise BadReply: any other shape.
+    """
+    paths = payload.get("paths")
+    if not isinstance(paths, list | tuple) or not 1 <= len(paths) <= MAX_CHANGED_PATHS:
+        raise BadReply("paths is not an array of 1 to 4096 paths")
+    if not all(isinstance(path, str) for path in paths):
+        raise BadReply("a path is not a string")
+    return tuple(paths), optional_field(payload, "session_id", str)

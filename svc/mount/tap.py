@@ -33,7 +33,7 @@ from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient
 from svc.mount.fs import MountFS
 from svc.mount.quota_source import QuotaSource
-from svc.mount.remote import Remote
+from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, SettingsError, settings_from
 from svc.pki import names
@@ -222,6 +222,9 @@ class MountService(Service):
             quota=QuotaSource(remote.statfs, reactor),
         )
         await self._fs.start()
+        # The owner's reverts and other connections of this agent: forget
+        # what they changed (mount-consistency.md section 6).
+        self._dataplane.on_push(changed_pushes(self._fs.outside_changed))
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)
         self._loop = FuseLoop(
             reactor,
