@@ -475,7 +475,8 @@ class DataPlaneClient:
     def on_push(self, callback: PushCallback) -> None:
         """
         Call C{callback(op, payload, raw)} for every PUSH whose op this
-        version knows (C{lease_revoke}); unknown pushes are ignored.
+        version knows (C{lease_revoke}, C{changed}); unknown pushes are
+        ignored.
         """
         self._protocol.on_push(callback)
 

@@ -8,7 +8,9 @@ every path to C{/<agent_id>} (EACCES, a C{list}/C{stat}/... denial line and
 C{svc_agent_path_denied_total}), applies the agent's path policy (EACCES,
 the op's own event with C{allowed: false}), verifies a presented
 C{session_id} (EPERM, C{svc_session_forgery_rejected_total}), runs the
-operation (L{svc.dataplane.handlers}) and writes one audit line with the
+operation (L{svc.dataplane.handlers}), announces a successful write to
+the agent's other connections (the C{changed} push, through the service:
+L{svc.dataplane.change_notices}) and writes one audit line with the
 outcome. Every op is timed into C{svc_dataplane_op_duration_seconds}.
 
 Ordering (wire section 5: a request sees the effects of every earlier
@@ -16,7 +18,9 @@ request of its connection): namespace, journal, lease and C{close} requests
 run one at a time in arrival order; C{chunk_get}, C{chunk_has} and
 C{statfs} wait for the earlier ones but do not hold up later ones;
 C{chunk_put} starts at once, and any later request naming its hash waits for
-it; C{ping} waits for nothing.
+it; C{ping} waits for nothing. A write's C{changed} push is sent once it
+has committed and before its turn ends, so before the connection's next
+ordered request starts and before the write's own answer is sent.
 
 C{statfs}, C{ping}, C{close} and the lease requests write no per-request
 audit line: the specification names no event for them (lease events come
@@ -36,6 +40,7 @@ from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
 from svc.audit.names import Origin, event_for_op, shape_of
 from svc.audit.server_events import path_denied_event
 from svc.dataplane.calls import Call, Outcome, payload_size
+from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
 from svc.dataplane.confinement import (
     PathOutsideSubtree,
@@ -84,6 +89,7 @@ _AUDITED_OPS = frozenset(Op) - {
     Op.LEASE_REFRESH,
     Op.LEASE_RELEASE,
     Op.LEASE_REVOKE,
+    Op.CHANGED,
     Op.STATFS,
     Op.PING,
     Op.CLOSE,
@@ -118,6 +124,7 @@ class ConnectionContext:
     open_disk: Callable[[AgentIdentity], Deferred[DiskHandle]]
     forget: Callable[[AgentConnection], None]
     visible_memory: int
+    announce: Callable[[ChangeNotice], None]
 
 
 class _Turn:
@@ -362,6 +369,7 @@ class AgentConnection:
         try:
             await turn.ready
             outcome = await self._checked(call, raw, turn)
+            self._announce(call)
         except PathOutsideSubtree:
             raise
         except StoreError as e:
@@ -392,6 +400,25 @@ class AgentConnection:
             hashes = _named_hashes(call.request)
             await self.wait_uploads(hashes)
         return await perform(self, call, raw, turn.release)
+
+    def _announce(self, call: Call) -> None:
+        """
+        Tell the agent's other connections what the successful C{call}
+        changed, if anything; never fails the request (it has committed).
+        """
+        try:
+            paths = changed_paths(call.op, call.request)
+            location = self.location
+            if not paths or location is None:
+                return
+            notice = ChangeNotice(
+                location, self.agent_id, paths, call.session_id, source=self.connection_id
+            )
+            self._context.announce(notice)
+        except Exception:
+            self._log.failure(
+                "announcing {op} of {agent} failed", op=call.op.value, agent=self.agent_id
+            )
 
     def _apply_policy(self, call: Call, policy: PathPolicy) -> None:
         if call.op in (Op.LEASE_GRANT,):

@@ -61,6 +61,7 @@ from svc.control.http_rules import (
     check_json_content_type,
     parse_json_object,
 )
+from svc.dataplane.change_notices import ChangeNotice, owner_revert_notice
 from svc.dataplane.http_audit import (
     BLOCK_SIZE,
     MAX_SCAN_BYTES,
@@ -133,6 +134,9 @@ class DataPlaneHttp:
     @param metrics: counts owner reverts (C{svc_journal_revert_total},
         C{svc_journal_writes_total}) and times journal queries; L{None}:
         not counted.
+    @param announce: told of each successful owner revert (the data-plane
+        service's C{announce}, which pushes C{changed} to the agent's
+        connections); by default nobody is told.
     """
 
     app = Klein()
@@ -157,6 +161,7 @@ class DataPlaneHttp:
         audit_max_scan_bytes: int = MAX_SCAN_BYTES,
         clock: EngineClock,
         metrics: DataPlaneMetrics | None = None,
+        announce: Callable[[ChangeNotice], object] = lambda notice: None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -175,6 +180,7 @@ class DataPlaneHttp:
         self._revocations_generated_at: datetime | None = None
         self._clock = clock
         self._metrics = metrics
+        self._announce = announce
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -343,12 +349,20 @@ class DataPlaneHttp:
                 )
             )
             raise
+        self._announce_revert(revert)
         self._emit(
             owner_journal_revert_event(
                 ts=self._seconds(), tenant_id=revert.location.tenant, allowed=True, caller=caller
             )
         )
         return _json(request, revert_answer(result))
+
+    def _announce_revert(self, revert: OwnerRevert) -> None:
+        # The revert has committed: a failure to tell the agent must not fail it.
+        try:
+            self._announce(owner_revert_notice(revert.location, revert.path))
+        except Exception:
+            self._log.failure("announcing the owner's revert of {path} failed", path=revert.path)
 
     async def _counted_revert(self, storage: TenantStorage, revert: OwnerRevert) -> RevertResult:
         metrics = self._metrics

@@ -12,8 +12,8 @@ mapping; any other exception is a bug, logged with its traceback and sent as
 EIO with a generic message. This translation happens once, in the protocol.
 
 The service talks back to a connection through the L{IConnectionSink} it was
-given: server-pushed frames (C{lease_revoke}) and disconnection (a deny-list
-push that names the connection's serial).
+given: server-pushed frames (C{lease_revoke}, C{changed}) and disconnection
+(a deny-list push that names the connection's serial).
 """
 
 from __future__ import annotations

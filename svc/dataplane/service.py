@@ -7,7 +7,9 @@ it is given, with this service's lease callbacks), the live connections by
 id (lease revokes are pushed to the holder's connection; a connection whose
 leaf or intermediate is deny-listed or has expired is disconnected, checked
 when the deny-list is replaced and every L{CREDENTIALS_CHECK_INTERVAL}
-seconds while connections are open), the session epochs of each tenant,
+seconds while connections are open; a committed write is pushed as
+C{changed} to the agent's other connections, L{DataPlaneService.announce}),
+the session epochs of each tenant,
 the path policies, the audit emitter and the metrics. Each admitted
 connection gets an L{svc.dataplane.connection.AgentConnection}, which runs
 its operations. No sockets, TLS or frames here. The operations are
@@ -27,6 +29,12 @@ from twisted.logger import Logger
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
 from svc.dataplane.admission import standing
+from svc.dataplane.change_notices import (
+    MANY_CONNECTIONS,
+    AgentConnections,
+    ChangeNotice,
+    readable_paths,
+)
 from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
 from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
@@ -133,6 +141,7 @@ class DataPlaneService:
             open_disk=self._open_disk,
             forget=self._forget,
             visible_memory=visible_memory,
+            announce=self.announce,
         )
         self._clock = clock
         self._metrics = metrics
@@ -140,6 +149,7 @@ class DataPlaneService:
         self._io = io_worker
         self._deny_list = deny_list if deny_list is not None else DenyList()
         self._connections: dict[str, AgentConnection] = {}
+        self._agents: AgentConnections[AgentConnection] = AgentConnections()
         self._dismissed: set[str] = set()
         self._credentials_loop: LoopingCall | None = None
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
@@ -159,6 +169,12 @@ class DataPlaneService:
             raise ValueError(f"connection id {connection_id!r} is already live")
         connection = AgentConnection(self._context, identity, connection_id, sink)
         self._connections[connection_id] = connection
+        try:
+            location = location_of(identity)
+        except ValueError:
+            pass  # no storage for it: it can write nothing, so is told nothing
+        else:
+            self._agents.add(location, identity.agent_id, connection)
         if self._credentials_loop is None:
             loop = LoopingCall(self.check_credentials)
             loop.clock = self._clock  # type: ignore[assignment]
@@ -212,6 +228,41 @@ class DataPlaneService:
             self._dismissed.add(connection.connection_id)
             connection.sink.disconnect(DENIED_GOAWAY_REASON)
 
+    # Changes (the changed push)
+
+    def announce(self, notice: ChangeNotice) -> None:
+        """
+        A write committed: push C{changed} to every connection
+        L{AgentConnections.audience} names (the agent's other live
+        connections in that tenant), with the paths the agent's path policy
+        lets it read; nothing when none is left. Best effort: a connection
+        that is closing or gone is skipped, a push that fails is logged, and
+        nothing is retried or acknowledged. Not audited, not timed.
+        """
+        audience = self._agents.audience(notice, self._dismissed)
+        if not audience:
+            return
+        if len(audience) > MANY_CONNECTIONS:
+            self._log.info(
+                "changed push to {count} connections of {agent_id}",
+                count=len(audience),
+                agent_id=notice.agent_id,
+                tenant_id=notice.location.tenant,
+            )
+        policy = self._context.policy_for(notice.location.tenant, notice.agent_id)
+        paths = readable_paths(notice, policy)
+        if not paths:
+            return
+        payload = notice.push(paths)
+        for connection in audience:
+            try:
+                connection.sink.push(Op.CHANGED.value, payload)
+            except Exception:
+                self._log.failure(
+                    "changed push to {connection_id} failed",
+                    connection_id=connection.connection_id,
+                )
+
     # Lease callbacks (given to the storage engine)
 
     def on_lease_revoke(self, location: TenantLocation, revoke: LeaseRevoke) -> None:
@@ -248,6 +299,7 @@ class DataPlaneService:
         if self._connections.get(connection.connection_id) is connection:
             del self._connections[connection.connection_id]
             self._dismissed.discard(connection.connection_id)
+            self._agents.discard(connection.connection_id)
         loop = self._credentials_loop
         if not self._connections and loop is not None:
             self._credentials_loop = None

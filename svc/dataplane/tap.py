@@ -331,6 +331,7 @@ class DataPlaneServer(MultiService):
             io=self._io,
             clock=reactor,
             metrics=self.metrics,
+            announce=self.service.announce,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")

@@ -43,12 +43,14 @@ class Op(enum.StrEnum):
     LEASE_REFRESH = "lease_refresh"
     LEASE_RELEASE = "lease_release"
     LEASE_REVOKE = "lease_revoke"
+    # What another writer changed (server push).
+    CHANGED = "changed"
     # Connection.
     PING = "ping"
     CLOSE = "close"
 
 
-PUSH_OPS = frozenset({Op.LEASE_REVOKE})
+PUSH_OPS = frozenset({Op.LEASE_REVOKE, Op.CHANGED})
 """Operations the server sends in PUSH frames."""
 
 REQUEST_OPS = frozenset(Op) - PUSH_OPS

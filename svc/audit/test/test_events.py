@@ -575,11 +575,11 @@ class EventHelperTests(SynchronousTestCase):
         self.assertEqual(path_denial_event_for_op(Op.HEAD_FILE), "stat")
 
     def test_event_for_op(self) -> None:
-        """Wire ops map to their event names; lease, statfs, ping and close have none."""
+        """Wire ops map to their event names; lease, statfs, ping, close and changed have none."""
         self.assertEqual(event_for_op(Op.LIST), "list_entries")
         self.assertEqual(event_for_op(Op.HEAD_FILE), "head_file")
         self.assertEqual(event_for_op(Op.CHUNK_HAS), "chunk_has")
-        for op in (Op.PING, Op.CLOSE, Op.LEASE_GRANT, Op.LEASE_REVOKE, Op.STATFS):
+        for op in (Op.PING, Op.CLOSE, Op.LEASE_GRANT, Op.LEASE_REVOKE, Op.STATFS, Op.CHANGED):
             self.assertRaises(ValueError, event_for_op, op)
 
     def test_denied_chunk_path_empty(self) -> None:

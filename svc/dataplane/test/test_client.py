@@ -166,6 +166,17 @@ class PushTests(SynchronousTestCase):
         pump.flush()
         self.assertEqual(seen, [("lease_revoke", {"lease_id": "l1", "op": "lease_revoke"}, b"")])
 
+    def test_changed_delivered(self) -> None:
+        """A changed push reaches the callbacks with its paths and session id."""
+        harness, client, pump = connected()
+        seen: list[tuple[str, Mapping[str, object], bytes]] = []
+        client.on_push(lambda op, payload, raw: seen.append((op, payload, raw)))
+        sink = harness.service.handlers[0].sink
+        sink.push("changed", {"paths": ["/agent-1/a", "/agent-1/b"], "session_id": None})
+        pump.flush()
+        payload = {"paths": ["/agent-1/a", "/agent-1/b"], "session_id": None, "op": "changed"}
+        self.assertEqual(seen, [("changed", payload, b"")])
+
 
 class GoingAwayTests(SynchronousTestCase):
     """

@@ -130,8 +130,9 @@ class RequestSchemaTests(SynchronousTestCase):
         self.assertEqual(set(VALID), set(REQUEST_OPS))
         for op, payload in VALID.items():
             parse_request(op, {"op": op.value, **payload})
-        error = self.assertRaises(OpFailed, request_op, "lease_revoke")
-        self.assertEqual(error.errno, WireErrno.ENOSYS)
+        for push in ("lease_revoke", "changed"):
+            error = self.assertRaises(OpFailed, request_op, push)
+            self.assertEqual(error.errno, WireErrno.ENOSYS)
         self.assertEqual(self.assertRaises(OpFailed, request_op, "nope").errno, WireErrno.ENOSYS)
         self.assertEqual(self.assertRaises(OpFailed, request_op, 7).errno, WireErrno.ENOSYS)
 

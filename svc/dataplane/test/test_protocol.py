@@ -230,6 +230,17 @@ class RequestTests(SynchronousTestCase):
         self.assertEqual(errno_of(answer), WireErrno.ENOSYS)
         self.assertEqual(conn.handler.handled, [])
 
+    def test_push_op_as_request(self) -> None:
+        """A push name sent as a request (lease_revoke, changed) is ENOSYS, never executed."""
+        conn = ServerConnection()
+        conn.send(request(1, "lease_revoke"), request(2, "changed"))
+        answers = conn.frames()
+        self.assertEqual(
+            [(a.type, a.request_id, errno_of(a)) for a in answers],
+            [(FrameType.ERROR, 1, WireErrno.ENOSYS), (FrameType.ERROR, 2, WireErrno.ENOSYS)],
+        )
+        self.assertEqual(conn.handler.handled, [])
+
     def test_errno_exception(self) -> None:
         """An exception with a WireErrno becomes ERROR with its errno, message, details."""
         conn = ServerConnection()

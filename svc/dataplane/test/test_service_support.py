@@ -1,8 +1,10 @@
 """
 Shared fixture for the L{svc.dataplane.service} tests: the real storage
-engine on a temporary directory with inline workers, a L{Clock} set to the
-wall clock, a recording sink per connection, a recording audit emitter and
-real metrics on a fresh registry. No tests of its own.
+engine on a temporary directory with inline workers (or a L{ManualWorker}
+for the tenants' databases, to see what happens before a write commits), a
+L{Clock} set to the wall clock, a recording sink per connection, a
+recording audit emitter and real metrics on a fresh registry. No tests of
+its own.
 """
 
 from __future__ import annotations
@@ -178,7 +180,11 @@ class ServiceFixture:
     """A data-plane service on a temporary directory; see the module docstring."""
 
     def __init__(
-        self, case: SynchronousTestCase, root: Path | None = None, io_worker: IWorker | None = None
+        self,
+        case: SynchronousTestCase,
+        root: Path | None = None,
+        io_worker: IWorker | None = None,
+        db_worker: IWorker | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -193,7 +199,7 @@ class ServiceFixture:
             lambda on_revoke, on_event: StorageEngine(
                 StorageRoots.single(self.root),
                 self.clock,
-                lambda name: ImmediateWorker(),
+                lambda name: db_worker or ImmediateWorker(),
                 io_worker or ImmediateWorker(),
                 on_revoke,
                 on_event,

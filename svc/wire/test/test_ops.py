@@ -23,8 +23,8 @@ class OpTests(SynchronousTestCase):
             self.assertEqual(op.name.lower(), op.value)
 
     def test_partition(self) -> None:
-        """Every op is either a request or a push, and lease_revoke is the only push."""
-        self.assertEqual(PUSH_OPS, {Op.LEASE_REVOKE})
+        """Every op is either a request or a push; lease_revoke and changed are the pushes."""
+        self.assertEqual(PUSH_OPS, {Op.LEASE_REVOKE, Op.CHANGED})
         self.assertEqual(REQUEST_OPS | PUSH_OPS, set(Op))
         self.assertFalse(REQUEST_OPS & PUSH_OPS)
 
