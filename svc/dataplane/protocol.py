@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 _log = Logger()
 
 GENERIC_FAILURE_MESSAGE = "internal server error"
+
+DROPPED_WHEN_BLOCKED = frozenset({Op.CHANGED})
+"""Best-effort pushes not sent while the transport's write buffer is full."""
 """The ERROR message sent for a failure that is a bug (never its text)."""
 
 
@@ -190,6 +193,8 @@ class DataPlaneServerProtocol(Protocol):
 
     @ivar identity: the admitted peer, once admitted.
     @ivar connection_id: this connection's id, once admitted.
+    @ivar pushes_dropped: best-effort pushes not sent because the peer was
+        not reading (L{DROPPED_WHEN_BLOCKED}).
     """
 
     def __init__(
@@ -221,6 +226,7 @@ class DataPlaneServerProtocol(Protocol):
         self._unanswered_bytes = 0
         self._reading_paused = False
         self._writing_blocked = False
+        self.pushes_dropped = 0
         self._goaway_sent = False
         self._close_reason = "connection lost"
         self._timers: dict[str, Timer] = {}
@@ -343,6 +349,12 @@ class DataPlaneServerProtocol(Protocol):
         connection is closing.
         """
         if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
+            return
+        if self._writing_blocked and op in DROPPED_WHEN_BLOCKED:
+            # The peer is not reading: a best-effort notice is not worth
+            # buffering (a connection that never reads could otherwise be
+            # made to hold every change of its agent until it idles out).
+            self.pushes_dropped += 1
             return
         try:
             frame = Frame(FrameType.PUSH, 0, {**payload, "op": op})

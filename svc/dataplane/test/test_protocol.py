@@ -376,6 +376,19 @@ class SinkTests(SynchronousTestCase):
             (FrameType.PUSH, 0, {"lease_id": "l1", "op": "lease_revoke"}),
         )
 
+    def test_changed_dropped_while_peer_not_reading(self) -> None:
+        """With the write buffer full, changed pushes are dropped; lease_revoke still goes."""
+        conn = ServerConnection()
+        conn.protocol.pauseProducing()
+        conn.handler.sink.push("changed", {"paths": ["/agent-1/f"], "session_id": None})
+        conn.handler.sink.push("lease_revoke", {"lease_id": "l1"})
+        conn.protocol.resumeProducing()
+        conn.handler.sink.push("changed", {"paths": ["/agent-1/g"], "session_id": None})
+        self.assertEqual(
+            [push.payload["op"] for push in conn.frames()], ["lease_revoke", "changed"]
+        )
+        self.assertEqual(conn.protocol.pushes_dropped, 1)
+
     def test_disconnect_drains(self) -> None:
         """disconnect sends GOAWAY, executes nothing new, answers what it read, then closes."""
         conn = ServerConnection()
