@@ -25,25 +25,12 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 
 from svc.dataplane.confinement import disk_root, relative_to_disk
-from svc.dataplane.ops import Request, TwoPathRequest
+from svc.dataplane.ops import WRITE_OPS, Request, TwoPathRequest
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
 from svc.wire.ops import Op
 
-CHANGING_OPS = frozenset(
-    {
-        Op.MANIFEST_PUT,
-        Op.MANIFEST_DELETE,
-        Op.MANIFEST_RENAME,
-        Op.DIR_CREATE,
-        Op.DIR_REMOVE,
-        Op.SETATTR,
-        Op.SYMLINK,
-        Op.MKNOD,
-        Op.LINK,
-        Op.JOURNAL_REVERT_PATH,
-    }
-)
+CHANGING_OPS = WRITE_OPS - {Op.CHUNK_PUT}
 """
 The operations whose success is announced: every write that names a path
 (C{chunk_put}, the other write, changes none).
