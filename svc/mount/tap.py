@@ -30,7 +30,7 @@ from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
 from svc.mount.cache import ChunkCache
-from svc.mount.control_client import LeaseLost, MountControlClient
+from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
@@ -257,8 +257,9 @@ class MountService(Service):
         async def refreshing() -> None:
             try:
                 lease = await self._control.refresh_mount(self._creds)
-            except LeaseLost as error:
-                reason = f"mount lease lost: {error}"
+            except (LeaseLost, Revoked) as error:
+                what = "mount lease lost" if isinstance(error, LeaseLost) else "allocation revoked"
+                reason = f"{what}: {error}"
                 _log.error("{reason}; the mount is read-only from now on", reason=reason)
                 if self._fs is not None:
                     self._fs.set_read_only(reason)

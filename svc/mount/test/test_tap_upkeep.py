@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount.control_client import LeaseLost, Revoked
 from svc.mount.settings import MountSettings
 from svc.mount.tap import MountService
 
@@ -40,6 +41,26 @@ class FakeControl:
         return succeed(result)
 
 
+class RefreshingControl:
+    """The control-plane client: C{refresh_mount} fails with C{error}."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def refresh_mount(self, creds: FakeCredentials) -> Deferred[object]:
+        return fail(self._error)
+
+
+class FakeFS:
+    """The filesystem core: remembers why it was made read-only."""
+
+    def __init__(self) -> None:
+        self.read_only: list[str] = []
+
+    def set_read_only(self, reason: str) -> None:
+        self.read_only.append(reason)
+
+
 class FakeLink:
     """The reconnecting data-plane client: counts switches."""
 
@@ -51,7 +72,7 @@ class FakeLink:
         return succeed(True)
 
 
-def service(control: FakeControl, link: FakeLink, clock: Clock) -> MountService:
+def service(control: object, link: FakeLink, clock: Clock) -> MountService:
     settings = MountSettings(
         control_url="http://control.invalid",
         enroll_token="t",
@@ -93,4 +114,39 @@ class RenewalTests(SynchronousTestCase):
         internals._renew()
         self.assertEqual(link.switches, 0)
         self.assertEqual(internals._creds.serial, "old")
+        self.assertEqual(len(clock.getDelayedCalls()), 1)
+
+
+class LeaseRefreshTests(SynchronousTestCase):
+    """
+    What a failed mount-lease refresh does.
+    """
+
+    def refreshed(self, error: Exception) -> tuple[FakeFS, Clock]:
+        clock = Clock()
+        mount = service(RefreshingControl(error), FakeLink(), clock)
+        fs = FakeFS()
+        internals: Any = mount
+        internals._fs = fs
+        internals._refresh()
+        return fs, clock
+
+    def test_lease_lost_makes_mount_read_only(self) -> None:
+        """410 lease_lost turns the mount read-only and stops refreshing."""
+        fs, clock = self.refreshed(LeaseLost(410, "lease_lost", "", {}))
+        self.assertEqual(len(fs.read_only), 1)
+        self.assertIn("mount lease lost", fs.read_only[0])
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_revoked_allocation_makes_mount_read_only(self) -> None:
+        """410 revoked (the allocation was revoked) turns the mount read-only too."""
+        fs, clock = self.refreshed(Revoked(410, "revoked", "", {}))
+        self.assertEqual(len(fs.read_only), 1)
+        self.assertIn("allocation revoked", fs.read_only[0])
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_other_failure_is_retried(self) -> None:
+        """Any other failure keeps the mount writable and refreshes again later."""
+        fs, clock = self.refreshed(ConnectionRefusedError("control down"))
+        self.assertEqual(fs.read_only, [])
         self.assertEqual(len(clock.getDelayedCalls()), 1)
