@@ -3,7 +3,8 @@ Revocation across real processes: releasing a mount lease at a real control
 plane puts the agent's leaf serial on the deny-list, the control plane pushes
 it to the real data-plane server, and the server closes the agent's live
 connection and refuses new ones. The same holds for a connection opened with
-a leaf the agent has since renewed.
+a leaf the agent has since renewed, and, when the service revokes the
+allocation, for a second enrollment of the agent that never held the lease.
 """
 
 from __future__ import annotations
@@ -60,19 +61,21 @@ class RevocationPushTests(TestCase):
         self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
         self.state: dict[str, Any] = json.loads((self.state_dir / "state.json").read_text())
 
-    def enroll(self) -> dict[str, Any]:
-        """A fresh enrollment of the demo agent, holding its mount lease."""
+    def enroll(self, take_lease: bool = True) -> dict[str, Any]:
+        """A fresh enrollment of the demo agent, holding its mount lease if C{take_lease}."""
         control = f"http://127.0.0.1:{self.state['control_port']}"
         status, minted = http(
             "POST", control + "/v1/agents/demo-agent/enroll-token", {}, self.state["token"]
         )
         self.assertEqual(status, 200, minted)
-        status, enrollment = http("POST", control + "/agent/enroll", None, minted["token"])
-        self.assertEqual(status, 200, enrollment)
+        status, enrolled = http("POST", control + "/agent/enroll", None, minted["token"])
+        self.assertEqual(status, 200, enrolled)
+        enrollment: dict[str, Any] = enrolled
         mount = f"{control}/allocations/{self.state['allocation_id']}/mount"
-        proof = {"agent_fingerprint": enrollment["agent_fingerprint"], "force": True}
-        status, lease = http("POST", mount, proof)
-        self.assertEqual(status, 200, lease)
+        if take_lease:
+            proof = {"agent_fingerprint": enrollment["agent_fingerprint"], "force": True}
+            status, lease = http("POST", mount, proof)
+            self.assertEqual(status, 200, lease)
         enrollment["mount_url"] = mount
         return enrollment
 
@@ -88,8 +91,8 @@ class RevocationPushTests(TestCase):
         host, port = enrollment["server_addr"].rsplit(":", 1)
         return connect_dataplane(reactor, (host, int(port)), tls)
 
-    def renew(self, enrollment: dict[str, Any]) -> dict[str, Any]:
-        """C{POST /agent/renew} signed with C{enrollment}'s key: the new enrollment."""
+    def try_renew(self, enrollment: dict[str, Any]) -> tuple[int, Any]:
+        """C{POST /agent/renew} signed with C{enrollment}'s key: status and body."""
         control = f"http://127.0.0.1:{self.state['control_port']}"
         key: Any = key_from_pem(enrollment["client_key_pem"].encode())
         leaf = cert_from_pem(enrollment["client_cert_pem"].encode())
@@ -97,12 +100,17 @@ class RevocationPushTests(TestCase):
             key, leaf, "POST", "/agent/renew", int(time.time() * 1000)
         )
         body["ca_chain_pem"] = enrollment["ca_chain_pem"]
-        status, renewed = http("POST", control + "/agent/renew", body)
-        self.assertEqual(status, 200, renewed)
+        return http("POST", control + "/agent/renew", body)
+
+    def renew(self, enrollment: dict[str, Any]) -> dict[str, Any]:
+        """C{POST /agent/renew} signed with C{enrollment}'s key: the new enrollment."""
+        status, body = self.try_renew(enrollment)
+        self.assertEqual(status, 200, body)
+        renewed: dict[str, Any] = body
         renewed["mount_url"] = enrollment["mount_url"]
         return renewed
 
-    async def assertClosed(self, closed: Deferred[object], what: str) -> None:
+    async def assertClosed(self, closed: Deferred[Any], what: str) -> None:
         """C{closed} fires within two push intervals (plus start-up slack)."""
         for _ in range(PUSH_INTERVAL * 10 + 20):
             if closed.called:
@@ -142,3 +150,27 @@ class RevocationPushTests(TestCase):
         self.assertTrue(closed.called, "the data plane kept the revoked agent connected")
         with self.assertRaises(AdmissionFailed):
             await self.connect(enrollment)
+
+    async def test_service_revocation_closes_second_enrollment(self) -> None:
+        """
+        When the service revokes the allocation, a second enrollment of the
+        agent that never held the lease is cut off too: its live connection
+        ends, a new one is refused and its renewal is 410 revoked.
+        """
+        holder = self.enroll()
+        second = self.enroll(take_lease=False)
+        clients = [await self.connect(second), await self.connect(holder)]
+        for client in clients:
+            await client.call("ping", {})
+        closed = [client.when_closed() for client in clients]
+        control = f"http://127.0.0.1:{self.state['control_port']}"
+        status, body = http(
+            "DELETE", control + "/v1/entities/agent/demo-agent", None, self.state["token"]
+        )
+        self.assertEqual(status, 204, body)
+        await self.assertClosed(closed[0], "the second enrollment")
+        await self.assertClosed(closed[1], "the lease holder")
+        with self.assertRaises(AdmissionFailed):
+            await self.connect(second)
+        status, body = self.try_renew(second)
+        self.assertEqual((status, body["error"]), (410, "revoked"), body)

@@ -33,7 +33,13 @@ agent leaf, unexpired and unrevoked.
 
 Failures are 401 C{invalid_client}; a certificate without an agent SAN is
 403 C{access_denied}/C{agent_scope_required}; no open CA is 503 with
-C{Retry-After: 60}.
+C{Retry-After: 60}. One refusal says more: a leaf that passes every check
+but the deny-list (its own serial is revoked; for 1 and 2 its intermediate is
+not) and whose agent's allocation is no longer live (revoked or purged) in
+the leaf's tenant is 410 C{revoked}, as the spec answers a revoked
+allocation: revoking an allocation revokes every leaf of its agent, so
+without this its renewals and mount-lease calls would see 401. The 410
+authenticates nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +67,9 @@ from svc.control.ca import AgentCAProvider, certificate_fingerprint
 from svc.control.errors import (
     AGENT_SCOPE_REQUIRED,
     INVALID_CLIENT,
+    REVOKED,
     AccessDenied,
+    Gone,
     InvalidCredential,
     JsonValue,
     ServiceUnavailable,
@@ -78,7 +86,7 @@ from svc.control.store.values import CertificateKind, MountHolder
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import AdmissionRefused, PKIError, RefusalReason
-from svc.pki.identity import DenyList, admit_agent
+from svc.pki.identity import AgentIdentity, DenyList, admit_agent
 from svc.pki.pem import cert_to_pem, certs_from_pem
 
 PROOF_CONTEXT = "svc-agent-proof-v1"
@@ -292,11 +300,12 @@ class AgentIdentityAuthenticator:
             _log.info("agent_identity_rejected reason={reason}", reason=e.reason.value)
             if e.reason is RefusalReason.NO_AGENT_SAN:
                 raise AccessDenied(AGENT_SCOPE_REQUIRED) from None
+            denied = _denied_leaf(chain[0], chain[1], ca.trust_domain, deny_list)
+            if denied is not None:
+                await self._issued_here(denied.serial)
+                await self._refuse_if_allocation_gone(denied.agent_id, denied.tenant_id)
             raise _invalid() from None
-        try:
-            await self._store.find_certificate(identity.serial)
-        except NotFound:
-            raise _rejected("leaf_not_issued_here", identity.serial) from None
+        await self._issued_here(identity.serial)
         return AgentPrincipal(
             tenant_id=identity.tenant_id,
             agent_id=identity.agent_id,
@@ -323,6 +332,7 @@ class AgentIdentityAuthenticator:
         if record.not_after <= now:
             raise _rejected("expired")
         if record.serial in await self._deny_list(now):
+            await self._refuse_if_allocation_gone(record.agent_id, record.tenant_id)
             raise _rejected("revoked")
         return AgentPrincipal(
             tenant_id=record.tenant_id,
@@ -337,6 +347,49 @@ class AgentIdentityAuthenticator:
     async def _deny_list(self, now: datetime) -> DenyList:
         revocations = await self._store.active_revocations(now)
         return DenyList.of((r.serial, r.not_after) for r in revocations)
+
+    async def _issued_here(self, serial: str) -> None:
+        """Refuse (401) a leaf the control plane has no record of issuing."""
+        try:
+            await self._store.find_certificate(serial)
+        except NotFound:
+            raise _rejected("leaf_not_issued_here", serial) from None
+
+    async def _refuse_if_allocation_gone(self, agent_id: str, tenant_id: str) -> None:
+        """
+        For a leaf refused only because its serial is deny-listed: 410
+        C{revoked} when the allocation of its agent, in its tenant, is no
+        longer live; otherwise return (the caller refuses with 401).
+        """
+        try:
+            allocation = await self._store.get_agent_allocation(agent_id)
+        except NotFound:
+            return
+        if not allocation.live and allocation.tenant_id == tenant_id:
+            _log.info(
+                "agent_identity_rejected reason={reason} agent={agent_id}",
+                reason="allocation_revoked",
+                agent_id=agent_id,
+            )
+            raise Gone(REVOKED)
+
+
+def _denied_leaf(
+    leaf: x509.Certificate, intermediate: x509.Certificate, trust_domain: str, deny_list: DenyList
+) -> AgentIdentity | None:
+    """
+    The identity of C{leaf} if the admission rules refuse it only because
+    its own serial is in C{deny_list} (every other rule holds, its
+    intermediate is not listed); else L{None}.
+    """
+    serial = names.format_serial(leaf.serial_number)
+    if serial not in deny_list:
+        return None
+    others = DenyList(frozenset(entry for entry in deny_list.entries if entry.serial != serial))
+    try:
+        return admit_agent(leaf, intermediate, trust_domain, others)
+    except AdmissionRefused:
+        return None
 
 
 def _rejected(reason: str, detail: str = "") -> InvalidCredential:

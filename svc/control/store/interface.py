@@ -106,8 +106,9 @@ class ControlStore(Protocol):
 
     def revoke_allocation(self, allocation_id: str, now: datetime) -> Deferred[Allocation]:
         """
-        Revoke an allocation (idempotent): its mount lease ends with the
-        holder's leaf revoked, unspent enroll tokens are revoked; L{NotFound}.
+        Revoke an allocation (idempotent): its mount lease ends, every
+        unexpired leaf of its agent (of any enrollment) is revoked, unspent
+        enroll tokens are revoked; L{NotFound}.
         """
 
     def revoke_agent(self, agent_id: str, now: datetime) -> Deferred[Allocation]:
@@ -121,7 +122,8 @@ class ControlStore(Protocol):
     ) -> Deferred[Allocation]:
         """
         Move an agent's allocation to another owner/tenant (created if
-        missing); a mount lease ends. L{NotFound}, L{Revoked}, L{Conflict}
+        missing); a mount lease ends and every unexpired leaf of the agent
+        (of any enrollment) is revoked. L{NotFound}, L{Revoked}, L{Conflict}
         C{tenant_owner_mismatch}.
         """
 

@@ -283,6 +283,130 @@ class AuthenticatorContract(RouteBackend):
         )
         self.assertEqual(error.code, "invalid_client")
 
+    def signed(self, timestamp_s: float | None = None) -> FakeRequest:
+        """A request signed with the enrolled leaf's key."""
+        seconds = self.world.clock.seconds() if timestamp_s is None else timestamp_s
+        body = sign_request(
+            self.enrolled.key,
+            self.enrolled.leaf,
+            "POST",
+            "/allocations/a1/mount",
+            int(seconds * 1000),
+        )
+        body["ca_chain_pem"] = self.enrolled.body["ca_chain_pem"]
+        return FakeRequest(body=body)
+
+    def by_fingerprint(self) -> FakeRequest:
+        """A request naming the enrolled leaf by fingerprint."""
+        return FakeRequest(body={"agent_fingerprint": self.enrolled.body["agent_fingerprint"]})
+
+    def each_proof(self) -> list[FakeRequest]:
+        """The enrolled leaf's requests by each of the three proofs."""
+        return [
+            self.tls(self.enrolled.leaf, self.enrolled.intermediate),
+            self.signed(),
+            self.by_fingerprint(),
+        ]
+
+    async def revoke_allocation(self) -> None:
+        """Revoke the enrolled agent's allocation (which deny-lists its leaves)."""
+        allocation_id = self.enrolled.body["allocation_id"]
+        await self.world.result(self.world.store.revoke_allocation(allocation_id, NOW))
+
+    async def revoke_leaf(self) -> None:
+        """Deny-list the enrolled leaf alone."""
+        await self.world.result(
+            self.world.store.add_revocation(self.enrolled.serial, NOW + timedelta(hours=1), NOW)
+        )
+
+    async def assertRefusedWith(self, request: FakeRequest, status: int, code: str) -> None:
+        """C{request} is refused with C{status} and C{code}."""
+        error = await self.refused(request)
+        self.assertEqual((error.status, error.code), (status, code))
+
+    async def test_denied_leaf_of_revoked_allocation_is_gone(self) -> None:
+        """A leaf deny-listed because its allocation was revoked: 410 revoked, by each proof."""
+        await self.revoke_allocation()
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, 410, "revoked")
+
+    async def test_denied_leaf_of_purged_allocation_is_gone(self) -> None:
+        """A deny-listed leaf of a purged allocation is 410 revoked as well."""
+        await self.revoke_allocation()
+        allocation_id = self.enrolled.body["allocation_id"]
+        await self.world.result(self.world.store.mark_purged(allocation_id, NOW))
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, 410, "revoked")
+
+    async def test_denied_leaf_of_live_allocation_is_unauthorized(self) -> None:
+        """A deny-listed leaf of a live allocation (a released mount): 401, by each proof."""
+        await self.revoke_leaf()
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, 401, "invalid_client")
+
+    async def test_revoked_allocation_with_valid_leaf_authenticates(self) -> None:
+        """A leaf not on the deny-list authenticates; the route answers for the allocation."""
+        await self.revoke_allocation()
+        await self.sql(self.world.store, "DELETE FROM cert_revocations")
+        principal = await self.principal(self.tls(self.enrolled.leaf, self.enrolled.intermediate))
+        self.assertEqual(principal.serial, self.enrolled.serial)
+
+    async def test_denied_leaf_refused_for_more_is_unauthorized(self) -> None:
+        """
+        A deny-listed leaf of a revoked allocation that fails another check
+        too (retired intermediate, stale proof, expired) is 401.
+        """
+        await self.revoke_allocation()
+        intermediate = self.enrolled.intermediate
+        await self.world.result(
+            self.world.store.add_revocation(
+                names.format_serial(intermediate.serial_number),
+                intermediate.not_valid_after_utc,
+                NOW,
+            )
+        )
+        await self.assertRefusedWith(
+            self.tls(self.enrolled.leaf, intermediate), 401, "invalid_client"
+        )
+        await self.assertRefusedWith(
+            self.signed(self.world.clock.seconds() - 61), 401, "invalid_client"
+        )
+        self.world.clock.advance(3601)
+        for request in (self.signed(), self.by_fingerprint()):
+            await self.assertRefusedWith(request, 401, "invalid_client")
+
+    async def test_denied_unrecorded_leaf_of_revoked_allocation_is_unauthorized(self) -> None:
+        """A deny-listed leaf the control plane never recorded issuing stays 401."""
+        intermediate = self.acme_intermediate()
+        leaf = forge_leaf(
+            intermediate,
+            NOW,
+            uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme", f"spiffe://{TRUST_DOMAIN}/agent/agent-1"],
+            common_name="alice",
+            ou="tenant=acme",
+        )
+        serial = names.format_serial(leaf.cert.serial_number)
+        await self.world.result(
+            self.world.store.add_revocation(serial, leaf.cert.not_valid_after_utc, NOW)
+        )
+        await self.revoke_allocation()
+        await self.assertRefusedWith(self.tls(leaf.cert, intermediate.cert), 401, "invalid_client")
+
+    async def test_denied_leaf_of_reassigned_agent_is_unauthorized(self) -> None:
+        """
+        After a reassignment the old tenant's leaves are deny-listed: 401,
+        also once the allocation (now in another tenant) is revoked.
+        """
+        await self.world.result(
+            self.world.store.reassign_agent("agent-1", owner_id="bob", tenant_id="beta", now=NOW)
+        )
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, 401, "invalid_client")
+        await self.revoke_allocation()
+        self.world.clock.advance(1)  # a new proof, not a replayed one
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, 401, "invalid_client")
+
     async def test_nothing(self) -> None:
         """No certificate and no body field: 401 invalid_client without WWW-Authenticate."""
         error = await self.refused(FakeRequest(body={"force": True}))

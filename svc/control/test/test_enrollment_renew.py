@@ -172,13 +172,32 @@ class RenewContract(RouteBackend):
         )
 
     async def test_reassigned_agent(self) -> None:
-        """An agent moved to another owner cannot renew the old owner's leaf: 403."""
+        """
+        An agent moved to another owner cannot renew the old owner's leaf:
+        401, the reassignment revoked it; were it not listed, 403
+        allocation_reassigned.
+        """
         await self.world.result(
             self.world.store.reassign_agent("agent-1", owner_id="bob", tenant_id="beta", now=NOW)
         )
+        self.assertRefused(await self.renew(self.signed_body()), 401, "invalid_client")
+        await self.sql(self.world.store, "DELETE FROM cert_revocations")
+        self.world.clock.advance(1)  # a new proof, not a replayed one
         self.assertRefused(
             await self.renew(self.signed_body()), 403, "access_denied", "allocation_reassigned"
         )
+
+    async def test_revoked_allocation_second_enrollment(self) -> None:
+        """
+        After its allocation is revoked, a second enrollment of the agent
+        (which never mounted) is refused 410 revoked, as the first is.
+        """
+        second = await self.world.enrolled()
+        allocation_id = self.enrolled.body["allocation_id"]
+        self.assertEqual(second.body["allocation_id"], allocation_id)
+        await self.world.result(self.world.store.revoke_allocation(allocation_id, NOW))
+        for enrolled in (second, self.enrolled):
+            self.assertRefused(await self.renew(self.signed_body(enrolled)), 410, "revoked")
 
     async def test_bad_signature(self) -> None:
         """A proof signed by another key: 401 invalid_client."""

@@ -235,10 +235,17 @@ _ENROLLMENT_CHAINS = (
     " ON issued_certificates (enrollment_serial, not_after_us)",
 )
 
+_AGENT_LEAVES = (
+    # Revoking or reassigning an agent revokes every unexpired leaf issued
+    # to it, whatever its enrollment: found by agent and not-after.
+    "CREATE INDEX issued_certificates_by_agent ON issued_certificates (agent_id, not_after_us)",
+)
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps. Keep
 #: the numbers and meanings in step with the SQLite list.
 MIGRATIONS = (
     Migration(1, "initial control-plane schema", _INITIAL),
     Migration(2, "mount-lease epochs and server HTTPS addresses", _SESSIONS_AND_HTTPS),
     Migration(3, "enrollment chains of agent leaves", _ENROLLMENT_CHAINS),
+    Migration(4, "agent leaves by agent", _AGENT_LEAVES),
 )

@@ -14,9 +14,15 @@ from svc.control.store.test.contract_accounts import AccountsContract
 from svc.control.store.test.contract_credentials import CredentialsContract
 from svc.control.store.test.contract_fleet import FleetContract
 from svc.control.store.test.contract_mounts import MountsContract, RenewalChainContract
+from svc.control.store.test.contract_revocation import AgentRevocationContract
 
 
 class ControlStoreContractMixin(
-    AccountsContract, CredentialsContract, MountsContract, RenewalChainContract, FleetContract
+    AccountsContract,
+    CredentialsContract,
+    MountsContract,
+    RenewalChainContract,
+    AgentRevocationContract,
+    FleetContract,
 ):
     """Every contract test, for one implementation."""

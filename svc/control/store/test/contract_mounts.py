@@ -500,12 +500,15 @@ class RenewalChainContract(StoreCase):
         )
 
     async def test_revoking_the_allocation_revokes_the_chain(self) -> None:
-        """Revoking the allocation revokes its lease's whole enrollment, no other enrollment."""
+        """
+        Revoking the allocation revokes its lease's whole enrollment (and the
+        agent's other enrollments: see contract_revocation).
+        """
         allocation_id, _latest = await self._renewed_mount()
         await self.store.record_certificate(enrollment_leaf("c1", at=10 * MINUTE))
         await self.store.revoke_allocation(allocation_id, NOW + 55 * MINUTE)
         self.assertEqual(
-            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2"]
+            [serial for serial, _ in await self.revoked(55 * MINUTE)], ["a1", "b1", "b2", "c1"]
         )
 
     async def test_revoking_the_owner_revokes_every_chain(self) -> None:

@@ -18,6 +18,7 @@ from svc.control.store.transactions.common import (
     end_mount_lease,
     locked_agent_allocation,
     locked_allocation,
+    revoke_agent_leaves,
 )
 from svc.control.store.values import Allocation, AllocationState, Tenant, User
 
@@ -220,6 +221,8 @@ def _revoke(allocation: Allocation, now_us: int) -> Transaction[Allocation]:
         (now_us, allocation.allocation_id),
     )
     yield from end_mount_lease(allocation.allocation_id, now_us)
+    if allocation.agent_id is not None:
+        yield from revoke_agent_leaves(allocation.agent_id, now_us)
     yield Sql(
         "UPDATE enroll_tokens SET revoked_us = ?"
         " WHERE allocation_id = ? AND consumed_us IS NULL AND revoked_us IS NULL",
@@ -230,8 +233,9 @@ def _revoke(allocation: Allocation, now_us: int) -> Transaction[Allocation]:
 
 def revoke_allocation(allocation_id: str, now_us: int) -> Transaction[Allocation]:
     """
-    Revoke allocation C{allocation_id}: its mount lease ends (every
-    unexpired leaf of the holder's enrollment is revoked) and its unspent
+    Revoke allocation C{allocation_id}: its mount lease ends, every
+    unexpired leaf of its agent is revoked (those of the holder's
+    enrollment and of every other enrollment of the agent) and its unspent
     enroll tokens are revoked. Revoking a revoked or purged allocation
     changes nothing.
     """
@@ -267,9 +271,9 @@ def reassign_agent(
 ) -> Transaction[Allocation]:
     """
     Move agent C{agent_id}'s allocation to C{owner_id} / C{tenant_id}
-    (creating them when missing). A mount lease ends with its holder's
-    enrollment revoked (its leaves name the old owner). Moving the bytes is
-    the data plane's business.
+    (creating them when missing). A mount lease ends, and every unexpired
+    leaf of the agent is revoked, whatever its enrollment (they all name the
+    old owner and tenant). Moving the bytes is the data plane's business.
     """
     allocation = yield from locked_agent_allocation(agent_id)
     _require_live(allocation)
@@ -282,6 +286,7 @@ def reassign_agent(
         (owner_id, tenant_id, allocation.allocation_id),
     )
     yield from end_mount_lease(allocation.allocation_id, now_us)
+    yield from revoke_agent_leaves(agent_id, now_us)
     return rows.allocation(found.only())
 
 

@@ -1,7 +1,7 @@
 """
 Steps several transactions share: reading an allocation under its lock,
-ending a mount lease, finding an enrollment's leaves, recording
-revocations.
+ending a mount lease, finding an enrollment's or an agent's leaves,
+recording revocations.
 """
 
 # Statements below interpolate only this package's constant column lists and
@@ -124,6 +124,31 @@ def revoke_enrollment(lease: MountLease, now_us: int) -> Transaction[tuple[Revoc
     enrollment = yield from leaf_enrollment(agent_id, lease.holder.leaf_serial)
     chain = yield from enrollment_leaves(agent_id, enrollment, now_us)
     return (yield from add_revocations(leaves_to_revoke(lease, chain, from_micros(now_us)), now_us))
+
+
+def agent_leaves(agent_id: str, now_us: int) -> Transaction[tuple[RevocableLeaf, ...]]:
+    """
+    Every agent leaf issued to C{agent_id} recorded in
+    C{issued_certificates} that has not expired at C{now_us}, whatever its
+    enrollment.
+    """
+    found: Rows = yield Sql(
+        "SELECT serial, not_after_us FROM issued_certificates"
+        " WHERE agent_id = ? AND kind = 'agent_leaf' AND not_after_us > ? ORDER BY serial",
+        (agent_id, now_us),
+    )
+    return tuple(RevocableLeaf(as_str(row[0]), from_micros(as_int(row[1]))) for row in found.rows)
+
+
+def revoke_agent_leaves(agent_id: str, now_us: int) -> Transaction[tuple[RevocableLeaf, ...]]:
+    """
+    Revoke every leaf of C{agent_id} unexpired at C{now_us}
+    (L{agent_leaves}): those of every enrollment, whether or not it ever
+    held the mount lease. What was revoked (serials already revoked keep
+    their first record).
+    """
+    leaves = yield from agent_leaves(agent_id, now_us)
+    return (yield from add_revocations(leaves, now_us))
 
 
 def add_revocations(
