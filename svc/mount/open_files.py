@@ -34,6 +34,13 @@ from svc.worker import IWorker
 DEFAULT_MEMO_BYTES = 64 << 20
 """Chunk bytes kept in memory for reads (a few maximum-size chunks)."""
 
+READ_AHEAD_BYTES = 16 << 20
+"""
+How far past a sequential read the chunks of the committed content are
+fetched before they are asked for: one maximum-size chunk, about four
+average ones, so the next chunk's C{chunk_get} overlaps reading this one.
+"""
+
 
 class ChunkMemo:
     """
@@ -48,6 +55,17 @@ class ChunkMemo:
         self._held = 0
         self._chunks: OrderedDict[str, bytes] = OrderedDict()
         self._pending: dict[str, list[Deferred[bytes]]] = {}
+
+    def prefetch(self, chunk_hash: str) -> None:
+        """
+        Start fetching C{chunk_hash} unless it is held or on its way; a
+        later L{get} shares the fetch. A failure is forgotten (the reader
+        that needs the chunk fetches it again and sees the error).
+        """
+        if chunk_hash in self._chunks or chunk_hash in self._pending:
+            return
+        self._pending[chunk_hash] = []
+        self.source.fetch(chunk_hash).addBoth(self._fetched, chunk_hash)
 
     def get(self, chunk_hash: str) -> Deferred[bytes]:
         """The bytes of C{chunk_hash}."""
@@ -159,6 +177,7 @@ class FileState:
         self._memo = memo
         self._now_ns = now_ns
         self._spill: SpillHandle | None = None
+        self._read_end: int | None = None
         self.write_behind: WriteBehind | None = None
 
     @property
@@ -184,6 +203,9 @@ class FileState:
         current content.
         """
         segments = self.layout.segments(offset, length)
+        if offset == self._read_end:
+            self._read_ahead(offset + length)
+        self._read_end = offset + length
         spill = self._spill
         reads: list[Deferred[bytes]] = []
         if spill is not None:
@@ -207,6 +229,18 @@ class FileState:
                         await done
 
         return Deferred.fromCoroutine(reading())
+
+    def _read_ahead(self, end: int) -> None:
+        """
+        A sequential reader reached C{end}: start fetching the committed
+        chunks of the next L{READ_AHEAD_BYTES} that it will read from the
+        original content (not bytes written since the open).
+        """
+        layout = self.layout
+        for segment in layout.segments(end, READ_AHEAD_BYTES):
+            if segment.source is Source.ORIGINAL:
+                for ref in layout.base_chunks(segment.start, segment.end):
+                    self._memo.prefetch(ref.hash)
 
     def _read_spill(self, spill: Spill, offset: int, length: int) -> Deferred[bytes]:
         if spill.in_memory:
