@@ -13,6 +13,7 @@ start and stop.
 from __future__ import annotations
 
 import secrets
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +30,7 @@ from svc.dataplane.admission import Admission, SwappableServerTLS
 from svc.dataplane.frame_tls import frame_tls_factory
 from svc.dataplane.interfaces import IDataPlaneService
 from svc.dataplane.protocol import DataPlaneClock, DataPlaneServerProtocol
+from svc.pki.identity import AgentIdentity
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
 from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
 from svc.wire.ops import REQUEST_OPS
@@ -36,6 +38,16 @@ from svc.wire.ops import REQUEST_OPS
 _log = Logger()
 
 MIB = 1024 * 1024
+
+
+DEFAULT_MAX_CONNECTIONS = 4096
+"""Open connections a server accepts at once (each holds a file descriptor)."""
+
+DEFAULT_MAX_CONNECTIONS_PER_AGENT = 16
+"""Admitted connections one agent may hold at once (a mount uses one, two while it moves)."""
+
+REFUSAL_LOG_EVERY = 1000
+"""Connections refused for a limit are logged the first time, then once per this many."""
 
 
 def _positive(_instance: object, attribute: Any, value: float) -> None:
@@ -64,6 +76,11 @@ class ServerLimits:
     @ivar close_timeout: a connection whose orderly TLS close has not
         finished after this long is aborted.
     @ivar server_name: HELLO C{server}.
+    @ivar max_connections: connections open at once (TLS handshakes in
+        progress included); one more is closed as soon as it connects.
+    @ivar max_connections_per_agent: admitted connections of one agent (one
+        tenant's agent id) at once; one more is dropped after its handshake
+        like a refused certificate, before HELLO.
     """
 
     max_payload: int = attrs.field(default=MAX_PAYLOAD_SIZE)
@@ -77,6 +94,10 @@ class ServerLimits:
     drain_timeout: float = attrs.field(default=30.0, validator=_positive)
     close_timeout: float = attrs.field(default=10.0, validator=_positive)
     server_name: str = "svc-dataplane"
+    max_connections: int = attrs.field(default=DEFAULT_MAX_CONNECTIONS, validator=_positive)
+    max_connections_per_agent: int = attrs.field(
+        default=DEFAULT_MAX_CONNECTIONS_PER_AGENT, validator=_positive
+    )
 
     @max_payload.validator
     def _check_payload(self, _attribute: object, value: int) -> None:
@@ -102,6 +123,10 @@ class ServerLimits:
             max_in_flight=self.max_in_flight,
             server=self.server_name,
         )
+
+
+def _agent_key(identity: AgentIdentity) -> tuple[str, str]:
+    return (identity.tenant_id, identity.agent_id)
 
 
 def random_connection_id() -> str:
@@ -149,6 +174,8 @@ class DataPlaneFactory(Factory):
         self._stopping = False
         self._live: set[DataPlaneServerProtocol] = set()
         self._admitted: set[DataPlaneServerProtocol] = set()
+        self._per_agent: Counter[tuple[str, str]] = Counter()
+        self.refused_for_limits = 0
 
     def buildProtocol(self, addr: IAddress | None) -> DataPlaneServerProtocol:
         return DataPlaneServerProtocol(
@@ -171,18 +198,57 @@ class DataPlaneFactory(Factory):
         """Admitted connections not yet closed."""
         return len(self._admitted)
 
-    def connection_started(self, connection: DataPlaneServerProtocol) -> None:
-        """Track a new transport (L{ConnectionTracker})."""
+    def connection_started(self, connection: DataPlaneServerProtocol) -> bool:
+        """
+        Track a new transport (L{ConnectionTracker}); whether there is room
+        for it under C{max_connections} (if not it is not tracked).
+        """
+        if len(self._live) >= self.limits.max_connections:
+            self._refused("the server's connection limit", self.limits.max_connections)
+            return False
         self._live.add(connection)
+        return True
+
+    def room_for(self, identity: AgentIdentity) -> bool:
+        """
+        Whether C{identity}'s agent may have one more admitted connection
+        (L{ConnectionTracker}).
+        """
+        held = self._per_agent[_agent_key(identity)]
+        if held < self.limits.max_connections_per_agent:
+            return True
+        self._refused(
+            f"the connection limit of agent {identity.agent_id} of tenant {identity.tenant_id}",
+            self.limits.max_connections_per_agent,
+        )
+        return False
 
     def connection_admitted(self, connection: DataPlaneServerProtocol) -> None:
         """Count an admitted connection (L{ConnectionTracker})."""
+        if connection not in self._admitted and connection.identity is not None:
+            self._per_agent[_agent_key(connection.identity)] += 1
         self._admitted.add(connection)
 
     def connection_lost(self, connection: DataPlaneServerProtocol) -> None:
         """Forget a closed connection (L{ConnectionTracker})."""
         self._live.discard(connection)
+        if connection in self._admitted and connection.identity is not None:
+            key = _agent_key(connection.identity)
+            self._per_agent[key] -= 1
+            if self._per_agent[key] <= 0:
+                del self._per_agent[key]
         self._admitted.discard(connection)
+
+    def _refused(self, limit: str, value: int) -> None:
+        self.refused_for_limits += 1
+        if self.refused_for_limits % REFUSAL_LOG_EVERY == 1:
+            _log.warn(
+                "data-plane connection refused: {limit} ({value}) is reached"
+                " ({count} refused so far)",
+                limit=limit,
+                value=value,
+                count=self.refused_for_limits,
+            )
 
     def stop_serving(self) -> Deferred[None]:
         """

@@ -98,8 +98,14 @@ class ConnectionTracker(TypingProtocol):
     def stopping(self) -> bool:
         """Whether the server is shutting down (new connections go away at once)."""
 
-    def connection_started(self, connection: DataPlaneServerProtocol) -> None:
-        """A transport was connected (handshake not yet done)."""
+    def connection_started(self, connection: DataPlaneServerProtocol) -> bool:
+        """
+        A transport was connected (handshake not yet done); whether there
+        is room for it (if not it is closed at once).
+        """
+
+    def room_for(self, identity: AgentIdentity) -> bool:
+        """Whether C{identity}'s agent may have one more admitted connection."""
 
     def connection_admitted(self, connection: DataPlaneServerProtocol) -> None:
         """The peer was admitted and sent HELLO."""
@@ -237,9 +243,10 @@ class DataPlaneServerProtocol(Protocol):
 
     def connectionMade(self) -> None:
         no_delay(self.transport)
+        if self._tracker is not None and not self._tracker.connection_started(self):
+            self._abort("connection limit")
+            return
         self._start_timer("handshake", self._limits.handshake_timeout, self._handshake_timed_out)
-        if self._tracker is not None:
-            self._tracker.connection_started(self)
 
     def handshakeCompleted(self) -> None:
         """
@@ -261,6 +268,9 @@ class DataPlaneServerProtocol(Protocol):
         except Exception:
             _log.failure("data-plane admission failed for {peer}", peer=self._peer())
             self._abort("admission failed")
+            return
+        if self._tracker is not None and not self._tracker.room_for(identity):
+            self._abort("agent connection limit")
             return
         connection_id = self._new_connection_id()
         try:

@@ -24,6 +24,7 @@ from twisted.internet.testing import MemoryReactor
 
 from svc.audit.sink import DEFAULT_AUDIT_LOG
 from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.dataplane.factory import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_AGENT
 from svc.dataplane.gc_loop import DEFAULT_GC_INTERVAL
 from svc.dataplane.servercert import (
     Registration,
@@ -47,6 +48,7 @@ DEFAULT_STATE_DIR = "./svc-dataplane-state"
 DEFAULT_IO_THREADS = 4
 MAX_IO_THREADS = 64
 DEFAULT_IDLE_TIMEOUT_SECONDS = 300
+MAX_CONNECTION_LIMIT = 1_000_000
 DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
 DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
 MAX_SECONDS = 10 * 365 * 24 * 3600
@@ -95,6 +97,8 @@ class DataPlaneSettings:
     lease_timings: LeaseTimings = attrs.field(factory=LeaseTimings)
     io_threads: int = DEFAULT_IO_THREADS
     idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_agent: int = DEFAULT_MAX_CONNECTIONS_PER_AGENT
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -166,6 +170,20 @@ class DataPlaneSettings:
                 DEFAULT_IDLE_TIMEOUT_SECONDS,
                 minimum=1,
                 maximum=MAX_SECONDS,
+            ),
+            max_connections=env_int(
+                environ,
+                "SVC_MAX_CONNECTIONS",
+                DEFAULT_MAX_CONNECTIONS,
+                minimum=1,
+                maximum=MAX_CONNECTION_LIMIT,
+            ),
+            max_connections_per_agent=env_int(
+                environ,
+                "SVC_MAX_CONNECTIONS_PER_AGENT",
+                DEFAULT_MAX_CONNECTIONS_PER_AGENT,
+                minimum=1,
+                maximum=MAX_CONNECTION_LIMIT,
             ),
         )
 

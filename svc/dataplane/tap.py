@@ -199,6 +199,8 @@ class DataPlaneServer(MultiService):
             or ServerLimits(
                 server_name=HELLO_SERVER_NAME,
                 idle_timeout=float(settings.idle_timeout_seconds),
+                max_connections=settings.max_connections,
+                max_connections_per_agent=settings.max_connections_per_agent,
             ),
         )
         self.certificate = self._certificate_component()

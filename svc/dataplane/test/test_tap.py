@@ -106,6 +106,8 @@ class OptionsTests(SynchronousTestCase):
             "SVC_JOURNAL_RETENTION_SECONDS": "86400",
             "SVC_IO_THREADS": "8",
             "SVC_IDLE_TIMEOUT_SECONDS": "45",
+            "SVC_MAX_CONNECTIONS": "100",
+            "SVC_MAX_CONNECTIONS_PER_AGENT": "3",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "2",
             "SVC_ADVERTISE_ADDR": "dp1.example.com:443",
             "SVC_HTTP_ADVERTISE_ADDR": "[2001:db8::1]:7444",
@@ -121,6 +123,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(settings.retention.journal_retention_seconds, 86400.0)
         self.assertEqual(settings.io_threads, 8)
         self.assertEqual(settings.idle_timeout_seconds, 45)
+        self.assertEqual((settings.max_connections, settings.max_connections_per_agent), (100, 3))
         self.assertEqual(settings.lease_timings.revoke_timeout, 2.0)
         self.assertEqual(settings.control_url, "https://control.example:8443")
 
@@ -212,6 +215,8 @@ class RefusalTests(SynchronousTestCase):
             "SVC_JOURNAL_RETENTION_SECONDS": "a week",
             "SVC_IO_THREADS": "0",
             "SVC_IDLE_TIMEOUT_SECONDS": "0",
+            "SVC_MAX_CONNECTIONS": "0",
+            "SVC_MAX_CONNECTIONS_PER_AGENT": "-1",
             "SVC_LEASE_TTL_SECONDS": "0",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "100",
         }
