@@ -170,6 +170,9 @@ class ReconnectingClient:
         self._last_error = "not connected yet"
         self._push_callbacks: list[PushCallback] = []
         self._seq = itertools.count()
+        self._answered = False
+        self._on_probation = False
+        self._quick_drops = 0
         self.connections = 0
 
     # -- life cycle ---------------------------------------------------------
@@ -259,7 +262,7 @@ class ReconnectingClient:
             connection = await self._connection_for(seq, deadline)
             remaining = max(0.0, deadline - self._clock.seconds())
             try:
-                return await connection.call(op, payload, raw, timeout=remaining)
+                reply = await connection.call(op, payload, raw, timeout=remaining)
             except CallTimedOut:
                 raise
             except NotExecuted as error:
@@ -270,6 +273,10 @@ class ReconnectingClient:
                 self._drop(connection, error)
                 if op not in RESENDABLE_OPS or self._clock.seconds() >= deadline:
                     raise
+            else:
+                if connection is self._current:
+                    self._answered = True
+                return reply
 
     def _usable(self, connection: IConnection | None) -> bool:
         return connection is not None and connection.going_away is None
@@ -303,14 +310,21 @@ class ReconnectingClient:
         if connection is not self._current:
             return
         self._current = None
+        # A reconnection that ended before answering anything (a server that
+        # admits and then goes away at once, e.g. while stopping) counts as
+        # a failed attempt, so reconnecting backs off instead of spinning.
+        failed = self._on_probation and not self._answered
+        self._quick_drops = self._quick_drops + 1 if failed else 0
         reason = connection.going_away
         why = f"GOAWAY {reason.reason}" if reason is not None else str(error or "closed")
         self._last_error = why
         _log.info("data-plane connection ended ({why}); the next call reconnects", why=why)
 
-    def _adopt(self, connection: IConnection) -> None:
+    def _adopt(self, connection: IConnection, *, reconnected: bool = False) -> None:
         self.connections += 1
         self._current = connection
+        self._answered = False
+        self._on_probation = reconnected
         for callback in self._push_callbacks:
             connection.on_push(callback)
         connection.when_closed().addCallback(lambda _: self._drop(connection, None))
@@ -325,9 +339,16 @@ class ReconnectingClient:
             Deferred.fromCoroutine(self._reconnect())
 
     async def _reconnect(self) -> None:
-        delay = self._policy.backoff_initial
+        policy = self._policy
+        delay = policy.backoff_initial
         attempt = 0
+        clock: Any = self._clock
         try:
+            if self._quick_drops:
+                pause = min(
+                    policy.backoff_initial * 2 ** (self._quick_drops - 1), policy.backoff_max
+                )
+                await deferLater(clock, pause)
             while self._waiters and not self._closed:
                 attempt += 1
                 try:
@@ -339,7 +360,6 @@ class ReconnectingClient:
                         attempt=attempt,
                         error=self._last_error,
                     )
-                    clock: Any = self._clock
                     await deferLater(clock, delay)
                     delay = min(delay * 2, self._policy.backoff_max)
                     continue
@@ -347,7 +367,7 @@ class ReconnectingClient:
                     await connection.close()
                     return
                 _log.info("data-plane connection open again (attempt {attempt})", attempt=attempt)
-                self._adopt(connection)
+                self._adopt(connection, reconnected=True)
                 return
         finally:
             self._connecting = False

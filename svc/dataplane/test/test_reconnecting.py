@@ -310,6 +310,24 @@ class BackoffTests(SynchronousTestCase):
         dialler.accept()
         self.assertEqual(dialler.connections[-1].sent, [])
 
+    def test_admitted_then_gone_at_once_backs_off(self) -> None:
+        """A server that admits and at once goes away is retried with backoff, not in a spin."""
+        clock, dialler, client, first = started()
+        first.close()
+        result = client.call("ping")
+        self.assertEqual(len(dialler.attempts), 2, "the first reconnection is at once")
+        for pause in (1.0, 2.0):
+            going = dialler.accept()
+            going.goaway = GoAway("shutdown")
+            going.sent[-1].deferred.errback(ConnectionGoingAway(going.goaway))
+            attempts = len(dialler.attempts)
+            clock.advance(pause - 0.001)
+            self.assertEqual(len(dialler.attempts), attempts, "no attempt before the pause")
+            clock.advance(0.001)
+            self.assertEqual(len(dialler.attempts), attempts + 1)
+        dialler.accept().answer(0)
+        self.successResultOf(result)
+
     def test_refused_admission_is_retried(self) -> None:
         """An admission refusal (a certificate renewed meanwhile?) is one more failed attempt."""
         clock, dialler, client, first = started()
