@@ -84,14 +84,13 @@ class ChangeNotice:
 def changed_paths(op: Op, request: Request) -> tuple[str, ...]:
     """
     The paths a successful C{op} with C{request} changed: both names of a
-    rename (once if they are equal), the new name of a link, the one path of
-    any other write in L{CHANGING_OPS}; nothing for any other op.
+    rename or a link (the existing name of a link changed too: its link
+    count and ctime; once if they are equal), the one path of any other
+    write in L{CHANGING_OPS}; nothing for any other op.
     """
     if op not in CHANGING_OPS:
         return ()
     if isinstance(request, TwoPathRequest):
-        if op is Op.LINK:
-            return (request.to_path,)
         return tuple(dict.fromkeys((request.path, request.to_path)))
     path = getattr(request, "path", None)
     return (path,) if isinstance(path, str) else ()

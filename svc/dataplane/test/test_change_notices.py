@@ -68,9 +68,10 @@ class ChangedPathsTests(SynchronousTestCase):
         )
 
     def test_link(self) -> None:
-        """A link changed its new name."""
+        """A link changed both names: the new one, and the existing one's link count."""
         self.assertEqual(
-            self.paths(Op.LINK, path="/agent-1/a", to_path="/agent-1/b"), ("/agent-1/b",)
+            self.paths(Op.LINK, path="/agent-1/a", to_path="/agent-1/b"),
+            ("/agent-1/a", "/agent-1/b"),
         )
 
 

@@ -88,7 +88,7 @@ class WritePushTests(SynchronousTestCase):
                 changed(f"{root}/f"),
                 changed(f"{root}/l"),
                 changed(f"{root}/p"),
-                changed(f"{root}/h"),
+                changed(f"{root}/f", f"{root}/h"),
                 changed(f"{root}/h", f"{root}/d/h"),
                 changed(f"{root}/d/h"),
                 changed(f"{root}/d"),
