@@ -7,7 +7,9 @@ of C{statfs} calls (C{df} on a busy machine, a desktop polling free space)
 costs one request: callers arriving while a request is in flight share it,
 and a successful answer is reused for L{QUOTA_CACHE_SECONDS}. A failed
 request is not kept: its callers get its L{svc.mount.errors.RemoteFailure}
-(EIO when no answer came) and the next call asks again.
+(EIO when no answer came) and the next call asks again. A data plane that
+does not know the operation (C{ENOSYS}: older than this mount) reports no
+quota, as a disk without limits does, and is not asked again.
 
 Capacity (``docs/specifications/mount-fs.md``, C{statfs}): the bytes the
 agent uses plus the bytes it may still store, so C{f_blocks} is what the
@@ -25,7 +27,9 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from svc.mount.attributes import QuotaReport
+from svc.mount.errors import RemoteFailure
 from svc.mount.remote_values import DiskUsage
+from svc.wire.errno import WireErrno
 
 QUOTA_CACHE_SECONDS = 5.0
 """How long one C{statfs} answer is reused."""
@@ -48,6 +52,15 @@ def quota_report(usage: DiskUsage) -> QuotaReport:
     return QuotaReport(usage.used_bytes + usage.available_bytes, usage.used_bytes)
 
 
+NO_QUOTA = QuotaReport(None, 0)
+"""What a data plane without C{statfs} reports: no limit known, nothing counted."""
+
+
+def _unsupported(failure: Failure) -> bool:
+    error = failure.value
+    return isinstance(error, RemoteFailure) and error.wire is WireErrno.ENOSYS
+
+
 class QuotaSource:
     """
     The disk's L{QuotaReport}, fetched with C{fetch} (L{svc.mount.remote.Remote.statfs})
@@ -65,10 +78,13 @@ class QuotaSource:
         self._lifetime = lifetime
         self._report: QuotaReport | None = None
         self._asked_at = 0.0
+        self._unsupported = False
         self._waiting: list[Deferred[QuotaReport]] | None = None
 
     def __call__(self) -> Deferred[QuotaReport]:
         """The disk's quota and usage, at most C{lifetime} seconds old."""
+        if self._unsupported:
+            return succeed(NO_QUOTA)
         now = self._clock.seconds()
         # A clock that went backwards ends the answer's life too.
         if self._report is not None and self._asked_at <= now < self._asked_at + self._lifetime:
@@ -81,8 +97,15 @@ class QuotaSource:
         self._fetch().addBoth(self._answered, now)
         return waiter
 
-    def _answered(self, result: DiskUsage | Failure, asked_at: float) -> None:
+    def _answered(self, result: DiskUsage | Failure | None, asked_at: float) -> None:
         waiters, self._waiting = self._waiting or [], None
+        if isinstance(result, Failure) and _unsupported(result):
+            self._unsupported = True
+            result = None
+        if result is None:
+            for waiter in waiters:
+                waiter.callback(NO_QUOTA)
+            return
         if isinstance(result, Failure):
             for waiter in waiters:
                 waiter.errback(result)

@@ -18,6 +18,7 @@ from svc.mount.quota_source import QUOTA_CACHE_SECONDS, QuotaSource, quota_repor
 from svc.mount.remote_values import DiskUsage
 from svc.mount.test.test_fs_support import CALLER, FSFixture
 from svc.store.layout import TenantLocation
+from svc.wire.errno import WireErrno
 
 LIMITED = DiskUsage(1000, 5000, None, 1000, 4000)
 
@@ -102,6 +103,17 @@ class QuotaSourceTests(SynchronousTestCase):
         self.assertEqual(len(self.requests.pending), 2)
         self.requests.pending[1].callback(LIMITED)
         self.assertEqual(self.successResultOf(retried), QuotaReport(5000, 1000))
+
+    def test_server_without_statfs(self) -> None:
+        """A data plane answering ENOSYS (older than the mount) means no quota, asked once."""
+        first = self.source()
+        self.requests.pending[0].errback(
+            RemoteFailure(errno.ENOSYS, "statfs: unknown op", WireErrno.ENOSYS)
+        )
+        self.assertEqual(self.successResultOf(first), QuotaReport(None, 0))
+        self.clock.advance(QUOTA_CACHE_SECONDS * 10)
+        self.assertEqual(self.successResultOf(self.source()), QuotaReport(None, 0))
+        self.assertEqual(len(self.requests.pending), 1)
 
     def test_expired_answer_not_served_on_failure(self) -> None:
         """Once expired, an old answer is not served when the new request fails."""
