@@ -16,8 +16,19 @@ if none appears the line is dropped, counted in L{JsonlAuditSink.dropped},
 and a warning is logged (once per run of drops). Lines that fail to be
 written (C{OSError}) are counted the same way. Nothing is dropped silently.
 
+Batching: lines never wake a busy writer. While lines keep coming, the
+writer looks at the queue every C{batch_delay} seconds (default 5 ms) and
+writes what has gathered; after L{IDLE_POLLS} looks in a row found nothing
+it sleeps, and the next line wakes it (then it waits C{batch_delay} for
+more before writing). A reopen or stop always wakes it and ends any wait.
+Each wake-up costs the emitting thread a lock hand-off and, on the
+project's VMs, a cross-CPU wake of about 0.1 ms; a line per request used
+to pay it every time (measured on the data plane: small-request latency
+15-20% lower without).
+
 Durability: each batch reaches the operating system with one C{write}
-(survives a crash of this process); the file is C{fsync}ed when it is
+(survives a crash of this process, except the lines of the last
+C{batch_delay} not yet taken); the file is C{fsync}ed when it is
 reopened and when the sink stops, and after every batch with
 C{fsync_each_batch}. L{JsonlAuditSink.stop} fires after every line accepted
 before it has been written and synced. L{JsonlAuditSink.reopen} (for log
@@ -47,6 +58,13 @@ _log = Logger()
 
 DEFAULT_AUDIT_LOG = "./audit.log"
 """The C{audit_log} default of the specification."""
+
+DEFAULT_BATCH_DELAY = 0.005
+"""Seconds the writer lets lines gather before it takes them."""
+
+IDLE_POLLS = 200
+"""Looks in a row that find no line before the writer sleeps until woken
+(with the default delay: one second without a line)."""
 
 
 class CallsFromThreads(Protocol):
@@ -99,15 +117,23 @@ class JsonlAuditSink:
         put_timeout: float = 2.0,
         batch_lines: int = 1024,
         fsync_each_batch: bool = False,
+        batch_delay: float = DEFAULT_BATCH_DELAY,
     ) -> None:
-        if max_queued_lines < 1 or batch_lines < 1 or put_timeout < 0:
-            raise ValueError("queue size and batch size must be positive, timeout not negative")
+        if max_queued_lines < 1 or batch_lines < 1 or put_timeout < 0 or batch_delay < 0:
+            raise ValueError(
+                "queue size and batch size must be positive, timeout and delay not negative"
+            )
         self.path = Path(path)
         self._reactor = reactor
         self._max_queued = max_queued_lines
         self._put_timeout = put_timeout
         self._batch_lines = batch_lines
         self._fsync_each_batch = fsync_each_batch
+        self._batch_delay = batch_delay
+        self._controls = 0  # reopen and stop items queued
+        self._asleep = False  # the writer waits for a line to wake it
+        self._empty_polls = IDLE_POLLS  # looks that found nothing, in a row
+        self._batches = 0
         self._condition = threading.Condition()
         self._items: deque[_Item] = deque()
         self._queued_lines = 0
@@ -124,6 +150,12 @@ class JsonlAuditSink:
         after L{stop}, or failed to be written."""
         with self._condition:
             return self._dropped
+
+    @property
+    def batches(self) -> int:
+        """Writes of a batch of lines so far (each one C{write})."""
+        with self._condition:
+            return self._batches
 
     @property
     def written(self) -> int:
@@ -166,7 +198,8 @@ class JsonlAuditSink:
             self._items.append(data)
             self._queued_lines += 1
             self._dropping = False
-            self._condition.notify_all()
+            if self._asleep:  # otherwise the writer looks on its own (see _take)
+                self._condition.notify_all()
             return True
 
     def reopen(self) -> Deferred[None]:
@@ -179,6 +212,7 @@ class JsonlAuditSink:
             if not self._accepting:
                 return succeed(None)
             self._items.append(_Reopen(self._fire_from_thread(done)))
+            self._controls += 1
             self._condition.notify_all()
         return done
 
@@ -198,6 +232,7 @@ class JsonlAuditSink:
                 self._queued_lines = 0
                 return succeed(None)
             self._items.append(_Stop(self._fire_from_thread(done)))
+            self._controls += 1
             self._condition.notify_all()
         return done
 
@@ -231,7 +266,24 @@ class JsonlAuditSink:
 
     def _take(self) -> tuple[list[bytes], _Reopen | _Stop | None]:
         with self._condition:
-            self._condition.wait_for(lambda: bool(self._items))
+            delay = self._batch_delay
+            if self._items:
+                pass  # taken at once: they had the time since the last take to gather
+            elif delay > 0 and self._empty_polls < IDLE_POLLS:
+                # Busy lately: look again after the delay, unwoken by lines.
+                self._condition.wait_for(lambda: self._controls > 0, timeout=delay)
+                self._empty_polls = 0 if self._items else self._empty_polls + 1
+                if not self._items:
+                    return [], None
+            else:
+                # Quiet: sleep until a line arrives (it wakes the writer), then
+                # let more gather for the delay; a reopen or stop ends that wait.
+                self._asleep = True
+                self._condition.wait_for(lambda: bool(self._items))
+                self._asleep = False
+                self._empty_polls = 0
+                if delay > 0 and self._controls == 0 and len(self._items) < self._batch_lines:
+                    self._condition.wait_for(lambda: self._controls > 0, timeout=delay)
             lines: list[bytes] = []
             control: _Reopen | _Stop | None = None
             while self._items and len(lines) < self._batch_lines:
@@ -240,6 +292,7 @@ class JsonlAuditSink:
                     lines.append(item)
                 else:
                     control = item
+                    self._controls -= 1
                     break
             self._queued_lines -= len(lines)
             self._condition.notify_all()
@@ -272,6 +325,7 @@ class JsonlAuditSink:
             return
         with self._condition:
             self._written += len(lines)
+            self._batches += 1
 
     def _sync(self, fd: int) -> None:
         try:

@@ -116,6 +116,30 @@ class SinkTests(SynchronousTestCase):
             self.assertEqual(mine, list(range(per_thread)))
         self.assertEqual((sink.written, sink.dropped), (4 * per_thread, 0))
 
+    def test_lines_arriving_while_the_writer_waits_join_one_batch(self) -> None:
+        """
+        Once woken by a line, the writer waits up to C{batch_delay} before
+        taking the queue, so a burst is written with one C{write}; a stop
+        ends that wait at once.
+        """
+        sink, reactor, path = self.make(batch_delay=60.0)
+        sink.start()
+        for n in range(100):
+            sink.emit(event(n))
+        self.stop(sink, reactor)  # join() waits at most WAIT, far below the delay
+        self.assertEqual([line["size"] for line in read_lines(path)], list(range(100)))
+        self.assertEqual(sink.batches, 1)
+
+    def test_reopen_does_not_wait_the_batch_delay(self) -> None:
+        """A reopen queued behind lines ends the writer's wait for more."""
+        sink, reactor, path = self.make(batch_delay=60.0)
+        sink.start()
+        sink.emit(event(1))
+        reopened = sink.reopen()
+        reactor.wait()  # WAIT, far below the delay
+        self.successResultOf(reopened)
+        self.assertEqual([line["size"] for line in read_lines(path)], [1])
+
     def test_everything_written_by_stop(self) -> None:
         """stop fires only after every accepted line is in the file."""
         sink, reactor, path = self.make()
