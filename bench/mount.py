@@ -165,12 +165,22 @@ class SvcStack:
             check=False,
         )
 
-    def start(self) -> None:
+    def start(self, grant_bytes: int) -> None:
         started = self.quickstart("start")
         if started.returncode != 0:
             raise SystemExit(f"quickstart start failed:\n{started.stdout}{started.stderr}")
         self.state = json.loads((self.stack / "state.json").read_text())
         self._stop_quickstart_mount()
+        if grant_bytes > DEMO_GRANT:  # the host's set_disk_quota, before the bench's mount
+            control_url = f"http://127.0.0.1:{self.state['control_port']}"
+            status, body = http(
+                "PATCH",
+                control_url + f"/v1/entities/agent/{DEMO_AGENT}",
+                {"grant_bytes": grant_bytes},
+                self.state["token"],
+            )
+            if status != 200:
+                raise SystemExit(f"raising the demo agent's grant failed: {status} {body}")
         self.mount_point.mkdir()
 
     def _stop_quickstart_mount(self) -> None:
@@ -284,14 +294,15 @@ def ratios(local: dict[str, Any], bind: dict[str, Any], mounted: dict[str, Any])
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mib", type=int, default=512)
+    parser.add_argument("--size-mib", type=int, default=1024, help="the big file (issue: 1 GiB)")
     parser.add_argument("--skip-bindfs", action="store_true")
     args = parser.parse_args()
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         raise SystemExit("needs root and /dev/fuse (FUSE mounts and drop_caches)")
-    # The demo agent's grant (1 GiB) also holds the quickstart's files and the small files.
-    if args.size_mib * MIB > DEMO_GRANT - 64 * MIB:
-        raise SystemExit(f"--size-mib must be at most {(DEMO_GRANT >> 20) - 64} (the demo grant)")
+    if args.size_mib < 1:
+        raise SystemExit("--size-mib must be at least 1")
+    # The agent's grant also holds the quickstart's files and the small files.
+    grant = max(DEMO_GRANT, args.size_mib * MIB + 256 * MIB)
     began = time.perf_counter()
     size = args.size_mib * MIB
     data = memoryview(os.urandom(size))
@@ -324,7 +335,7 @@ def main() -> int:
             umount_lazy(bind_mnt)
 
         _say("starting the svc stack (quickstart)")
-        svc.start()
+        svc.start(grant)
         svc.mount()
         _say("svc mount")
         mounted = run_target(svc.mount_point, data, svc.remount_cold)
