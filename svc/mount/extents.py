@@ -99,6 +99,11 @@ class RangeSet:
             index += 1
         return pieces
 
+    @property
+    def first(self) -> int | None:
+        """The smallest offset in the set, L{None} when it is empty."""
+        return self._starts[0] if self._starts else None
+
     def copy(self) -> RangeSet:
         """An independent copy."""
         other = RangeSet()
@@ -164,6 +169,7 @@ class FileLayout:
         self.base: tuple[ChunkRef, ...] = tuple(base)
         self.base_size = self.base[-1].end if self.base else 0
         self._base_offsets = [ref.offset for ref in self.base]
+        self._base_ends = [ref.end for ref in self.base]
         self.size = self.base_size
         self.clean_limit = self.base_size
         self.written = RangeSet()
@@ -238,6 +244,35 @@ class FileLayout:
         if index < len(self.base) and self.base[index].offset == offset:
             return index
         return None
+
+    def first_cut(self) -> int:
+        """
+        Where cutting the current content starts when unchanged base chunks
+        are reused (L{svc.mount.writeback.rechunk} without write-behind): the
+        end of the longest run of L{reusable} base chunks from offset 0.
+
+        Every base chunk ending before C{first_change - 1} is reusable (its
+        bytes and the byte after them are unchanged and it is not the last
+        one), so the walk starts at the first chunk that does not.
+        """
+        changed_at = self.clean_limit
+        first_written = self.written.first
+        if first_written is not None:
+            changed_at = min(changed_at, first_written)
+        index = bisect.bisect_left(self._base_ends, changed_at - 1)
+        while index < len(self.base) and self.reusable(index):
+            index += 1
+        return self.base[index].offset if index < len(self.base) else self.base_size
+
+    def unchanged_beyond(self, offset: int) -> bool:
+        """
+        Whether base bytes past the base chunk at C{offset} (past C{offset}
+        itself when no base chunk starts there) may still be read as
+        original: the clean limit lies beyond that chunk's end.
+        """
+        index = self.base_index_at(offset)
+        end = self.base[index].end if index is not None else offset
+        return self.clean_limit > end
 
     def reusable(self, index: int) -> bool:
         """

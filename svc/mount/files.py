@@ -252,19 +252,24 @@ class FileOps:
         return len(data)
 
     def _write_behind(self, state: FileState) -> None:
-        """Start or poke the write-behind of a new file grown past its first cut."""
+        """
+        Start or poke the write-behind of a file whose new bytes (a new
+        file, or an append) reach past its first cut; see
+        L{svc.mount.write_behind}.
+        """
         ctx = self._ctx
         settings = ctx.settings
-        if (
-            settings.write_behind_files <= 0
-            or state.layout.clean_limit != 0
-            or ctx.read_only_reason is not None
-        ):
+        if settings.write_behind_files <= 0 or ctx.read_only_reason is not None:
             return
         behind = state.write_behind
         if behind is None:
-            if state.size < MAX_CHUNK_SIZE + settings.write_behind_lead_bytes:
+            layout, lead = state.layout, settings.write_behind_lead_bytes
+            # The first cut starts at most one chunk before the clean limit.
+            if state.size < layout.clean_limit + lead:
                 return
+            origin = layout.first_cut()
+            if state.size < origin + MAX_CHUNK_SIZE + lead or layout.unchanged_beyond(origin):
+                return  # not due yet, or an edit inside the file: unchanged bytes follow
             uploader = self._uploader(ctx.write_session())
             behind = state.write_behind = WriteBehind(
                 state.read,
@@ -272,7 +277,8 @@ class FileOps:
                 ctx.worker,
                 uploader,
                 ctx.write_behind_slots,
-                lead=settings.write_behind_lead_bytes,
+                lead=lead,
+                origin=origin,
             )
         behind.poke()
 

@@ -1,25 +1,33 @@
 """
-Write-behind: the settled prefix of a new file is cut and uploaded while the
-file is still being written, so its write-back (flush, fsync, last close)
-finds most chunks already stored and only cuts, uploads and commits the
-tail. Nothing here commits anything: a file's content becomes visible on
-the data plane only through its write-back's C{manifest_put}.
+Write-behind: the settled part of a file's new bytes (a new file, or an
+append) is cut and uploaded while the file is still being written, so its
+write-back (flush, fsync, last close) finds most chunks already stored and
+only cuts, uploads and commits the tail. Nothing here commits anything: a
+file's content becomes visible on the data plane only through its
+write-back's C{manifest_put}.
 
-Which files: only content made wholly of local writes (the layout's
-C{clean_limit} is 0: the file was created, or truncated to empty, since it
-was opened), so an edit of an existing file never re-reads its unchanged
-bytes here (the write-back reuses those base chunks without reading them).
+Which files: only where no unchanged base byte lies beyond the first chunk
+the write-back would cut (L{svc.mount.extents.FileLayout.first_cut}): a file
+created or truncated to empty since it was opened (the cut starts at offset
+0), or an existing file being appended to, also after an earlier commit of
+this open file (the cut starts at the base's last chunk, the one whose end
+moved). An edit inside an existing file never starts it, so the unchanged
+bytes after the edit are never read here (the write-back reuses those base
+chunks without reading them).
 
-What is cut: chunks chained from offset 0, each cut exactly as
+What is cut: chunks chained from that I{origin}, each cut exactly as
 L{svc.mount.writeback.rechunk} would cut it (the first chunk of at most
-L{MAX_CHUNK_SIZE} bytes from the end of the previous one). The next cut
+L{MAX_CHUNK_SIZE} bytes from the end of the previous one; a cut from an
+offset depends only on the bytes from there on). The next cut
 starts only when the file already extends C{lead} bytes beyond the
 L{MAX_CHUNK_SIZE} window it needs, so a sequential writer is well ahead
 of the bytes being cut.
 
 Invalidation: a write or truncation touching a cut chunk's bytes or the
 byte after it (the cutter reads it) drops that chunk and every later one;
-one landing in the window being cut drops that cut. The write-back then
+one landing in the window being cut drops that cut; one wholly before the
+origin changes nothing cut; one reaching back across the origin stops the
+task. The write-back then
 cuts those bytes itself. The chunks already uploaded stay on the data plane
 unreferenced until its garbage collection (they count against the
 account's budget until then, as any upload does).
@@ -95,8 +103,10 @@ class WriteBehind:
         slots: Slots,
         *,
         lead: int = DEFAULT_LEAD_BYTES,
+        origin: int = 0,
     ) -> None:
         self._read = read
+        self._origin = origin
         self._size = size
         self._worker = worker
         self._uploader = uploader
@@ -114,13 +124,13 @@ class WriteBehind:
 
     @property
     def chunks(self) -> tuple[ChunkRef, ...]:
-        """The chunks cut so far (contiguous from offset 0)."""
+        """The chunks cut so far (contiguous from the origin)."""
         return tuple(self._chunks)
 
     @property
     def frontier(self) -> int:
         """Where the next cut starts."""
-        return self._ends[-1] if self._ends else 0
+        return self._ends[-1] if self._ends else self._origin
 
     def _due(self) -> bool:
         return (
@@ -133,6 +143,12 @@ class WriteBehind:
 
     def touched(self, start: int, end: int = _END) -> None:
         """Bytes C{[start, end)} changed (C{end} omitted: a truncation to C{start})."""
+        if end <= self._origin:
+            return  # before every cut: a cut from the origin reads only bytes after it
+        if start < self._origin:
+            # A change reaching back across the origin (a truncation below it,
+            # a write over it): stop, the write-back cuts from where it must.
+            self._stopped = True
         if start <= self.frontier:
             # The first chunk whose bytes or following byte lie in the range
             # (chunks are contiguous from 0, so it is the first ending at or

@@ -123,6 +123,59 @@ class FileLayoutTests(SynchronousTestCase):
             [ChunkRef(0, 100, H), ChunkRef(100, 100, H), ChunkRef(200, 50, H)],
         )
 
+    def test_first_cut(self) -> None:
+        """
+        The first cut starts after the longest run of reusable base chunks:
+        the end of the file when nothing changed, the last chunk for an
+        append, the chunk before an edit of a chunk's first byte, 0 for a
+        file emptied.
+        """
+        self.assertEqual(self.layout.first_cut(), 250)
+        self.layout.write(250, 10)  # an append
+        self.assertEqual(self.layout.first_cut(), 200)
+        self.assertFalse(self.layout.unchanged_beyond(200))
+        self.layout.write(150, 1)  # an edit inside chunk 1
+        self.assertEqual(self.layout.first_cut(), 100)
+        self.layout.write(100, 1)  # the byte after chunk 0
+        self.assertEqual(self.layout.first_cut(), 0)
+        emptied = FileLayout(chunk_layout([(H, 100), (H, 100)]))
+        emptied.truncate(0)
+        emptied.write(0, 500)
+        self.assertEqual(emptied.first_cut(), 0)
+        self.assertFalse(emptied.unchanged_beyond(0))
+
+    def test_unchanged_beyond(self) -> None:
+        """An edit inside the file leaves original bytes after its first cut's chunk."""
+        self.layout.write(120, 5)
+        self.assertEqual(self.layout.first_cut(), 100)
+        self.assertTrue(self.layout.unchanged_beyond(100))
+        self.layout.truncate(180)  # nothing original after chunk 1 any more
+        self.layout.write(180, 100)
+        self.assertFalse(self.layout.unchanged_beyond(100))
+
+    def test_first_cut_matches_a_walk_from_the_start(self) -> None:
+        """
+        For random bases and random writes and truncations, C{first_cut}
+        (which skips the chunks ending well before the first change) equals
+        a walk of L{FileLayout.reusable} from chunk 0.
+        """
+        rng = random.Random(20261126)
+        for _ in range(400):
+            sizes = [rng.randint(1, 40) for _ in range(rng.randint(0, 8))]
+            layout = FileLayout(chunk_layout([(H, size) for size in sizes]))
+            for _ in range(rng.randint(0, 4)):
+                if rng.random() < 0.7:
+                    layout.write(rng.randint(0, layout.size + 20), rng.randint(1, 30))
+                else:
+                    layout.truncate(rng.randint(0, layout.size + 20))
+                walked = 0
+                while walked < len(layout.base) and layout.reusable(walked):
+                    walked += 1
+                expected = (
+                    layout.base[walked].offset if walked < len(layout.base) else (layout.base_size)
+                )
+                self.assertEqual(layout.first_cut(), expected, (sizes, layout.written))
+
 
 class SpillFileTests(SynchronousTestCase):
     """Sparse spill files on local disk."""

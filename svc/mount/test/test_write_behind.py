@@ -53,7 +53,7 @@ class WriteBehindTests(SynchronousTestCase):
         self.addCleanup(state.close)
         return state
 
-    def attach(self, state: FileState, read: Reader | None = None) -> WriteBehind:
+    def attach(self, state: FileState, read: Reader | None = None, origin: int = 0) -> WriteBehind:
         uploader = ChunkUploader(Remote(self.server), None, batch_bytes=8 * MiB)
         behind = WriteBehind(
             read or state.read,
@@ -62,6 +62,7 @@ class WriteBehindTests(SynchronousTestCase):
             uploader,
             self.slots,
             lead=LEAD,
+            origin=origin,
         )
         state.write_behind = behind
         return behind
@@ -111,6 +112,38 @@ class WriteBehindTests(SynchronousTestCase):
         sent = self.successResultOf(Deferred.fromCoroutine(behind.stop()))
         self.assertEqual(sent, len(cut))
         self.assertEqual(set(self.server.stored), {name for _, _, name in cut})
+
+    def test_cuts_chain_from_the_origin_and_read_nothing_before_it(self) -> None:
+        """
+        With an origin (an append's first cut), chunks chain from there,
+        each as a cut of the bytes from the origin on; nothing before the
+        origin is read. A write wholly before the origin keeps them; one
+        across it stops the task.
+        """
+        origin = 5 * MiB + 123
+        data = pseudo_random("origin", 48 * MiB)
+        reads: list[int] = []
+
+        def read(offset: int, length: int) -> Deferred[bytes]:
+            reads.append(offset)
+            return self.state.read(offset, length)
+
+        behind = self.attach(self.state, read, origin=origin)
+        for offset in range(0, len(data), MiB):
+            self.write(self.state, origin + offset, data[offset : offset + MiB])
+        cut = behind.chunks
+        self.assertGreater(len(cut), 2)
+        expected = [
+            (offset + origin, length, name) for offset, length, name in refs(chunk_bytes(data))
+        ]
+        self.assertEqual(refs(cut), expected[: len(cut)])
+        self.assertGreaterEqual(min(reads), origin)
+        self.write(self.state, 0, b"header")
+        self.assertEqual(behind.chunks, cut)
+        self.write(self.state, origin - 1, b"xx")
+        self.assertEqual(behind.chunks, ())
+        self.write(self.state, origin + len(data), pseudo_random("more", 32 * MiB))
+        self.assertEqual(behind.chunks, ())
 
     def test_write_back_reuses_the_cut_and_reads_only_the_tail(self) -> None:
         """The write-back's chunk list equals a whole cut; it reads only past the cut prefix."""
@@ -275,14 +308,70 @@ class MountWriteBehindTests(SynchronousTestCase):
         mount.ok(mount.fs.release(fh, CALLER))
         self.assertGreater(mount.count("chunk_put"), 0)
 
-    def test_existing_file_edits_do_not_start_it(self) -> None:
-        """Writing into an existing file (not truncated) leaves its unchanged bytes unread."""
+    def test_append_to_an_existing_file_uploads_before_close(self) -> None:
+        """
+        Appending to an existing file cuts from its last chunk while it is
+        written; the commit is a whole cut and the unchanged prefix is
+        reused, not sent again.
+        """
         mount = self.fixture.mount()
-        mount.write_file("old", pseudo_random("old", 48 * MiB), piece=8 * MiB)
+        old = pseudo_random("old", 48 * MiB)
+        mount.write_file("old", old, piece=8 * MiB)
         puts = mount.count("chunk_put")
         entry = mount.lookup_path("old")
         opened = mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
-        for offset in range(48 * MiB, 96 * MiB, MiB):
+        more = pseudo_random("appended", 64 * MiB)
+        for offset in range(0, len(more), MiB):
+            piece = more[offset : offset + MiB]
+            mount.ok(mount.fs.write(opened.fh, len(old) + offset, piece, CALLER))
+        self.assertGreater(mount.count("chunk_put"), puts)
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+        expected = chunk_bytes(old + more)
+        manifest = mount.ok(mount.remote.manifest_get("/agent-1/old"))
+        self.assertEqual(
+            [(c.hash, c.size) for c in manifest.chunks], [(r.hash, r.length) for r in expected]
+        )
+        [_, flush] = mount.events("flush")
+        unchanged = {r.hash for r in chunk_bytes(old)[:-1]}
+        reused = flush.get("chunks_reused")
+        assert isinstance(reused, int)
+        self.assertGreaterEqual(reused, len(unchanged))
+        self.assertEqual(self.fixture.mount().read_file("old"), old + more)
+
+    def test_write_behind_resumes_after_a_commit(self) -> None:
+        """A file fsync'd once keeps uploading ahead as it grows, until its close."""
+        mount = self.fixture.mount()
+        first = pseudo_random("first", 40 * MiB)
+        fh = self.write_unclosed(mount, "log", first)
+        mount.ok(mount.fs.fsync(fh, False, CALLER))
+        puts = mount.count("chunk_put")
+        more = pseudo_random("second", 64 * MiB)
+        for offset in range(0, len(more), MiB):
+            piece = more[offset : offset + MiB]
+            mount.ok(mount.fs.write(fh, len(first) + offset, piece, CALLER))
+        self.assertGreater(mount.count("chunk_put"), puts)
+        mount.ok(mount.fs.release(fh, CALLER))
+        manifest = mount.ok(mount.remote.manifest_get("/agent-1/log"))
+        self.assertEqual(
+            [(c.hash, c.size) for c in manifest.chunks],
+            [(r.hash, r.length) for r in chunk_bytes(first + more)],
+        )
+        self.assertEqual(self.fixture.mount().read_file("log"), first + more)
+
+    def test_edit_inside_an_existing_file_does_not_start_it(self) -> None:
+        """
+        An edit inside an existing file, even one that also grows it, sends
+        nothing before the write-back: its unchanged bytes are never read here.
+        """
+        mount = self.fixture.mount()
+        old = pseudo_random("old", 48 * MiB)
+        mount.write_file("old", old, piece=8 * MiB)
+        puts = mount.count("chunk_put")
+        entry = mount.lookup_path("old")
+        opened = mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
+        mount.ok(mount.fs.write(opened.fh, 8 * MiB, pseudo_random("edit", MiB), CALLER))
+        for offset in range(48 * MiB, 112 * MiB, MiB):
             mount.ok(mount.fs.write(opened.fh, offset, pseudo_random(f"x{offset}", MiB), CALLER))
         self.assertEqual(mount.count("chunk_put"), puts)
         mount.ok(mount.fs.release(opened.fh, CALLER))
+        self.assertGreater(mount.count("chunk_put"), puts)
