@@ -58,12 +58,14 @@ class SettingsTests(SynchronousTestCase):
 
     def test_options_override(self) -> None:
         """Command-line options override the environment; flags set allow_other and force."""
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
         options = Options(environ=dict(ENV))
         options.parseOptions(
-            ["--mount-point", "/elsewhere", "--cache-dir", "/c", "--allow-other", "--force"]
+            ["--mount-point", str(elsewhere), "--cache-dir", "/c", "--allow-other", "--force"]
         )
         assert options.settings is not None
-        self.assertEqual(options.settings.mount_point, Path("/elsewhere"))
+        self.assertEqual(options.settings.mount_point, elsewhere)
         self.assertEqual(options.settings.spill_dir, Path("/c/spill"))
         self.assertTrue(options.settings.allow_other)
         self.assertTrue(options.settings.force)
@@ -72,3 +74,26 @@ class SettingsTests(SynchronousTestCase):
         """Options without a control URL are a usage error."""
         options = Options(environ={})
         self.assertRaises(usage.UsageError, options.parseOptions, [])
+
+    def test_mount_point_must_be_an_empty_directory(self) -> None:
+        """
+        A mount point holding files, missing, not a directory or already
+        mounted is refused before enrolling, naming SVC_MOUNT_POINT and why.
+        """
+        point = Path(self.mktemp())
+        point.mkdir()
+        (point / "written-while-unmounted.txt").write_text("x")
+        not_a_directory = Path(self.mktemp())
+        not_a_directory.write_text("x")
+        cases = {
+            point: "written-while-unmounted.txt",
+            Path(self.mktemp()): "is not a directory",
+            not_a_directory: "is not a directory",
+            Path("/proc"): "already a mount point",
+        }
+        for path, why in cases.items():
+            options = Options(environ={**ENV, "SVC_MOUNT_POINT": str(path)})
+            with self.assertRaises(usage.UsageError) as raised:
+                options.parseOptions([])
+            self.assertIn("SVC_MOUNT_POINT", str(raised.exception))
+            self.assertIn(why, str(raised.exception))
