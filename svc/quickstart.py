@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from svc.sdk import Client, EnrollToken, SvcError
+from svc.mount.mount_point import mount_point_problem
+from svc.sdk import AgentEntity, Client, EnrollToken, SvcError
 
 TRUST_DOMAIN = "svc.local"
 DEMO_OWNER = "demo-owner"
@@ -304,7 +305,18 @@ def enroll_and_mount(stack: Stack, state: dict[str, Any], control_url: str) -> N
     try:
         entity = client.allocate_disk(DEMO_AGENT, DEMO_OWNER, DEMO_GRANT)
     except SvcError as error:
-        raise SystemExit(f"provisioning failed: {error}") from None
+        if error.code != "grant_mismatch":
+            raise SystemExit(f"provisioning failed: {error}") from None
+        # The owner changed the demo agent's quota since (dashboard, SDK):
+        # keep theirs rather than refuse to start.
+        try:
+            found = client.resolve("agent", DEMO_AGENT)
+        except SvcError as again:
+            raise SystemExit(f"provisioning failed: {again}") from None
+        if not isinstance(found, AgentEntity):
+            raise SystemExit(f"provisioning failed: {DEMO_AGENT!r} is not an agent") from None
+        entity = found
+        _say(f"agent {DEMO_AGENT!r} keeps the quota its owner set: {entity.grant_bytes} bytes")
 
     def enrolled() -> Any:
         minted = mint_enroll_token(client)
@@ -370,6 +382,9 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
     if os.path.ismount(mount_point):
         subprocess.run(["umount", "-l", str(mount_point)], check=False)  # noqa: S603, S607
     mount_point.mkdir(parents=True, exist_ok=True)
+    problem = mount_point_problem(mount_point)
+    if problem is not None:
+        raise SystemExit(f"cannot mount the agent's disk: {problem}")
     # The demo's own enrollment above held the lease; hand it to the mount.
     http(
         "DELETE",
@@ -390,7 +405,9 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
             "SVC_AUDIT_LOG": str(stack.root / "mount-audit.log"),
         },
     )
-    wait_until("the mount", lambda: os.path.ismount(mount_point))
+    wait_until(
+        f"the mount (its log: {stack.root / 'mount.log'})", lambda: os.path.ismount(mount_point)
+    )
     note = mount_point / "written-through-fuse.txt"
     note.write_text("This file was written with plain file I/O through the FUSE mount.\n")
     listing = sorted(p.name for p in mount_point.iterdir())

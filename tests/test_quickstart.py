@@ -17,7 +17,8 @@ from pathlib import Path
 
 from twisted.trial.unittest import TestCase
 
-from svc.quickstart import fuse_available
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, fuse_available
+from svc.quickstart import http as json_request
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,7 +71,11 @@ class QuickstartTests(TestCase):
         self.assertEqual(_get_without_redirect(url)[0], 401)
 
     def test_start_writes_and_stop_cleans_up(self) -> None:
-        """The demo writes a file over mTLS and through the mount; stop ends and unmounts all."""
+        """
+        The demo writes a file over mTLS and through the mount; stop ends and
+        unmounts all; a second start reuses the data and keeps a quota the
+        owner changed meanwhile.
+        """
         started = self.quickstart("start")
         self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
         self.assertIn("read back", started.stdout)
@@ -84,6 +89,14 @@ class QuickstartTests(TestCase):
         self.assertIn("manifest_put", events)
         self.assert_sign_in_link_works(started.stdout)
         self.assert_sign_in_link_works(self.quickstart("link").stdout)
+        # The owner raises the demo agent's quota; the next start keeps it.
+        status, _ = json_request(
+            "PATCH",
+            f"http://127.0.0.1:{state['control_port']}/v1/entities/agent/{DEMO_AGENT}",
+            {"grant_bytes": 3 * DEMO_GRANT},
+            state["token"],
+        )
+        self.assertEqual(status, 200)
         mount_point = Path(state["mount_point"])
         if fuse_available() is None:
             self.assertIn("wrote written-through-fuse.txt through the mount", started.stdout)
@@ -101,3 +114,4 @@ class QuickstartTests(TestCase):
         again = self.quickstart("start")
         self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
         self.assertIn("version 2", again.stdout)
+        self.assertIn(f"keeps the quota its owner set: {3 * DEMO_GRANT} bytes", again.stdout)
