@@ -6,7 +6,9 @@ instead of failing inside libfuse after the enrollment token was spent.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 
@@ -21,11 +23,14 @@ def mount_point_problem(path: Path) -> str | None:
     try:
         if os.path.ismount(path):
             return f"{path} is already a mount point (unmount it first: umount {path})"
-        if not path.is_dir():
+        status = os.stat(path)
+        if not stat.S_ISDIR(status.st_mode):
             return f"{path} is not a directory"
         with os.scandir(path) as entries:
             first = next(entries, None)
     except OSError as error:
+        if error.errno == errno.ENOTCONN:
+            return f"{path} is a dead FUSE mount (unmount it first: umount -l {path})"
         return f"{path} cannot be used: {error.strerror or error}"
     if first is not None:
         return (

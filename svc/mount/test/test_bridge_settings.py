@@ -87,7 +87,7 @@ class SettingsTests(SynchronousTestCase):
         not_a_directory.write_text("x")
         cases = {
             point: "written-while-unmounted.txt",
-            Path(self.mktemp()): "is not a directory",
+            Path(self.mktemp()): "No such file or directory",
             not_a_directory: "is not a directory",
             Path("/proc"): "already a mount point",
         }
