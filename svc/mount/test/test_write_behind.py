@@ -14,6 +14,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_bytes
+from svc.mount.attributes import OpenResult
 from svc.mount.fs_context import FSSettings
 from svc.mount.open_files import ChunkMemo, FileState
 from svc.mount.remote import Remote
@@ -281,6 +282,13 @@ class MountWriteBehindTests(SynchronousTestCase):
         fh: int = opened.fh
         return fh
 
+    def open_existing(self, mount: Mount, path: str, data: bytes) -> tuple[OpenResult, int]:
+        """Commit C{data} at C{path}, open it for writing; the handle and the puts so far."""
+        mount.write_file(path, data, piece=8 * MiB)
+        puts = mount.count("chunk_put")
+        entry = mount.lookup_path(path)
+        return mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER)), puts
+
     def test_big_new_file_uploads_before_close(self) -> None:
         """A 64 MiB new file has chunks stored before its close; the commit is a whole cut."""
         mount = self.fixture.mount()
@@ -316,10 +324,7 @@ class MountWriteBehindTests(SynchronousTestCase):
         """
         mount = self.fixture.mount()
         old = pseudo_random("old", 48 * MiB)
-        mount.write_file("old", old, piece=8 * MiB)
-        puts = mount.count("chunk_put")
-        entry = mount.lookup_path("old")
-        opened = mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
+        opened, puts = self.open_existing(mount, "old", old)
         more = pseudo_random("appended", 64 * MiB)
         for offset in range(0, len(more), MiB):
             piece = more[offset : offset + MiB]
@@ -365,10 +370,7 @@ class MountWriteBehindTests(SynchronousTestCase):
         """
         mount = self.fixture.mount()
         old = pseudo_random("old", 48 * MiB)
-        mount.write_file("old", old, piece=8 * MiB)
-        puts = mount.count("chunk_put")
-        entry = mount.lookup_path("old")
-        opened = mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
+        opened, puts = self.open_existing(mount, "old", old)
         mount.ok(mount.fs.write(opened.fh, 8 * MiB, pseudo_random("edit", MiB), CALLER))
         for offset in range(48 * MiB, 112 * MiB, MiB):
             mount.ok(mount.fs.write(opened.fh, offset, pseudo_random(f"x{offset}", MiB), CALLER))
