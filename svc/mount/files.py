@@ -361,7 +361,8 @@ class FileOps:
             failure = error
         if ctx.files.retire_if_idle(state):
             node = ctx.table.get(state.ino)
-            if state.dirty:
+            discarded = state.dirty
+            if discarded:
                 _log.warn(
                     "discarding {size} bytes of uncommitted changes to inode {ino}",
                     size=state.size,
@@ -370,6 +371,12 @@ class FileOps:
             if node is not None and node.pending:
                 await self._settle_pending(node)
             done = state.close()
+            if discarded:
+                # The kernel cached the discarded size and pages (long
+                # attribute timeouts, keep_cache): make it ask again.
+                if node is not None:
+                    node.kernel_version = None
+                ctx.invalidate(state.ino)
             if node is not None:
                 ctx.table.discard_if_unused(node)
             if done is not None:

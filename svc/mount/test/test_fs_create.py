@@ -190,8 +190,31 @@ class PendingCreateTests(SynchronousTestCase):
         self.assertEqual(self.mount.names("d"), ["big"])
         other = self.fixture.mount()
         self.assertEqual(other.lookup_path("d/big").attributes.size, 0)
-        self.assertEqual(self.mount.lookup_path("d/big").attributes.size, 0)
+        big = self.mount.lookup_path("d/big")
+        self.assertEqual(big.attributes.size, 0)
         self.assertEqual(self.mount.invalidated_entries, [])
+        # The kernel cached the discarded size and pages: it is told to drop them.
+        self.assertEqual(self.mount.invalidated, [big.ino])
+
+    def test_discarded_changes_to_a_committed_file_leave_no_kernel_cache(self) -> None:
+        """
+        Changes to a committed file that cannot be committed are discarded at
+        its last close; the kernel is told to forget the inode's size and
+        pages, and the next open does not keep its cache.
+        """
+        engine = self.fixture.service.service.engine
+        entry = self.mount.write_file("d/kept", b"committed")
+        self.mount.ok(engine.set_agent_grant(location_of(AGENT), AGENT.agent_id, 20))
+        opened = self.mount.ok(self.mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 9, b"y" * 100, CALLER))
+        release = self.mount.fs.release(opened.fh, CALLER)
+        self.assertEqual(self.mount.errno(release), errno.EDQUOT)
+        self.assertEqual(self.mount.invalidated, [entry.ino])
+        self.assertEqual(self.mount.lookup_path("d/kept").attributes.size, 9)
+        again = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertFalse(again.keep_cache)
+        self.assertEqual(self.mount.ok(self.mount.fs.read(again.fh, 0, 100, CALLER)), b"committed")
+        self.mount.ok(self.mount.fs.release(again.fh, CALLER))
 
     def test_incomplete_directory_creates_at_once(self) -> None:
         """In a directory not listed in full, create sends mknod as before."""
