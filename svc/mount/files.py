@@ -373,9 +373,12 @@ class FileOps:
             done = state.close()
             if discarded:
                 # The kernel cached the discarded size and pages (long
-                # attribute timeouts, keep_cache): make it ask again.
+                # attribute timeouts, keep_cache): make it ask again; and
+                # attributes kept for the write-back are the server's again.
                 if node is not None:
                     node.kernel_version = None
+                    if state.attributes_changed and not node.pending:
+                        node.stale = True
                 ctx.invalidate(state.ino)
             if node is not None:
                 ctx.table.discard_if_unused(node)

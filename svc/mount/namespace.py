@@ -35,6 +35,7 @@ from svc.mount.client_audit import audit_path
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.open_files import FileState
 
 T = TypeVar("T")
 
@@ -158,15 +159,18 @@ class NamespaceOps:
         ctx = self._ctx
         async with ctx.namespace_lock:
             rel = ctx.table.path_of(node)
+            state = ctx.files.state(node.ino)
             if rel is None:  # an open, unlinked file: nothing on the server
+                node.attributes = _changed(node.attributes, changes)
+            elif _rides_on_write_back(node, state, changes):
+                # Its manifest_put carries mode, uid, gid and mtime: keep the
+                # change for it instead of a round trip now (tar, cp -a and
+                # rsync set them between the last write and the close).
+                assert state is not None
                 node.attributes = attrs.evolve(
-                    node.attributes,
-                    **{
-                        key: value
-                        for key, value in attrs.asdict(changes).items()
-                        if value is not None
-                    },
+                    _changed(node.attributes, changes), ctime_ns=ctx.now_ns()
                 )
+                state.attributes_changed = True
             else:
                 await self.materialize(node)
                 node.set_attributes(
@@ -495,3 +499,27 @@ class NamespaceOps:
         """The kernel dropped lookups: C{(ino, count)} pairs."""
         for ino, count in inodes:
             self._ctx.table.forget(ino, count)
+
+
+def _changed(attributes: Attributes, changes: AttributeChanges) -> Attributes:
+    """C{attributes} with the fields C{changes} sets."""
+    return attrs.evolve(
+        attributes,
+        **{key: value for key, value in attrs.asdict(changes).items() if value is not None},
+    )
+
+
+def _rides_on_write_back(node: Node, state: FileState | None, changes: AttributeChanges) -> bool:
+    """
+    Whether a change of mode, owner or mtime may wait for the file's
+    write-back (``mount-fs.md`` section 5): one is due anyway (the open
+    file has changes, or it is pending), and every field changed is one
+    C{manifest_put} carries (not atime).
+    """
+    return (
+        node.kind is FileKind.FILE
+        and state is not None
+        and (state.dirty or node.pending)
+        and changes.atime_ns is None
+        and changes.size is None
+    )

@@ -150,6 +150,10 @@ class FileState:
     @ivar version: the base version (the compare-and-swap token of a flush).
     @ivar mtime_ns: the modification time to commit (set by writes and by
         C{setattr}), L{None} when unchanged since the base.
+    @ivar attributes_changed: a C{setattr} of mode, owner or mtime was kept
+        for the next write-back instead of being sent
+        (L{svc.mount.namespace.NamespaceOps.setattr}); that write-back
+        commits even if the content is back to the base.
     @ivar handles: open handles sharing this state.
     @ivar write_behind: the uploads running ahead of the write-back
         (L{svc.mount.write_behind}), if started; told of every change here.
@@ -170,6 +174,7 @@ class FileState:
         self.version = version
         self.layout = FileLayout(base)
         self.mtime_ns: int | None = None
+        self.attributes_changed = False
         self.handles = 0
         self.lock = DeferredLock()
         self._worker = worker
@@ -182,8 +187,8 @@ class FileState:
 
     @property
     def dirty(self) -> bool:
-        """Whether there is anything to write back."""
-        return self.layout.dirty
+        """Whether there is anything to write back: content or kept attributes."""
+        return self.layout.dirty or self.attributes_changed
 
     @property
     def size(self) -> int:
@@ -327,6 +332,7 @@ class FileState:
         self.version = version
         self.layout.reset(base)
         self.mtime_ns = None
+        self.attributes_changed = False
         self.write_behind = None
         return self._retire()
 
