@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from svc.mount.mount_point import mount_point_problem
+from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.sdk import AgentEntity, Client, EnrollToken, SvcError
 
 TRUST_DOMAIN = "svc.local"
@@ -381,6 +381,7 @@ def mount_disk(stack: Stack, state: dict[str, Any], control_url: str) -> str:
     mount_point = Path(state["mount_point"])
     if os.path.ismount(mount_point):
         subprocess.run(["umount", "-l", str(mount_point)], check=False)  # noqa: S603, S607
+    release_dead_mount(mount_point)  # the mount of a previous demo was killed
     mount_point.mkdir(parents=True, exist_ok=True)
     problem = mount_point_problem(mount_point)
     if problem is not None:

@@ -15,8 +15,6 @@ in the main thread (C{signal.signal}), which the reactor thread is.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -28,6 +26,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
+
+from svc.mount.mount_point import unmount_command
 
 _log = Logger()
 
@@ -44,17 +44,6 @@ def mount_options(*, allow_other: bool, fsname: str = "svc") -> set[str]:
     if allow_other:
         options.add("allow_other")
     return options
-
-
-def unmount_command(mount_point: Path, *, lazy: bool = False) -> list[str]:
-    """The command that unmounts C{mount_point} (C{umount} as root, else C{fusermount -u})."""
-    if os.geteuid() == 0 and shutil.which("umount"):
-        return ["umount", "-l", str(mount_point)] if lazy else ["umount", str(mount_point)]
-    return (
-        ["fusermount", "-u", "-z", str(mount_point)]
-        if lazy
-        else ["fusermount", "-u", str(mount_point)]
-    )
 
 
 class FuseLoop:

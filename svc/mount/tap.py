@@ -32,7 +32,7 @@ from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidat
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
-from svc.mount.mount_point import mount_point_problem
+from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
@@ -93,7 +93,9 @@ class Options(usage.Options):
             self.settings = settings_from(self._environ, overrides)
         except SettingsError as error:
             raise usage.UsageError(str(error)) from None
-        # Before enrolling, which spends the token.
+        # Before enrolling, which spends the token. A killed svc mount leaves
+        # its dead mount behind: clear it, as a restart should just work.
+        release_dead_mount(self.settings.mount_point)
         problem = mount_point_problem(self.settings.mount_point)
         if problem is not None:
             raise usage.UsageError(f"SVC_MOUNT_POINT: {problem}")
