@@ -123,12 +123,15 @@ class ReconnectPolicy:
     @ivar connect_wait: the longest a call waits for a connection.
     @ivar backoff_initial: the pause after the first failed attempt.
     @ivar backoff_max: the longest pause between attempts.
+    @ivar start_wait: how long L{ReconnectingClient.start} keeps trying to
+        open the first connection (0: one attempt).
     """
 
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     connect_wait: float = 20.0
     backoff_initial: float = 0.25
     backoff_max: float = 5.0
+    start_wait: float = 60.0
 
 
 @attrs.define(eq=False, order=False)
@@ -179,12 +182,37 @@ class ReconnectingClient:
 
     def start(self) -> Deferred[None]:
         """
-        Open the first connection; fails with its error (no retry: a client
-        that cannot connect at start should say so).
+        Open the first connection, trying again with the backoff for up to
+        C{start_wait} seconds (a data plane restarting while a sandbox
+        starts: the enrollment token is already spent); then fails with the
+        last attempt's error.
         """
+        policy = self._policy
+        clock: Any = self._clock
+        deadline = clock.seconds() + policy.start_wait
 
         async def starting() -> None:
-            self._adopt(await self._connect())
+            delay = policy.backoff_initial
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    connection = await self._connect()
+                except Exception as error:
+                    if self._closed or clock.seconds() + delay > deadline:
+                        raise
+                    _log.warn(
+                        "data plane not reachable yet (attempt {attempt}: {error});"
+                        " trying again in {delay}s",
+                        attempt=attempt,
+                        error=str(error) or type(error).__name__,
+                        delay=delay,
+                    )
+                    await deferLater(clock, delay)
+                    delay = min(delay * 2, policy.backoff_max)
+                    continue
+                self._adopt(connection)
+                return
 
         return Deferred.fromCoroutine(starting())
 

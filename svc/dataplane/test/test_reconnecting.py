@@ -153,11 +153,43 @@ class CallRoutingTests(SynchronousTestCase):
         self.assertEqual(len(dialler.attempts), 1)
         self.assertTrue(client.connected)
 
-    def test_start_failure_is_reported(self) -> None:
-        """start fails with the first connection's error; nothing is retried."""
+    def test_start_retries_then_reports_the_last_error(self) -> None:
+        """
+        start tries again with the backoff for start_wait seconds, then
+        fails with the last attempt's error and tries no more.
+        """
+        clock = Clock()
+        dialler = Dialler()
+        client = ReconnectingClient(clock, dialler, attrs.evolve(POLICY, start_wait=6.0))
+        done = client.start()
+        dialler.refuse("first")
+        self.assertNoResult(done)
+        for pause in (1.0, 2.0):  # attempts at 1 s and 3 s
+            clock.advance(pause)
+            dialler.refuse("again")
+        clock.advance(4.0)  # the next pause would end past the 6 s
+        self.assertEqual(len(dialler.attempts), 3)
+        self.assertIn("again", str(self.failureResultOf(done, ConnectionRefusedError).value))
+        clock.advance(100)
+        self.assertEqual(len(dialler.attempts), 3)
+
+    def test_start_succeeds_when_the_server_comes_up(self) -> None:
+        """A data plane that answers within start_wait is adopted."""
         clock = Clock()
         dialler = Dialler()
         client = ReconnectingClient(clock, dialler, POLICY)
+        done = client.start()
+        dialler.refuse()
+        clock.advance(1.0)
+        dialler.accept()
+        self.successResultOf(done)
+        self.assertTrue(client.connected)
+
+    def test_start_without_wait_tries_once(self) -> None:
+        """start_wait 0: the first error is reported and nothing is retried."""
+        clock = Clock()
+        dialler = Dialler()
+        client = ReconnectingClient(clock, dialler, attrs.evolve(POLICY, start_wait=0.0))
         done = client.start()
         dialler.refuse()
         self.failureResultOf(done, ConnectionRefusedError)
