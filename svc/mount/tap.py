@@ -37,6 +37,7 @@ from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, SettingsError, settings_from
+from svc.mount.start_retry import until_answered
 from svc.pki import names
 from svc.policy import UNRESTRICTED, load_policy_file
 from svc.worker import ThreadWorker
@@ -179,8 +180,11 @@ class MountService(Service):
         self._worker = ThreadWorker(reactor, "svc-mount-worker", threads=2)
 
         self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
+        control = self._control
         try:
-            creds = await self._control.enroll(settings.enroll_token)
+            creds = await until_answered(
+                reactor, "enrollment", lambda: control.enroll(settings.enroll_token)
+            )
         except Exception:
             self._emit(enrollment_event(ts=reactor.seconds(), serial=None))
             raise
@@ -189,7 +193,9 @@ class MountService(Service):
         agent_id = agent_id_of(creds.leaf())
         _log.info("enrolled as agent {agent}, serial {serial}", agent=agent_id, serial=creds.serial)
 
-        lease = await self._control.acquire_mount(creds, force=settings.force)
+        lease = await until_answered(
+            reactor, "mount lease", lambda: control.acquire_mount(creds, force=settings.force)
+        )
         _log.info(
             "mount lease held until {until} (session {session})",
             until=lease.lease_expires_at.isoformat(),
