@@ -154,13 +154,22 @@ class Stack:
         return process.pid
 
     def running(self, name: str) -> int | None:
+        """
+        The pid of this stack's process C{name}, if it runs. A pid file
+        whose process is gone, or is now another program (the pid was
+        reused, say after a reboot), counts as not running: stopping the
+        demo must never signal a stranger.
+        """
         pid_file = self.root / f"{name}.pid"
-        if not pid_file.exists():
-            return None
-        pid = int(pid_file.read_text())
         try:
+            pid = int(pid_file.read_text())
             os.kill(pid, 0)
-        except ProcessLookupError:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            return None
+        # An exiting process (a zombie until reaped) has no command line any
+        # more: still ours until it is gone. Signals cannot harm one.
+        if command and f"svc-{name}".encode() not in command.split(b"\0"):
             return None
         return pid
 
@@ -181,9 +190,9 @@ class Stack:
             (self.root / f"{name}.pid").unlink(missing_ok=True)
             stopped.append(name)
         mount_point = self.load_state().get("mount_point")
-        if mount_point and os.path.ismount(mount_point):
+        if mount_point:
             # A mount process killed without unmounting leaves a dead mount.
-            subprocess.run(["umount", "-l", mount_point], check=False)  # noqa: S603, S607
+            release_dead_mount(Path(mount_point))
         return stopped
 
 
