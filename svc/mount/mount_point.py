@@ -90,7 +90,7 @@ def release_dead_mount(
     path: Path,
     *,
     mounts: Path = Path("/proc/mounts"),
-    stat_path: Callable[[Path], object] = os.stat,
+    probe: Callable[[Path], object] = os.statvfs,
     run: Callable[[list[str]], object] = _run,
 ) -> bool:
     """
@@ -98,9 +98,12 @@ def release_dead_mount(
     answers C{ENOTCONN}, and the newest mount there is C{fuse.svc}),
     unmount it lazily so a new mount can take its place; whether it did
     so. Any other state, and another filesystem's dead mount, is left alone.
+    The probe is C{statvfs}, which the kernel always asks the filesystem:
+    a C{stat} may be answered from its attribute cache for a while after
+    the process died.
     """
     try:
-        stat_path(path)
+        probe(path)
     except OSError as error:
         if error.errno != errno.ENOTCONN:
             return False

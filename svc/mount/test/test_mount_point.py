@@ -35,10 +35,8 @@ class DeadMountTests(SynchronousTestCase):
         lines = [f"svc {escaped} {fstype} rw 0 0" for fstype in fstypes]
         self.mounts.write_text("\n".join(["/dev/vda / ext4 rw 0 0", *lines]) + "\n")
 
-    def release(self, stat_path: Callable[[Path], object]) -> bool:
-        return release_dead_mount(
-            self.point, mounts=self.mounts, stat_path=stat_path, run=self.ran.append
-        )
+    def release(self, probe: Callable[[Path], object]) -> bool:
+        return release_dead_mount(self.point, mounts=self.mounts, probe=probe, run=self.ran.append)
 
     def test_dead_svc_mount_is_unmounted_lazily(self) -> None:
         """ENOTCONN and fuse.svc newest at the path (escaped in /proc/mounts): a lazy unmount."""
