@@ -172,10 +172,28 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
     # Names and attributes
 
     def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> llfuse.EntryAttributes:
-        """A name in a directory."""
-        return self._attributes(
-            self._op("lookup", self._fs.lookup, parent_inode, name, caller_of(ctx))
-        )
+        """
+        A name in a directory. A name that does not exist is answered as a
+        negative entry the kernel keeps for C{entry_seconds}, as it keeps
+        positive ones: under the exclusive mount lease this mount's answer
+        is authoritative, names it creates replace the negative entry in
+        the kernel, and names others create arrive as a C{changed} push that
+        invalidates it (``docs/specifications/mount-fs.md`` section 6).
+        """
+        try:
+            entry = self._op("lookup", self._fs.lookup, parent_inode, name, caller_of(ctx))
+        except llfuse.FUSEError as error:
+            if error.errno != errno.ENOENT:
+                raise
+            return self._negative()
+        return self._attributes(entry)
+
+    def _negative(self) -> llfuse.EntryAttributes:
+        out = llfuse.EntryAttributes()
+        out.st_ino = 0  # llfuse: a negative entry, cached for entry_timeout
+        out.entry_timeout = self._timeouts.entry_seconds
+        out.attr_timeout = 0
+        return out
 
     def getattr(self, inode: int, ctx: Any = None) -> llfuse.EntryAttributes:
         """An inode's attributes."""

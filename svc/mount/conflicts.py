@@ -90,6 +90,8 @@ async def save_copy(
         else:
             ctx.table.learn(directory, copy_name, found)
         directory.stale = True
+        # The kernel may hold a negative entry for the name (mount-fs.md section 6).
+        ctx.invalidate_entry(directory.ino, copy_name.encode("utf-8", "surrogateescape"))
         return copy_rel
     return None
 

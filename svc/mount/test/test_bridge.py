@@ -138,6 +138,18 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual((name, args[:2]), ("lookup", (1, b"name")))
         self.assertEqual(args[2].pid, os.getpid())
 
+    def test_missing_name_is_a_cached_negative_entry(self) -> None:
+        """
+        lookup of a name that does not exist answers inode 0 with the entry
+        timeout (the kernel caches the miss); other errors stay errors.
+        """
+        self.fs.answers["lookup"] = FSError(errno.ENOENT, "no such name")
+        out = self.bridge.lookup(1, b"missing", Context(os.getpid()))
+        self.assertEqual((out.st_ino, out.entry_timeout), (0, 11))
+        self.fs.answers["lookup"] = FSError(errno.EACCES, "policy")
+        lookup = self.bridge.lookup
+        self.assertEqual(self.fuse_errno(lambda: lookup(1, b"secret", None)), errno.EACCES)
+
     def test_fs_error_becomes_fuse_error(self) -> None:
         """An FSError's errno is the FUSEError's errno."""
         self.fs.answers["unlink"] = FSError(errno.ENOTEMPTY, "no")
