@@ -178,7 +178,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         positive ones: under the exclusive mount lease this mount's answer
         is authoritative, names it creates replace the negative entry in
         the kernel, and names others create arrive as a C{changed} push that
-        invalidates it (``docs/specifications/mount-fs.md`` section 6).
+        invalidates it (``docs/specifications/mount-runtime.md`` section 2).
         """
         try:
             entry = self._op("lookup", self._fs.lookup, parent_inode, name, caller_of(ctx))

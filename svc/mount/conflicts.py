@@ -90,7 +90,7 @@ async def save_copy(
         else:
             ctx.table.learn(directory, copy_name, found)
         directory.stale = True
-        # The kernel may hold a negative entry for the name (mount-fs.md section 6).
+        # The kernel may hold a negative entry for the name (mount-runtime.md section 2).
         ctx.invalidate_entry(directory.ino, copy_name.encode("utf-8", "surrogateescape"))
         return copy_rel
     return None
