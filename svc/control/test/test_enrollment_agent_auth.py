@@ -39,6 +39,28 @@ from svc.testing.pki import forge_leaf
 from svc.testing.worker import ImmediateWorker
 
 
+async def retire(world: RouteWorld, certificate: Any) -> None:
+    """Deny-list C{certificate}'s serial (an intermediate retired by rotation)."""
+    await world.result(
+        world.store.add_revocation(
+            names.format_serial(certificate.serial_number),
+            certificate.not_valid_after_utc,
+            NOW,
+        )
+    )
+
+
+def unrecorded_agent_leaf(intermediate: Any) -> Any:
+    """A well-formed leaf of agent-1 (tenant acme) under C{intermediate}, never recorded."""
+    return forge_leaf(
+        intermediate,
+        NOW,
+        uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme", f"spiffe://{TRUST_DOMAIN}/agent/agent-1"],
+        common_name="alice",
+        ou="tenant=acme",
+    )
+
+
 class FakeHandle:
     """The peer-certificate part of a pyOpenSSL connection (server side)."""
 
@@ -167,13 +189,7 @@ class AuthenticatorContract(RouteBackend):
     async def test_tls_retired_intermediate(self) -> None:
         """A leaf whose intermediate serial is revoked (rotation): 401."""
         intermediate = self.enrolled.intermediate
-        await self.world.result(
-            self.world.store.add_revocation(
-                names.format_serial(intermediate.serial_number),
-                intermediate.not_valid_after_utc,
-                NOW,
-            )
-        )
+        await retire(self.world, intermediate)
         error = await self.refused(self.tls(self.enrolled.leaf, intermediate))
         self.assertEqual(error.code, "invalid_client")
 
@@ -196,13 +212,7 @@ class AuthenticatorContract(RouteBackend):
     async def test_unrecorded_leaf(self) -> None:
         """A well-formed leaf under our intermediate that was never recorded as issued: 401."""
         intermediate = self.acme_intermediate()
-        leaf = forge_leaf(
-            intermediate,
-            NOW,
-            uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme", f"spiffe://{TRUST_DOMAIN}/agent/agent-1"],
-            common_name="alice",
-            ou="tenant=acme",
-        )
+        leaf = unrecorded_agent_leaf(intermediate)
         error = await self.refused(self.tls(leaf.cert, intermediate.cert))
         self.assertEqual(error.code, "invalid_client")
 
@@ -324,25 +334,27 @@ class AuthenticatorContract(RouteBackend):
         error = await self.refused(request)
         self.assertEqual((error.status, error.code), (status, code))
 
+    async def assertEveryProofRefused(self, status: int, code: str) -> None:
+        """Each kind of proof of the enrolled leaf is refused with C{status} and C{code}."""
+        for request in self.each_proof():
+            await self.assertRefusedWith(request, status, code)
+
     async def test_denied_leaf_of_revoked_allocation_is_gone(self) -> None:
         """A leaf deny-listed because its allocation was revoked: 410 revoked, by each proof."""
         await self.revoke_allocation()
-        for request in self.each_proof():
-            await self.assertRefusedWith(request, 410, "revoked")
+        await self.assertEveryProofRefused(410, "revoked")
 
     async def test_denied_leaf_of_purged_allocation_is_gone(self) -> None:
         """A deny-listed leaf of a purged allocation is 410 revoked as well."""
         await self.revoke_allocation()
         allocation_id = self.enrolled.body["allocation_id"]
         await self.world.result(self.world.store.mark_purged(allocation_id, NOW))
-        for request in self.each_proof():
-            await self.assertRefusedWith(request, 410, "revoked")
+        await self.assertEveryProofRefused(410, "revoked")
 
     async def test_denied_leaf_of_live_allocation_is_unauthorized(self) -> None:
         """A deny-listed leaf of a live allocation (a released mount): 401, by each proof."""
         await self.revoke_leaf()
-        for request in self.each_proof():
-            await self.assertRefusedWith(request, 401, "invalid_client")
+        await self.assertEveryProofRefused(401, "invalid_client")
 
     async def test_revoked_allocation_with_valid_leaf_authenticates(self) -> None:
         """A leaf not on the deny-list authenticates; the route answers for the allocation."""
@@ -358,13 +370,7 @@ class AuthenticatorContract(RouteBackend):
         """
         await self.revoke_allocation()
         intermediate = self.enrolled.intermediate
-        await self.world.result(
-            self.world.store.add_revocation(
-                names.format_serial(intermediate.serial_number),
-                intermediate.not_valid_after_utc,
-                NOW,
-            )
-        )
+        await retire(self.world, intermediate)
         await self.assertRefusedWith(
             self.tls(self.enrolled.leaf, intermediate), 401, "invalid_client"
         )
@@ -378,13 +384,7 @@ class AuthenticatorContract(RouteBackend):
     async def test_denied_unrecorded_leaf_of_revoked_allocation_is_unauthorized(self) -> None:
         """A deny-listed leaf the control plane never recorded issuing stays 401."""
         intermediate = self.acme_intermediate()
-        leaf = forge_leaf(
-            intermediate,
-            NOW,
-            uris=[f"spiffe://{TRUST_DOMAIN}/tenant/acme", f"spiffe://{TRUST_DOMAIN}/agent/agent-1"],
-            common_name="alice",
-            ou="tenant=acme",
-        )
+        leaf = unrecorded_agent_leaf(intermediate)
         serial = names.format_serial(leaf.cert.serial_number)
         await self.world.result(
             self.world.store.add_revocation(serial, leaf.cert.not_valid_after_utc, NOW)
@@ -400,12 +400,10 @@ class AuthenticatorContract(RouteBackend):
         await self.world.result(
             self.world.store.reassign_agent("agent-1", owner_id="bob", tenant_id="beta", now=NOW)
         )
-        for request in self.each_proof():
-            await self.assertRefusedWith(request, 401, "invalid_client")
+        await self.assertEveryProofRefused(401, "invalid_client")
         await self.revoke_allocation()
         self.world.clock.advance(1)  # a new proof, not a replayed one
-        for request in self.each_proof():
-            await self.assertRefusedWith(request, 401, "invalid_client")
+        await self.assertEveryProofRefused(401, "invalid_client")
 
     async def test_nothing(self) -> None:
         """No certificate and no body field: 401 invalid_client without WWW-Authenticate."""

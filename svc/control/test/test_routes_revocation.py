@@ -82,6 +82,12 @@ class AgentRevocationContract(RouteBackend):
             answer = await self.signed(enrolled, method, path)
             self.assertEqual((answer.status, answer.json()["error"]), (status, code), path)
 
+    async def assertBothEnrollmentsListed(self) -> None:
+        """The deny-list holds the leaves of both enrollments, and nothing else."""
+        self.assertEqual(
+            await self.revoked_serials(), sorted([self.holder.serial, self.second.serial])
+        )
+
     async def test_revoking_the_agent_revokes_every_enrollment(self) -> None:
         """
         DELETE /v1/entities/agent/{id} lists the leaves of both enrollments,
@@ -91,9 +97,7 @@ class AgentRevocationContract(RouteBackend):
         answer = await self.service("DELETE", "/v1/entities/agent/agent-1")
         self.assertEqual(answer.status, 204, answer.body)
         self.assertEqual(self.world.pushes.revocations, pushed + 1)
-        self.assertEqual(
-            await self.revoked_serials(), sorted([self.holder.serial, self.second.serial])
-        )
+        await self.assertBothEnrollmentsListed()
         for enrolled in (self.second, self.holder):
             await self.assertAnswers(enrolled, 410, "revoked")
         mount = await self.signed(self.second, "POST", self.mount_path)
@@ -103,9 +107,7 @@ class AgentRevocationContract(RouteBackend):
         """DELETE /v1/entities/account/{owner}: both enrollments' leaves listed, both 410."""
         answer = await self.service("DELETE", "/v1/entities/account/alice")
         self.assertEqual(answer.status, 204, answer.body)
-        self.assertEqual(
-            await self.revoked_serials(), sorted([self.holder.serial, self.second.serial])
-        )
+        await self.assertBothEnrollmentsListed()
         for enrolled in (self.second, self.holder):
             await self.assertAnswers(enrolled, 410, "revoked")
 
@@ -118,9 +120,7 @@ class AgentRevocationContract(RouteBackend):
         answer = await self.service("POST", "/v1/entities/agent/agent-1/reassign", {"owner": "bob"})
         self.assertEqual(answer.status, 200, answer.body)
         self.assertEqual(self.world.pushes.revocations, pushed + 1)
-        self.assertEqual(
-            await self.revoked_serials(), sorted([self.holder.serial, self.second.serial])
-        )
+        await self.assertBothEnrollmentsListed()
         for enrolled in (self.second, self.holder):
             await self.assertAnswers(enrolled, 401, "invalid_client")
 
