@@ -9,10 +9,12 @@ Measures, on the same disk and in the same process:
 - reference write: per chunk, write a temp file, fsync it, rename it (no
   hashing; once without and once with the directory fsync a durable put
   needs); reference read: open and read each file;
-- C{FilesystemChunkStore.put} / C{get} through a real L{ThreadWorker} on the
-  real reactor, one request in flight ("seq") and C{--depth} in flight
+- C{FilesystemChunkStore.put} / C{read} through a real L{ThreadWorker} on
+  the real reactor, one request in flight ("seq") and C{--depth} in flight
   ("pipelined"). A put also re-hashes the bytes and fsyncs the shard
-  directory; a get re-hashes what it read.
+  directory; a read (reported as "get") re-hashes what it read, and its
+  lent buffer is released once the length is taken, as the data plane
+  releases it once the reply is written.
 
 Page-cache copies are dropped (C{posix_fadvise(DONTNEED)} on the synced
 files) before every read phase, so reads come from the device for both.
@@ -41,7 +43,7 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from svc.store.chunks import chunk_hash
+from svc.store.chunks import ChunkData, chunk_hash
 from svc.store.chunkstore_fs import FilesystemChunkStore
 from svc.worker import ThreadWorker
 
@@ -130,9 +132,14 @@ async def _get_all(
     store: FilesystemChunkStore, chunks: Sequence[tuple[str, bytes]], depth: int
 ) -> float:
     def get_length(name: str) -> Deferred[int]:
-        # Keep only the length: holding every blob would charge our figure
-        # with fresh-page faults that the reference loop does not pay.
-        return store.get(name).addCallback(len)
+        # Serve the way the data plane does: a lent buffer, released once
+        # used (here: measured). Keep only the length.
+        def used(chunk: ChunkData) -> int:
+            size = len(chunk.data)
+            chunk.release()
+            return size
+
+        return store.read(name).addCallback(used)
 
     _drop_cache(store.objects_dir)
     seconds, lengths = await _timed([functools.partial(get_length, n) for n, _ in chunks], depth)

@@ -99,7 +99,7 @@ class KillNineTests(SynchronousTestCase):
             for entry in entries:
                 manifest = self.successResultOf(storage.manifest_get(f"/a1/{entry.name}"))
                 data = b"".join(
-                    self.successResultOf(storage.chunk_get(c.hash)) for c in manifest.chunks
+                    self.successResultOf(storage.chunk_get(c.hash)).data for c in manifest.chunks
                 )
                 self.assertEqual(len(data), manifest.attributes.size)
             return len(latest)

@@ -30,14 +30,16 @@ async def chunk_get(
     if request.hash not in await conn.visible_of(storage, [request.hash]):
         raise chunk_not_present(request.hash)
     try:
-        data = await storage.chunk_get(request.hash)
+        chunk = await storage.chunk_get(request.hash)
     except NotFound:
         raise chunk_not_present(request.hash) from None
+    size = len(chunk.data)
     metrics = conn.metrics
     metrics.count_chunk("fetched")
-    metrics.count_bytes("out", Op.CHUNK_GET.value, len(data))
-    reply = OpReply({"hash": request.hash, "size": len(data)}, data)
-    return Outcome(reply, size=len(data), extra={"hash": request.hash})
+    metrics.count_bytes("out", Op.CHUNK_GET.value, size)
+    # The bytes are lent by the store: released once the reply is written.
+    reply = OpReply({"hash": request.hash, "size": size}, chunk.data, sent=chunk.release)
+    return Outcome(reply, size=size, extra={"hash": request.hash})
 
 
 async def chunk_put(

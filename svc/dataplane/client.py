@@ -72,6 +72,7 @@ from svc.wire.frame import (
     Frame,
     FrameType,
     encode_frame,
+    raw_bytes,
 )
 from svc.wire.ops import PUSH_OPS
 
@@ -223,7 +224,7 @@ class DataPlaneClientProtocol(Protocol):
         elif frame.type is FrameType.RESPONSE:
             call = self._answered(frame.request_id)
             if call is not None:
-                self._succeed(call, Reply(frame.payload, bytes(frame.raw)))
+                self._succeed(call, Reply(frame.payload, raw_bytes(frame.raw)))
         elif frame.type is FrameType.ERROR:
             call = self._answered(frame.request_id)
             if call is not None:
@@ -262,7 +263,7 @@ class DataPlaneClientProtocol(Protocol):
             return
         for callback in list(self._push_callbacks):
             try:
-                callback(op, frame.payload, bytes(frame.raw))
+                callback(op, frame.payload, raw_bytes(frame.raw))
             except Exception:
                 _log.failure("data-plane push callback failed for {op}", op=op)
 

@@ -18,7 +18,7 @@ given: server-pushed frames (C{lease_revoke}, C{changed}) and disconnection
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import attrs
@@ -31,10 +31,17 @@ from svc.pki.identity import AgentIdentity
 class OpReply:
     """
     A successful answer: the RESPONSE frame's payload map and raw segment.
+
+    C{sent}, when given, is called once the protocol has handed the reply to
+    the transport or dropped it (the request had timed out, the connection
+    is closing); C{raw} is not used after it. A chunk lent by the store is
+    released then (a reply that never reaches the protocol simply leaves its
+    buffer to the garbage collector).
     """
 
     payload: Mapping[str, object] = attrs.field(factory=dict)
     raw: bytes | memoryview = b""
+    sent: Callable[[], None] | None = None
 
 
 class IConnectionSink(Protocol):
@@ -60,9 +67,7 @@ class IConnectionHandler(Protocol):
     One admitted connection's view of the service.
     """
 
-    def handle(
-        self, op: str, payload: Mapping[str, object], raw: memoryview
-    ) -> Deferred[OpReply]:
+    def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
         """
         Run one request. ``payload`` is the REQUEST frame's map (it includes
         C{"op"}); ``raw`` its raw segment (valid only until the Deferred

@@ -478,17 +478,22 @@ class DataPlaneServerProtocol(Protocol):
         return True
 
     def _answered(self, reply: OpReply, request: _Request) -> None:
-        if not self._take(request):
-            return
         try:
-            buffers = encode_frame(
-                Frame(FrameType.RESPONSE, request.request_id, reply.payload, reply.raw)
-            )
-        except Exception:
-            _log.failure("unencodable reply to data-plane op {op}", op=request.op)
-            self._send(error_frame(request.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE))
-        else:
-            self._write(buffers)
+            if not self._take(request):
+                return
+            try:
+                buffers = encode_frame(
+                    Frame(FrameType.RESPONSE, request.request_id, reply.payload, reply.raw)
+                )
+            except Exception:
+                _log.failure("unencodable reply to data-plane op {op}", op=request.op)
+                self._send(error_frame(request.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE))
+            else:
+                self._write(buffers)
+                del buffers
+        finally:
+            if reply.sent is not None:
+                reply.sent()
         self._after_answer()
 
     def _failed(self, failure: Failure, request: _Request) -> None:

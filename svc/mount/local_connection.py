@@ -96,7 +96,11 @@ class LocalConnection:
 
 
 def _reply(answer: OpReply) -> Reply:
-    return Reply(unpack_payload(pack_payload(dict(answer.payload))), bytes(answer.raw))
+    try:
+        return Reply(unpack_payload(pack_payload(dict(answer.payload))), bytes(answer.raw))
+    finally:
+        if answer.sent is not None:
+            answer.sent()
 
 
 def _error(failure: Failure, op: str) -> Failure:

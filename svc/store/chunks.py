@@ -13,7 +13,7 @@ C{docs/specifications/chunk-store.md}.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -94,6 +94,26 @@ class CorruptStoredChunk(CorruptChunk):
     def __init__(self, chunk_hash: str) -> None:
         super().__init__(f"stored chunk {chunk_hash} failed verification")
         self.chunk_hash = chunk_hash
+
+
+def _nothing_to_release() -> None:
+    pass
+
+
+@attrs.frozen
+class ChunkData:
+    """
+    A chunk's verified bytes as L{IChunkStore.read} returns them.
+
+    C{data} is a read-only view, possibly of a reused buffer. Call
+    C{release} once nothing needs the bytes any more (for the data plane:
+    once the reply frame was handed to TLS); after it, C{data} must not be
+    used (a view of a pooled buffer then raises C{ValueError}). Not calling
+    it is safe: the buffer is then freed, not reused.
+    """
+
+    data: memoryview
+    release: Callable[[], None] = _nothing_to_release
 
 
 @attrs.frozen
@@ -197,6 +217,13 @@ class IChunkStore(Protocol):
         Fails with L{svc.store.errors.NotFound} when absent and with
         L{CorruptStoredChunk} (EIO) when the stored bytes do not verify;
         corrupt bytes are never returned.
+        """
+
+    def read(self, chunk_hash: str) -> Deferred[ChunkData]:
+        """
+        The bytes of a chunk, verified against its name, lent rather than
+        copied (see L{ChunkData}): the way to serve a chunk. Fails like
+        L{get}.
         """
 
     def has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:

@@ -30,10 +30,12 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
-from svc.direct_io import DirectWriter
+from svc.buffer_pool import BufferPool
+from svc.direct_io import ALIGNMENT, DirectReader, DirectWriter
 from svc.durable import fsync_directory
 from svc.store.chunks import (
     MAX_CHUNK_SIZE,
+    ChunkData,
     ChunkDeleteFailure,
     ChunkDeleteResult,
     ChunkHashMismatch,
@@ -61,6 +63,9 @@ QUARANTINE_DIR_NAME = "quarantine"
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+
+READ_BUFFERS = 8
+"""Idle read buffers a store keeps by default: two per I/O thread of a busy server."""
 
 _OPEN_FLAGS_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 _OPEN_FLAGS_TEMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -148,15 +153,28 @@ class FilesystemChunkStore:
     log = Logger()
 
     def __init__(
-        self, objects_dir: Path, worker: IWorker, *, writer: DirectWriter | None = None
+        self,
+        objects_dir: Path,
+        worker: IWorker,
+        *,
+        writer: DirectWriter | None = None,
+        reader: DirectReader | None = None,
+        read_buffers: int = READ_BUFFERS,
     ) -> None:
         """
         @param writer: how chunk files are written; by default with
             C{O_DIRECT} where the filesystem allows it (L{svc.direct_io}).
+        @param reader: how they are read, likewise.
+        @param read_buffers: how many idle read buffers to keep for reuse
+            (each holds the pages of the largest chunk it has read).
         """
         self._dir = os.path.abspath(os.fspath(objects_dir))
         self._worker = worker
         self._writer = DirectWriter() if writer is None else writer
+        self._reader = DirectReader() if reader is None else reader
+        # One byte past the largest chunk, rounded to a block, shows a file
+        # that is too long.
+        self._read_buffers = BufferPool(MAX_CHUNK_SIZE + ALIGNMENT, keep=read_buffers)
         self._lock = threading.Lock()
         self._total = 0
         self._durable_shards: set[str] = set()
@@ -357,29 +375,44 @@ class FilesystemChunkStore:
 
     def get(self, chunk_hash: str) -> Deferred[bytes]:
         """
-        See L{svc.store.chunks.IChunkStore.get}. The bytes are re-hashed on
-        every read; a chunk that fails is moved to the quarantine directory,
-        logged, and reported as L{CorruptStoredChunk}.
+        See L{svc.store.chunks.IChunkStore.get}: L{read}, copied out.
         """
-        return self._submit(lambda: check_chunk_hash(chunk_hash), self._get_blocking)
 
-    def _get_blocking(self, name: str) -> bytes:
+        def copied(chunk: ChunkData) -> bytes:
+            try:
+                return bytes(chunk.data)
+            finally:
+                chunk.release()
+
+        return self.read(chunk_hash).addCallback(copied)
+
+    def read(self, chunk_hash: str) -> Deferred[ChunkData]:
+        """
+        See L{svc.store.chunks.IChunkStore.read}. The file is read with
+        C{O_DIRECT} where the filesystem allows it, into a buffer lent by
+        this store's L{BufferPool}, and re-hashed there; a chunk that fails
+        is moved to the quarantine directory, logged, and reported as
+        L{CorruptStoredChunk}.
+        """
+        return self._submit(lambda: check_chunk_hash(chunk_hash), self._read_blocking)
+
+    def _read_blocking(self, name: str) -> ChunkData:
         final = self._final_path(name)
+        loan = self._read_buffers.lend()
         try:
-            fd = os.open(final, _OPEN_FLAGS_READ)
-        except FileNotFoundError:
-            raise NotFound(f"chunk {name} not present") from None
-        with open(fd, "rb", buffering=0, closefd=True) as f:
-            st = os.fstat(fd)
-            # Read what fstat promises plus one byte, so a file that grew is
-            # noticed; asking for MAX_CHUNK_SIZE up front costs a 16 MiB
-            # allocation per read and halves throughput.
-            sane = stat.S_ISREG(st.st_mode) and st.st_size <= MAX_CHUNK_SIZE
-            data = f.read(st.st_size + 1) if sane else None
-        if data is None or len(data) != st.st_size or chunk_hash(data) != name:
-            self._quarantine(name, final, st)
-            raise CorruptStoredChunk(name)
-        return data
+            try:
+                seen, count = self._reader.read_into(final, _OPEN_FLAGS_READ, loan.buffer)
+            except FileNotFoundError:
+                raise NotFound(f"chunk {name} not present") from None
+            sane = stat.S_ISREG(seen.st_mode) and count == seen.st_size <= MAX_CHUNK_SIZE
+            data = loan.view(count if sane else 0)
+            if not sane or chunk_hash(data) != name:
+                self._quarantine(name, final, seen)
+                raise CorruptStoredChunk(name)
+        except BaseException:
+            loan.give_back()
+            raise
+        return ChunkData(data, loan.give_back)
 
     def _quarantine(self, name: str, final: str, seen: os.stat_result) -> None:
         quarantine_dir = os.path.join(self._dir, QUARANTINE_DIR_NAME)

@@ -36,7 +36,13 @@ from twisted.internet.defer import Deferred, DeferredLock, fail
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from svc.store.chunks import ChunkHasResult, ChunkPutResult, CorruptStoredChunk, IChunkStore
+from svc.store.chunks import (
+    ChunkData,
+    ChunkHasResult,
+    ChunkPutResult,
+    CorruptStoredChunk,
+    IChunkStore,
+)
 from svc.store.errors import MissingChunks, NotFound, WriteLeaseHeld
 from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
 from svc.store.journal import JournalPage, JournalQuery, RevertResult
@@ -291,9 +297,10 @@ class TenantStorage:
 
         return _defer(put()).addCallback(stored)
 
-    def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:
+    def chunk_get(self, chunk_hash: str) -> Deferred[ChunkData]:
         """
-        The bytes of a chunk (hash-verified by the store).
+        The bytes of a chunk (hash-verified by the store), lent: see
+        L{svc.store.chunks.ChunkData} for when to release them.
         """
 
         def withdrawn(failure: Failure) -> Failure:
@@ -301,7 +308,7 @@ class TenantStorage:
                 self._recent.forget(chunk_hash)
             return failure
 
-        return self.chunks.get(chunk_hash).addErrback(withdrawn)
+        return self.chunks.read(chunk_hash).addErrback(withdrawn)
 
     def chunk_has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:
         """

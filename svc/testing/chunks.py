@@ -11,6 +11,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 
 from svc.store.chunks import (
+    ChunkData,
     ChunkDeleteResult,
     ChunkHashMismatch,
     ChunkHasResult,
@@ -91,6 +92,12 @@ class MemoryChunkStore:
             self._remove(name)
             raise CorruptStoredChunk(name)
         return data
+
+    def read(self, chunk_hash: str) -> Deferred[ChunkData]:
+        """
+        See L{svc.store.chunks.IChunkStore.read}: a view of the stored bytes.
+        """
+        return _fired(lambda: ChunkData(memoryview(self._get(chunk_hash))))
 
     def has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:
         """

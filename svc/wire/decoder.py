@@ -4,8 +4,9 @@ The incremental frame decoder: bytes in, whole L{Frame}s out.
 It takes data split anywhere (mid-header, mid-payload, many frames at once),
 rejects every malformed input with L{CodecError} and nothing else, decides a
 frame's size from its header before it buffers any of the body, and copies a
-large raw segment at most once, into an immutable C{bytes} object (so a
-consumer such as the chunk store can keep it without a defensive copy).
+large raw segment at most once, into an immutable C{bytes} object of its own
+(so a consumer such as the chunk store or the client's reply can keep it
+without a second copy).
 """
 
 from __future__ import annotations
@@ -160,12 +161,12 @@ class FrameDecoder:
                 position += take
                 if self._filled == size:
                     self._pieces.append(memoryview(self._small))
-                    body = memoryview(b"".join(self._pieces))
+                    pieces = self._pieces
                     self._current = None
                     self._pieces = []
                     self._small = bytearray()
                     self._filled = 0
-                    frames.append(_finish(header, body))
+                    frames.append(_assemble(header, pieces))
         return frames
 
     def _keep(self, piece: memoryview) -> None:
@@ -195,6 +196,30 @@ class FrameDecoder:
                 f"raw segment of {header.raw_length} bytes is over the limit of {self._max_raw}"
             )
         return header
+
+
+def _assemble(header: FrameHeader, pieces: list[memoryview]) -> Frame:
+    """
+    The frame whose body arrived in C{pieces}: the payload and the raw
+    segment are joined I{separately}, so the raw segment is a view of a
+    C{bytes} object of exactly its own bytes, which a consumer keeps whole
+    without a second copy (L{svc.wire.frame.raw_bytes}).
+    """
+    cut = header.payload_length
+    payload: list[memoryview] = []
+    raw: list[memoryview] = []
+    seen = 0
+    for piece in pieces:
+        if seen >= cut:
+            raw.append(piece)
+        elif seen + len(piece) <= cut:
+            payload.append(piece)
+        else:
+            payload.append(piece[: cut - seen])
+            raw.append(piece[cut - seen :])
+        seen += len(piece)
+    joined: Buffer = memoryview(b"".join(raw)) if header.raw_length else b""
+    return Frame(header.type, header.request_id, unpack_payload(b"".join(payload)), joined)
 
 
 def _finish(header: FrameHeader, body: memoryview) -> Frame:

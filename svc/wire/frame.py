@@ -191,6 +191,22 @@ def _raw_buffer(raw: Buffer) -> Buffer:
     return raw
 
 
+def raw_bytes(raw: Buffer) -> bytes:
+    """
+    A raw segment as C{bytes} of its own, to keep. A view that spans a whole
+    C{bytes} object (what the decoder gives for a frame received in pieces,
+    which is every large one) is unwrapped, not copied; anything else is
+    copied, since it may share memory with more than the segment.
+    """
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, memoryview):
+        owner = raw.obj
+        if type(owner) is bytes and raw.nbytes == len(owner) and raw.c_contiguous:
+            return owner
+    return bytes(raw)
+
+
 def _raw_repr(raw: Buffer) -> str:
     return f"<{len(raw)} bytes>"
 

@@ -404,7 +404,7 @@ class RevertTests(SynchronousTestCase):
         manifest = self.f.store.ok(self.storage.manifest_get("/a1/f"))
         chunk_hash, data = blob("first", 300)
         self.assertEqual([(c.hash, c.size) for c in manifest.chunks], [(chunk_hash, 300)])
-        self.assertEqual(self.f.store.ok(self.storage.chunk_get(chunk_hash)), data)
+        self.assertEqual(bytes(self.f.store.ok(self.storage.chunk_get(chunk_hash)).data), data)
         rows = self.f.call("GET", journal_path(cursor=self.second)).json()["entries"]
         self.assertEqual(
             [(r["op"], r["agent_id"], r["reverts_seq"]) for r in rows],

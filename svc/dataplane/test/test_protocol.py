@@ -270,6 +270,29 @@ class RequestTests(SynchronousTestCase):
         self.assertEqual(errno_of(answer), WireErrno.EIO)
         self.assertEqual(len(self.flushLoggedErrors()), 1)
 
+    def test_reply_sent_callback_after_the_frame_is_written(self) -> None:
+        """
+        A reply's C{sent} runs once, after its frame was handed to the
+        transport (so lent chunk bytes are released only then), and also
+        when the reply could not be encoded.
+        """
+        conn = ServerConnection()
+        conn.send(request(1, "hold"), request(2, "hold"))
+        written_at_sent: list[bytes] = []
+
+        def sent() -> None:
+            written_at_sent.append(conn.transport.value())
+
+        conn.handler.held[0].deferred.callback(OpReply({"n": 1}, b"chunk bytes", sent=sent))
+        [answer] = conn.frames()
+        self.assertEqual(bytes(answer.raw), b"chunk bytes")
+        self.assertEqual(len(written_at_sent), 1)
+        self.assertEqual(FrameDecoder().feed(written_at_sent[0]), [answer])
+        conn.handler.held[1].deferred.callback(OpReply({"bad": {1, 2}}, b"x", sent=sent))
+        self.assertEqual(errno_of(conn.frames()[0]), WireErrno.EIO)
+        self.assertEqual(len(written_at_sent), 2)
+        self.assertEqual(len(self.flushLoggedErrors()), 1)
+
     def test_duplicate_request_id_drops(self) -> None:
         """Reusing an unanswered id drops the connection; running work is cancelled."""
         conn = ServerConnection()

@@ -295,6 +295,25 @@ class ChunkOpsTests(SynchronousTestCase):
             sample("svc_dataplane_bytes_total", direction="out", op="chunk_get"), 2048.0
         )
 
+    def test_get_lends_the_stored_bytes_until_sent(self) -> None:
+        """
+        chunk_get answers with the store's lent buffer and a C{sent} that
+        gives it back: after it the reply's bytes refuse use, and the next
+        get (served from the same buffer) is still right.
+        """
+        chunk_hash, data = blob("c", 3000)
+        other_hash, other = blob("d", 5000)
+        self.agent.ok("chunk_put", data, hash=chunk_hash)
+        self.agent.ok("chunk_put", other, hash=other_hash)
+        reply = self.agent.reply("chunk_get", hash=chunk_hash)
+        self.assertEqual(bytes(reply.raw), data)
+        assert reply.sent is not None
+        reply.sent()
+        with self.assertRaises(ValueError):
+            bytes(reply.raw)
+        again = self.agent.reply("chunk_get", hash=other_hash)
+        self.assertEqual(bytes(again.raw), other)
+
     def test_bad_puts(self) -> None:
         """Bytes that do not hash to the name, and an empty raw segment, are EINVAL."""
         chunk_hash, data = blob("c", 100)

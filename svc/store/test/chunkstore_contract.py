@@ -85,6 +85,35 @@ class ChunkStoreContractMixin(_Base):
         self.assertEqual((result.hash, result.size, result.deduped), (name, 5000, False))
         self.assertEqual(self.successResultOf(store.get(name)), data)
 
+    def test_read_lends_the_verified_bytes(self) -> None:
+        """
+        read gives a read-only view of the chunk's bytes; released, a later
+        read still gives the right bytes; absent and malformed names fail
+        as get does.
+        """
+        store = self.make_store()
+        stored = [chunk(seed, 700 * seed) for seed in (1, 2, 3)]
+        for name, data in stored:
+            self.successResultOf(store.put(name, data))
+        for _ in range(2):
+            for name, data in stored:
+                lent = self.successResultOf(store.read(name))
+                self.assertTrue(lent.data.readonly)
+                self.assertEqual(bytes(lent.data), data)
+                lent.release()
+        self.failureResultOf(store.read(chunk(9)[0]), NotFound)
+        self.failureResultOf(store.read("../x"), InvalidArgument)
+
+    def test_read_never_serves_corrupt_bytes(self) -> None:
+        """read of a chunk that no longer verifies fails with EIO, like get."""
+        store = self.make_store()
+        name, data = chunk(62, 900)
+        self.successResultOf(store.put(name, data))
+        self.corrupt_chunk(store, name, data[:-1] + b"Z")
+        failure = self.failureResultOf(store.read(name), CorruptStoredChunk)
+        self.assertEqual(failure.value.errno, WireErrno.EIO)
+        self.failureResultOf(store.read(name), NotFound)
+
     def test_put_accepts_memoryview_and_mutable_buffers(self) -> None:
         """A memoryview over a bytearray is stored as the bytes it held at put time."""
         store = self.make_store()

@@ -16,7 +16,13 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.store.chunks import ChunkPutResult, CorruptStoredChunk, IChunkStore
+from svc.store.chunks import (
+    MAX_CHUNK_SIZE,
+    ChunkPutResult,
+    CorruptStoredChunk,
+    IChunkStore,
+    chunk_hash,
+)
 from svc.store.chunkstore_fs import (
     QUARANTINE_DIR_NAME,
     TEMP_PREFIX,
@@ -218,6 +224,65 @@ class FilesystemChunkStoreTests(SynchronousTestCase):
         self.assertFalse(result.deduped)
         self.assertEqual(self.successResultOf(store.get(name)), data)
         self.assertEqual(self.successResultOf(store.total_bytes()), 900)
+
+    def test_reads_reuse_one_buffer(self) -> None:
+        """
+        Reads released one after another all use one buffer, with the
+        filesystem's O_DIRECT choice the same as the writer's.
+        """
+        store, _ = self.open_store()
+        stored = [chunk(seed, 3000 * seed) for seed in (1, 2, 3)]
+        for name, data in stored:
+            self.successResultOf(store.put(name, data))
+        for _ in range(4):
+            for name, data in stored:
+                lent = self.successResultOf(store.read(name))
+                self.assertEqual(bytes(lent.data), data)
+                lent.release()
+        internals = cast(Any, store)
+        self.assertEqual(internals._read_buffers.created, 1)
+        self.assertEqual(internals._reader.direct, internals._writer.direct)
+
+    def test_held_bytes_survive_later_reads(self) -> None:
+        """
+        A slice somebody kept of a released read keeps its buffer out of
+        reuse, so a later read cannot change it; the released view itself
+        refuses use instead of showing other bytes.
+        """
+        store, _ = self.open_store()
+        (first, first_data), (second, second_data) = chunk(11, 5000), chunk(12, 5000)
+        self.successResultOf(store.put(first, first_data))
+        self.successResultOf(store.put(second, second_data))
+        lent = self.successResultOf(store.read(first))
+        kept = lent.data[100:200]
+        lent.release()
+        with self.assertRaises(ValueError):
+            bytes(lent.data)
+        later = self.successResultOf(store.read(second))
+        self.assertEqual(bytes(later.data), second_data)
+        later.release()
+        self.assertEqual(bytes(kept), first_data[100:200])
+        self.assertEqual(cast(Any, store)._read_buffers.created, 2)
+
+    def test_largest_chunk_read_back(self) -> None:
+        """A chunk of MAX_CHUNK_SIZE bytes (the buffer's limit) reads back whole."""
+        store, _ = self.open_store()
+        data = bytes(range(256)) * (MAX_CHUNK_SIZE // 256)
+        name = chunk_hash(data)
+        self.successResultOf(store.put(name, data))
+        self.assertEqual(self.successResultOf(store.get(name)), data)
+
+    def test_oversized_file_never_served(self) -> None:
+        """A chunk file longer than any chunk (grown on disk) is quarantined, not read in part."""
+        store, _ = self.open_store()
+        name, data = chunk(13, 900)
+        self.successResultOf(store.put(name, data))
+        path = self.objects / name[:2] / name
+        path.chmod(0o600)
+        with path.open("ab") as grown:
+            grown.truncate(MAX_CHUNK_SIZE + 1)
+        self.failureResultOf(store.read(name), CorruptStoredChunk)
+        self.assertFalse(path.exists())
 
     def test_symlink_not_a_chunk(self) -> None:
         """A symlink at a chunk's name is never a chunk: not present, listed, counted or read."""

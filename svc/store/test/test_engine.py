@@ -327,7 +327,7 @@ class CollectionTests(SynchronousTestCase):
         result = self.f.ok(self.storage.journal_revert("/a1/f", removed.journal_seq, writer=WRITER))
         self.assertIsNotNone(result.restored)
         manifest = self.f.ok(self.storage.manifest_get("/a1/f"))
-        data = b"".join(self.f.ok(self.storage.chunk_get(c.hash)) for c in manifest.chunks)
+        data = b"".join(self.f.ok(self.storage.chunk_get(c.hash)).data for c in manifest.chunks)
         self.assertEqual(data, part[1])
 
     def test_revert_refused_when_chunks_gone(self) -> None:

@@ -25,6 +25,7 @@ from svc.wire.frame import (
     Frame,
     FrameType,
     encode_frame,
+    raw_bytes,
 )
 from svc.wire.payload import MAX_NESTING
 
@@ -169,6 +170,41 @@ class FrameDecoderTests(SynchronousTestCase):
             self.assertIsInstance(frame.raw, memoryview)
             self.assertIsInstance(memoryview(frame.raw).obj, bytes)
             self.assertEqual(bytes(frame.raw), raw, schedule)
+
+    def test_raw_from_pieces_owns_its_bytes(self) -> None:
+        """
+        A raw segment assembled from pieces is a view of a C{bytes} object of
+        exactly its own bytes, whatever the split (the payload and the raw
+        segment may share a piece), so L{raw_bytes} keeps it without a
+        copy; the payload still decodes.
+        """
+        raw = bytes(range(256)) * 1024
+        frame = Frame(FrameType.RESPONSE, 5, {"hash": "x" * 64, "size": len(raw)}, raw)
+        data = encoded(frame)
+        payload_end = len(data) - len(raw)
+        for cut in (HEADER_SIZE + 1, payload_end - 1, payload_end, payload_end + 1, len(data) - 1):
+            decoder = FrameDecoder()
+            self.assertEqual(decoder.feed(data[:cut]), [], cut)
+            [decoded] = decoder.feed(data[cut:])
+            self.assertEqual(decoded, frame, cut)
+            view = memoryview(decoded.raw)
+            self.assertEqual(view.obj, raw, cut)
+            self.assertIs(raw_bytes(decoded.raw), view.obj, cut)
+
+    def test_raw_bytes_copies_a_partial_view(self) -> None:
+        """
+        L{raw_bytes} copies a view that covers only part of its C{bytes}
+        object (a frame received whole in one feed shares the data fed), and
+        returns C{bytes} as they are.
+        """
+        data = b"head" + b"body" * 10
+        partial = memoryview(data)[4:]
+        kept = raw_bytes(partial)
+        self.assertEqual(kept, data[4:])
+        self.assertIsNot(kept, data)
+        self.assertIs(raw_bytes(data), data)
+        self.assertIs(raw_bytes(memoryview(data)), data)
+        self.assertEqual(raw_bytes(bytearray(b"ab")), b"ab")
 
     def test_tiny_pieces_held_compactly(self) -> None:
         """
