@@ -1,12 +1,21 @@
 """
 Large page-aligned buffers lent out and reused only once nothing can see them.
 
-The data plane answers C{chunk_get} by reading a chunk file (with
-C{O_DIRECT}, L{svc.direct_io.DirectReader}) into a buffer, hashing it, and
-handing a view of it to TLS, which encrypts it at once. A fresh 4 MiB buffer
-per read costs about a thousand page faults and the zeroing of every page;
-on the project's 2-vCPU machines that was about a fifth of the server's CPU
-for a C{chunk_get}. A L{BufferPool} keeps a few buffers and lends them again.
+Two hot paths of the data plane move 4 MiB chunks through memory:
+
+- C{chunk_get} reads a chunk file (with C{O_DIRECT},
+  L{svc.direct_io.DirectReader}) into a buffer, hashes it, and hands a view
+  of it to TLS, which encrypts it at once;
+- C{chunk_put}'s bytes arrive in 16 to 32 KiB TLS records; the frame decoder
+  copies them into one buffer as they arrive (L{svc.wire.decoder}).
+
+A fresh 4 MiB buffer per chunk costs about a thousand page faults and the
+zeroing of every page; and holding a body's received pieces until it is
+whole, then freeing them together, makes C{malloc} give memory back and
+fault it in again for every frame (OpenSSL's record buffers included). On
+the project's 2-vCPU machines each was a fifth or more of the server's CPU
+for those operations. A L{BufferPool} keeps a few buffers and lends them
+again.
 
 Reuse must never change bytes somebody still reads. So a buffer goes back
 to the pool only when no view of it exists anywhere: L{Loan.give_back}
@@ -16,7 +25,9 @@ mapping whether any buffer export remains (a slice taken by somebody, a C
 library holding it): C{mmap.resize} refuses while one does. A buffer still
 seen is simply left to the garbage collector and the pool makes a new one
 later. Forgetting to give a loan back is therefore safe too; it only costs
-a fresh buffer.
+a fresh buffer. The lender writes a buffer only before handing out its
+read-only view, so such a view is as immutable as one of C{bytes}
+(L{is_immutable}): the chunk store keeps it without a defensive copy.
 """
 
 from __future__ import annotations
@@ -24,7 +35,25 @@ from __future__ import annotations
 import mmap
 import threading
 
-__all__ = ["BufferPool", "Loan"]
+__all__ = ["BufferPool", "LentBuffer", "Loan", "is_immutable"]
+
+
+class LentBuffer(mmap.mmap):
+    """
+    The buffers a L{BufferPool} lends. Its lender writes one only before
+    handing out the read-only L{Loan.view}, and it is never reused while
+    any view of it exists: so a read-only view of one is as immutable as a
+    view of C{bytes} (L{is_immutable}).
+    """
+
+
+def is_immutable(view: memoryview) -> bool:
+    """
+    Whether nothing can change the bytes C{view} shows while it exists:
+    a view of C{bytes}, or a read-only view of a L{LentBuffer}.
+    """
+    owner = view.obj
+    return isinstance(owner, bytes) or (view.readonly and isinstance(owner, LentBuffer))
 
 
 class Loan:
@@ -33,7 +62,7 @@ class Loan:
     aligned), expose its first bytes with L{view}, then L{give_back}.
     """
 
-    def __init__(self, pool: BufferPool, buffer: mmap.mmap) -> None:
+    def __init__(self, pool: BufferPool, buffer: LentBuffer) -> None:
         self._pool = pool
         self.buffer = buffer
         self._view: memoryview | None = None
@@ -84,7 +113,7 @@ class BufferPool:
             raise ValueError(f"keep {keep} is negative")
         self.size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
         self._keep = keep
-        self._idle: list[mmap.mmap] = []
+        self._idle: list[LentBuffer] = []
         self._lock = threading.Lock()
         self.created = 0
         """Buffers made so far (a figure for tests and benchmarks)."""
@@ -101,9 +130,9 @@ class BufferPool:
             if self._idle:
                 return Loan(self, self._idle.pop())
             self.created += 1
-        return Loan(self, mmap.mmap(-1, self.size))
+        return Loan(self, LentBuffer(-1, self.size))
 
-    def _take_back(self, buffer: mmap.mmap) -> None:
+    def _take_back(self, buffer: LentBuffer) -> None:
         try:
             # Refused (BufferError) while any export of the mapping exists:
             # the exact test for "nobody can see these bytes any more".

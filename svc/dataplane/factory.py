@@ -26,6 +26,7 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
+from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission, SwappableServerTLS
 from svc.dataplane.frame_tls import frame_tls_factory
 from svc.dataplane.interfaces import IDataPlaneService
@@ -38,6 +39,12 @@ from svc.wire.ops import REQUEST_OPS
 _log = Logger()
 
 MIB = 1024 * 1024
+
+RAW_BUFFERS_KEPT = 8
+"""
+Idle request buffers a server keeps for reuse, shared by its connections
+(each holds the pages of the largest raw segment it carried).
+"""
 
 
 DEFAULT_MAX_CONNECTIONS = 4096
@@ -176,6 +183,9 @@ class DataPlaneFactory(Factory):
         self._admitted: set[DataPlaneServerProtocol] = set()
         self._per_agent: Counter[tuple[str, str]] = Counter()
         self.refused_for_limits = 0
+        # Shared by every connection: where large request raw segments
+        # (chunk_put's bytes) are assembled, then lent again.
+        self._raw_buffers = BufferPool(max(self.limits.max_raw, 1), keep=RAW_BUFFERS_KEPT)
 
     def buildProtocol(self, addr: IAddress | None) -> DataPlaneServerProtocol:
         return DataPlaneServerProtocol(
@@ -186,6 +196,7 @@ class DataPlaneFactory(Factory):
             new_connection_id=self._new_connection_id,
             tracker=self,
             known_ops=self._known_ops,
+            raw_buffers=self._raw_buffers,
         )
 
     @property

@@ -39,6 +39,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer  # type: ignore[import-untyped]
 
+from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission
 from svc.dataplane.frame_tls import write_frame
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
@@ -185,6 +186,13 @@ class _Request:
     size: int
     deferred: Deferred[OpReply] | None = None
     timer: Timer | None = None
+    release_raw: Callable[[], None] | None = None
+
+
+def _release_raw(frame: Frame) -> None:
+    """Give back the lent raw segment of a request that will not be executed."""
+    if frame.release_raw is not None:
+        frame.release_raw()
 
 
 @implementer(IHandshakeListener, IPushProducer)
@@ -213,7 +221,13 @@ class DataPlaneServerProtocol(Protocol):
         new_connection_id: Callable[[], str],
         tracker: ConnectionTracker | None = None,
         known_ops: Iterable[str] = REQUEST_OPS,
+        raw_buffers: BufferPool | None = None,
     ) -> None:
+        """
+        @param raw_buffers: where the decoder assembles large raw segments
+            (L{svc.wire.decoder.FrameDecoder}); each is given back once its
+            request is answered or dropped.
+        """
         self._service = service
         self._admission = admission
         self._clock = clock
@@ -222,7 +236,10 @@ class DataPlaneServerProtocol(Protocol):
         self._tracker = tracker
         self._known_ops = frozenset(known_ops)
         self._decoder = FrameDecoder(
-            max_payload=limits.max_payload, max_raw=limits.max_raw, accept=FRAMES_TO_SERVER
+            max_payload=limits.max_payload,
+            max_raw=limits.max_raw,
+            accept=FRAMES_TO_SERVER,
+            raw_buffers=raw_buffers,
         )
         self.state = ConnectionState.HANDSHAKING
         self.identity: AgentIdentity | None = None
@@ -435,9 +452,11 @@ class DataPlaneServerProtocol(Protocol):
         self._cancel_timer("idle")
         op = cast(str, frame.payload["op"])
         if len(self._requests) >= self._limits.max_in_flight:
+            _release_raw(frame)
             message = f"more than {self._limits.max_in_flight} requests in flight"
             self._send(error_frame(request_id, WireErrno.EAGAIN, message))
         elif op not in self._known_ops:
+            _release_raw(frame)
             self._send(error_frame(request_id, WireErrno.ENOSYS, "unknown operation"))
         else:
             self._execute(request_id, op, frame)
@@ -449,12 +468,15 @@ class DataPlaneServerProtocol(Protocol):
     def _execute(self, request_id: int, op: str, frame: Frame) -> None:
         assert self._handler is not None
         request = _Request(request_id, op, HEADER_SIZE + len(frame.raw))
+        request.release_raw = frame.release_raw
         self._requests[request_id] = request
         self._unanswered_bytes += request.size
         request.timer = self._clock.callLater(
             self._limits.request_timeout, self._request_timed_out, request
         )
-        raw = frame.raw if isinstance(frame.raw, memoryview) else memoryview(frame.raw)
+        # A view of its own: it stays usable (and keeps a lent buffer out of
+        # reuse) even if the request is given up while the handler runs.
+        raw = memoryview(frame.raw)
         deferred: Deferred[OpReply] = maybeDeferred(self._handler.handle, op, frame.payload, raw)
         request.deferred = deferred
         deferred.addCallbacks(
@@ -475,6 +497,9 @@ class DataPlaneServerProtocol(Protocol):
         if request.timer is not None and request.timer.active():
             request.timer.cancel()
         request.timer = None
+        release, request.release_raw = request.release_raw, None
+        if release is not None:
+            release()
         return True
 
     def _answered(self, reply: OpReply, request: _Request) -> None:

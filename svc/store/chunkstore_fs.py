@@ -30,7 +30,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
-from svc.buffer_pool import BufferPool
+from svc.buffer_pool import BufferPool, is_immutable
 from svc.direct_io import ALIGNMENT, DirectReader, DirectWriter
 from svc.durable import fsync_directory
 from svc.store.chunks import (
@@ -272,14 +272,15 @@ class FilesystemChunkStore:
 
     def put(self, chunk_hash: str, data: bytes | memoryview) -> Deferred[ChunkPutResult]:
         """
-        See L{svc.store.chunks.IChunkStore.put}. Bytes not backed by an
-        immutable C{bytes} object are copied first, so the worker thread
-        never reads a buffer the caller may change.
+        See L{svc.store.chunks.IChunkStore.put}. Bytes that could change
+        (not backed by C{bytes} nor a read-only view of a lent buffer,
+        L{svc.buffer_pool.is_immutable}) are copied first, so the worker
+        thread never reads a buffer the caller may change.
         """
 
         def checked() -> tuple[str, memoryview]:
             name, view = check_chunk_hash(chunk_hash), chunk_bytes_view(data)
-            return name, view if isinstance(view.obj, bytes) else memoryview(view.tobytes())
+            return name, view if is_immutable(view) else memoryview(view.tobytes())
 
         return self._submit(checked, self._put_blocking)
 

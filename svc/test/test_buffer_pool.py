@@ -10,7 +10,7 @@ import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.buffer_pool import BufferPool
+from svc.buffer_pool import BufferPool, is_immutable
 
 
 class BufferPoolTests(SynchronousTestCase):
@@ -144,3 +144,22 @@ class BufferPoolTests(SynchronousTestCase):
             BufferPool(0, keep=1)
         with self.assertRaises(ValueError):
             BufferPool(4096, keep=-1)
+
+
+class IsImmutableTests(SynchronousTestCase):
+    """
+    L{is_immutable}: which views the chunk store may keep without a copy.
+    """
+
+    def test_views_of_bytes_and_lent_buffers(self) -> None:
+        """Views of bytes, and read-only views of lent buffers, cannot change."""
+        self.assertTrue(is_immutable(memoryview(b"abc")[1:]))
+        loan = BufferPool(4096, keep=1).lend()
+        self.assertTrue(is_immutable(loan.view(10)))
+
+    def test_views_that_may_change(self) -> None:
+        """A writable view of a lent buffer, or any view of other mutable memory, may change."""
+        loan = BufferPool(4096, keep=1).lend()
+        self.assertFalse(is_immutable(memoryview(loan.buffer)))
+        self.assertFalse(is_immutable(memoryview(bytearray(b"abc")).toreadonly()))
+        self.assertFalse(is_immutable(memoryview(mmap.mmap(-1, 4096)).toreadonly()))

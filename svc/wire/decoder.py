@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from svc.buffer_pool import BufferPool, Loan
 from svc.wire.errors import CodecError
 from svc.wire.frame import (
     HEADER_SIZE,
@@ -28,6 +29,13 @@ from svc.wire.frame import (
 from svc.wire.payload import unpack_payload
 
 _U32_MAX = 2**32 - 1
+
+LEND_RAW_FROM = 128 * 1024
+"""
+With a pool (C{raw_buffers}), raw segments of at least this many bytes that
+arrive in pieces are copied into a lent buffer as they arrive, rather than
+kept as pieces and joined into a new C{bytes} object at the end.
+"""
 
 KEEP_AS_VIEW = 8192
 """
@@ -61,6 +69,7 @@ class FrameDecoder:
         max_payload: int = MAX_PAYLOAD_SIZE,
         max_raw: int = MAX_RAW_SIZE,
         accept: Iterable[FrameType] = tuple(FrameType),
+        raw_buffers: BufferPool | None = None,
     ) -> None:
         """
         @param max_payload: the largest msgpack payload accepted, in bytes
@@ -70,6 +79,11 @@ class FrameDecoder:
         @param accept: the frame types this side may receive (see
             L{svc.wire.frame.FRAMES_TO_CLIENT} and C{FRAMES_TO_SERVER});
             any other type is a L{CodecError}. Default: all.
+        @param raw_buffers: where to assemble large raw segments (at least
+            L{LEND_RAW_FROM} bytes, at most the pool's buffer size) that
+            arrive in pieces: such a frame's C{raw} is a read-only view of a
+            lent buffer and its C{release_raw} gives the buffer back.
+            Without a pool every raw segment is its own C{bytes} object.
         """
         if not 1 <= max_payload <= _U32_MAX:
             raise ValueError(f"max_payload {max_payload} not in 1..2**32-1")
@@ -78,11 +92,14 @@ class FrameDecoder:
         self._max_payload = max_payload
         self._max_raw = max_raw
         self._accept = frozenset(accept)
+        self._raw_buffers = raw_buffers
         self._header_bytes = bytearray()
         self._current: FrameHeader | None = None
         self._pieces: list[memoryview] = []
         self._small = bytearray()
         self._filled = 0
+        self._loan: Loan | None = None
+        self._payload = bytearray()
         self._error: CodecError | None = None
 
     @property
@@ -121,6 +138,10 @@ class FrameDecoder:
             self._small = bytearray()
             self._filled = 0
             self._current = None
+            if self._loan is not None:
+                self._loan.give_back()
+                self._loan = None
+            self._payload = bytearray()
             raise
 
     def _feed(self, view: memoryview) -> list[Frame]:
@@ -153,21 +174,65 @@ class FrameDecoder:
                 self._current = header
                 self._pieces = []
                 self._filled = 0
+                pool = self._raw_buffers
+                if pool is not None and LEND_RAW_FROM <= header.raw_length <= pool.size:
+                    self._loan = pool.lend()
             else:
                 size = header.payload_length + header.raw_length
                 take = min(size - self._filled, end - position)
-                self._keep(view[position : position + take])
+                if self._loan is None:
+                    self._keep(view[position : position + take])
+                else:
+                    self._copy_lent(header, self._loan, view[position : position + take])
                 self._filled += take
                 position += take
                 if self._filled == size:
-                    self._pieces.append(memoryview(self._small))
-                    pieces = self._pieces
-                    self._current = None
-                    self._pieces = []
-                    self._small = bytearray()
-                    self._filled = 0
-                    frames.append(_assemble(header, pieces))
+                    frames.append(self._complete(header))
         return frames
+
+    def _complete(self, header: FrameHeader) -> Frame:
+        """The frame whose body has just been received in full; resets the body state."""
+        loan, payload = self._loan, self._payload
+        self._current = None
+        self._filled = 0
+        self._loan = None
+        self._payload = bytearray()
+        if loan is None:
+            self._pieces.append(memoryview(self._small))
+            pieces = self._pieces
+            self._pieces = []
+            self._small = bytearray()
+            return _assemble(header, pieces)
+        try:
+            return Frame(
+                header.type,
+                header.request_id,
+                unpack_payload(bytes(payload)),
+                loan.view(header.raw_length),
+                release_raw=loan.give_back,
+            )
+        except CodecError:
+            loan.give_back()
+            raise
+
+    def _copy_lent(self, header: FrameHeader, loan: Loan, part: memoryview) -> None:
+        """
+        Copy the next C{part} of a body whose raw segment goes into C{loan}:
+        the payload into a small buffer, the raw bytes straight into the
+        lent buffer, so nothing received is held past this call (holding
+        the pieces of a 4 MiB body, then freeing them together, makes
+        C{malloc} return and re-fault memory for every frame).
+        """
+        cut = header.payload_length
+        at = self._filled
+        if at < cut:
+            count = min(cut - at, len(part))
+            self._payload += part[:count]
+            part = part[count:]
+            at += count
+        if part:
+            offset = at - cut
+            loan.buffer[offset : offset + len(part)] = part
 
     def _keep(self, piece: memoryview) -> None:
         """

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -229,12 +229,20 @@ class Frame:
     @ivar raw: the raw segment (empty when absent). Decoded frames hold a
         read-only C{memoryview} that may share memory with the received
         data: take C{bytes(frame.raw)} to keep a small one for long.
+    @ivar release_raw: set by a decoder that lent C{raw} from a
+        L{svc.buffer_pool.BufferPool}: call it once the raw segment is no
+        longer needed, so the buffer can be lent again (C{raw} then refuses
+        use; other views of it stay valid and keep the buffer out of the
+        pool). Not part of equality; never encoded.
     """
 
     type: FrameType
     request_id: int
     payload: Mapping[str, object] = attrs.field(factory=dict)
     raw: Buffer = attrs.field(default=b"", converter=_raw_buffer, repr=_raw_repr)
+    release_raw: Callable[[], None] | None = attrs.field(
+        default=None, eq=False, repr=False, kw_only=True
+    )
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.type, FrameType):

@@ -19,6 +19,7 @@ from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.buffer_pool import BufferPool
 from svc.dataplane.factory import ServerLimits
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.protocol import ConnectionState, DataPlaneServerProtocol
@@ -26,9 +27,9 @@ from svc.dataplane.test.fakes import FAKE_OPS, ScriptedConnectionHandler, Script
 from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity
 from svc.wire.control import GoAway, goaway_frame, read_error, read_goaway, read_hello
-from svc.wire.decoder import FrameDecoder
+from svc.wire.decoder import LEND_RAW_FROM, FrameDecoder
 from svc.wire.errno import WireErrno
-from svc.wire.frame import FRAMES_TO_CLIENT, Frame, FrameType, encode_frame
+from svc.wire.frame import FRAMES_TO_CLIENT, MAX_RAW_SIZE, Frame, FrameType, encode_frame
 
 IDENTITY = AgentIdentity(
     tenant_id="tenant-a",
@@ -64,7 +65,11 @@ class ServerConnection:
     """One server protocol on a L{StringTransport}, admitted unless told not to."""
 
     def __init__(
-        self, limits: ServerLimits | None = None, admission: object = admit, admitted: bool = True
+        self,
+        limits: ServerLimits | None = None,
+        admission: object = admit,
+        admitted: bool = True,
+        raw_buffers: BufferPool | None = None,
     ) -> None:
         self.clock = Clock()
         self.service = ScriptedDataPlaneService()
@@ -77,6 +82,7 @@ class ServerConnection:
             limits=self.limits,
             new_connection_id=lambda: "conn-1",
             known_ops=FAKE_OPS,
+            raw_buffers=raw_buffers,
         )
         self.protocol.makeConnection(self.transport)
         self._decoder = FrameDecoder(accept=FRAMES_TO_CLIENT)
@@ -94,6 +100,12 @@ class ServerConnection:
     def send(self, *frames: Frame) -> None:
         """Deliver C{frames} in one read."""
         self.protocol.dataReceived(wire(*frames))
+
+    def send_in_records(self, *frames: Frame) -> None:
+        """Deliver C{frames} in 16 KiB reads, as TLS records arrive."""
+        data = wire(*frames)
+        for start in range(0, len(data), 16384):
+            self.protocol.dataReceived(data[start : start + 16384])
 
     def frames(self) -> list[Frame]:
         """The frames written since the last call."""
@@ -292,6 +304,43 @@ class RequestTests(SynchronousTestCase):
         self.assertEqual(errno_of(conn.frames()[0]), WireErrno.EIO)
         self.assertEqual(len(written_at_sent), 2)
         self.assertEqual(len(self.flushLoggedErrors()), 1)
+
+    def test_lent_raw_given_back_once_answered(self) -> None:
+        """
+        A large raw segment assembled in a lent buffer goes back to the pool
+        when its request is answered, and the handler's view of it stays
+        readable until then; later requests reuse the buffer.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=2)
+        conn = ServerConnection(raw_buffers=pool)
+        body = b"\x17" * (LEND_RAW_FROM + 100)
+        for request_id in (1, 2, 3):
+            conn.send_in_records(request(request_id, "hold", body))
+            self.assertEqual(pool.idle, 0)
+            self.assertEqual(conn.handler.handled[-1][2], body)
+            conn.handler.held[-1].deferred.callback(OpReply({"n": request_id}))
+            self.assertEqual(pool.idle, 1)
+        self.assertEqual(pool.created, 1)
+        self.assertEqual([f.request_id for f in conn.frames()], [1, 2, 3])
+
+    def test_lent_raw_given_back_when_refused_or_timed_out(self) -> None:
+        """
+        A lent raw segment goes back when its request is refused unexecuted
+        (EAGAIN, ENOSYS) and when it times out.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=4)
+        conn = ServerConnection(ServerLimits(max_in_flight=1, request_timeout=10), raw_buffers=pool)
+        body = b"\x42" * LEND_RAW_FROM
+        conn.send_in_records(request(1, "hold", body))
+        conn.send_in_records(request(2, "hold", body))
+        self.assertEqual(errno_of(conn.frames()[0]), WireErrno.EAGAIN)
+        self.assertEqual(pool.idle, 1)
+        conn.clock.advance(10)
+        self.assertEqual(errno_of(conn.frames()[0]), WireErrno.ETIMEDOUT)
+        self.assertEqual(pool.idle, 2)
+        conn.send_in_records(request(3, "frobnicate", body))
+        self.assertEqual(errno_of(conn.frames()[0]), WireErrno.ENOSYS)
+        self.assertEqual((pool.created, pool.idle), (2, 2))
 
     def test_duplicate_request_id_drops(self) -> None:
         """Reusing an unanswered id drops the connection; running work is cancelled."""

@@ -11,7 +11,8 @@ import msgpack
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.wire.control import GoAway, Hello, error_frame, goaway_frame, hello_frame
-from svc.wire.decoder import KEEP_AS_VIEW, FrameDecoder
+from svc.buffer_pool import BufferPool, LentBuffer, is_immutable
+from svc.wire.decoder import KEEP_AS_VIEW, LEND_RAW_FROM, FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
 from svc.wire.frame import (
@@ -205,6 +206,66 @@ class FrameDecoderTests(SynchronousTestCase):
         self.assertIs(raw_bytes(data), data)
         self.assertIs(raw_bytes(memoryview(data)), data)
         self.assertEqual(raw_bytes(bytearray(b"ab")), b"ab")
+
+    def test_large_raw_assembled_in_a_lent_buffer(self) -> None:
+        """
+        With a pool, a raw segment of at least LEND_RAW_FROM bytes that
+        arrives in pieces lands in a lent buffer, whatever the split (the
+        payload may end mid-piece); its release_raw gives the buffer back
+        for the next frame.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=2)
+        raw = bytes(range(256)) * (LEND_RAW_FROM // 256 + 3)
+        frame = Frame(FrameType.REQUEST, 9, {"op": "chunk_put", "hash": "a" * 64}, raw)
+        data = encoded(frame)
+        payload_end = len(data) - len(raw)
+        for cut in (HEADER_SIZE + 2, payload_end - 1, payload_end, payload_end + 5):
+            decoder = FrameDecoder(raw_buffers=pool)
+            self.assertEqual(decoder.feed(data[:cut]), [], cut)
+            self.assertEqual(decoder.feed(data[cut:-3]), [], cut)
+            [decoded] = decoder.feed(data[-3:])
+            self.assertEqual(decoded, frame, cut)
+            view = memoryview(decoded.raw)
+            self.assertTrue(view.readonly)
+            self.assertIsInstance(view.obj, LentBuffer)
+            self.assertTrue(is_immutable(view))
+            del view
+            assert decoded.release_raw is not None
+            decoded.release_raw()
+        self.assertEqual((pool.created, pool.idle), (1, 1))
+
+    def test_small_or_whole_raw_not_lent(self) -> None:
+        """
+        Below LEND_RAW_FROM, or when a frame arrives whole in one feed, the
+        raw segment is C{bytes} as without a pool, and nothing is lent.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=2)
+        small = encoded(Frame(FrameType.REQUEST, 1, {"op": "x"}, b"s" * (LEND_RAW_FROM - 1)))
+        decoder = FrameDecoder(raw_buffers=pool)
+        decoder.feed(small[:100])
+        [frame] = decoder.feed(small[100:])
+        self.assertIsNone(frame.release_raw)
+        self.assertIsInstance(memoryview(frame.raw).obj, bytes)
+        large = encoded(Frame(FrameType.REQUEST, 2, {"op": "x"}, b"L" * LEND_RAW_FROM))
+        [whole] = FrameDecoder(raw_buffers=pool).feed(large)
+        self.assertIsNone(whole.release_raw)
+        self.assertEqual(pool.created, 0)
+
+    def test_lent_buffer_given_back_on_error(self) -> None:
+        """
+        A body refused when complete (a payload that is not msgpack) or a
+        later error gives its lent buffer back; the decoder stays failed.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=2)
+        raw = b"r" * LEND_RAW_FROM
+        garbage = b"\xc1" * 4  # 0xc1 is never valid msgpack
+        header = HEADER.pack(MAGIC, 1, FrameType.REQUEST, 0, 0, 3, len(garbage), len(raw))
+        decoder = FrameDecoder(raw_buffers=pool)
+        decoder.feed(header + garbage + raw[:1000])
+        with self.assertRaises(CodecError):
+            decoder.feed(raw[1000:])
+        self.assertEqual((pool.created, pool.idle), (1, 1))
+        self.assertTrue(decoder.failed)
 
     def test_tiny_pieces_held_compactly(self) -> None:
         """
