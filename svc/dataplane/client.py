@@ -51,7 +51,7 @@ from svc.dataplane.client_errors import (
     RemoteError,
     VersionUnsupported,
 )
-from svc.dataplane.frame_tls import frame_tls_factory, write_frame
+from svc.dataplane.frame_tls import PacedFrameWriter, frame_tls_factory
 from svc.dataplane.protocol import DataPlaneClock, Timer, no_delay
 from svc.wire.control import (
     GoAway,
@@ -123,6 +123,7 @@ class DataPlaneClientProtocol(Protocol):
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self._clock = clock
+        self._writer = PacedFrameWriter(lambda: self.transport, clock)
         self._hello_timeout = hello_timeout
         self.call_timeout = call_timeout
         self._decoder = FrameDecoder(accept=FRAMES_TO_CLIENT)
@@ -168,6 +169,7 @@ class DataPlaneClientProtocol(Protocol):
 
     def connectionLost(self, reason: Failure | None = None) -> None:
         self._lost = reason or connectionDone
+        self._writer.discard()
         if self._hello_timer is not None and self._hello_timer.active():
             self._hello_timer.cancel()
         self._hello_timer = None
@@ -337,7 +339,7 @@ class DataPlaneClientProtocol(Protocol):
                 self._fail(call, error)
                 continue
             call.request_id = request_id
-            write_frame(self._tls, buffers)
+            self._writer.write(buffers)
         if (self._closing or self.goaway is not None) and table.in_flight == 0:
             self._close_transport()
 
@@ -411,13 +413,17 @@ class DataPlaneClientProtocol(Protocol):
 
     def _send(self, frame: Frame) -> None:
         if self.transport is not None and self._lost is None:
-            write_frame(self._tls, encode_frame(frame))
+            self._writer.write(encode_frame(frame))
 
     def _close_transport(self) -> None:
-        if self.transport is not None and self._lost is None:
-            self._tls.loseConnection()
+        def close() -> None:
+            if self.transport is not None and self._lost is None:
+                self._tls.loseConnection()
+
+        self._writer.after_sent(close)
 
     def _abort(self) -> None:
+        self._writer.discard()
         if self.transport is not None and self._lost is None:
             self._tls.abortConnection()
 

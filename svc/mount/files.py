@@ -193,7 +193,7 @@ class FileOps:
             node.ino,
             node.attributes.version,
             node.chunks or (),
-            worker=ctx.worker,
+            worker=ctx.spill_worker,
             spill_dir=ctx.spill,
             memo=ctx.memo,
             now_ns=ctx.now_ns,

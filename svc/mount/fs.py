@@ -66,6 +66,7 @@ class MountFS:
         worker: IWorker,
         now: Callable[[], float],
         emit: Callable[[AuditEvent], object],
+        spill_worker: IWorker | None = None,
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
@@ -78,7 +79,10 @@ class MountFS:
         @param agent_id: the disk is C{/<agent_id>} on the data plane.
         @param session_id: the mount lease's session id, sent with every write.
         @param spill_dir: a directory for spill files (emptied by L{start}).
-        @param worker: runs blocking work (spill I/O, chunking, hashing).
+        @param worker: runs blocking work (chunking, hashing).
+        @param spill_worker: runs spill-file I/O (default: C{worker}). A
+            worker of its own keeps an application's writes from queueing
+            behind the write-behind's chunking and hashing.
         @param now: seconds since the epoch (C{reactor.seconds}).
         @param emit: writes one audit line.
         @param quota: fires with the disk's grant and usage, for C{statfs}.
@@ -95,6 +99,7 @@ class MountFS:
             session_id=session_id,
             spill_dir=spill_dir,
             worker=worker,
+            spill_worker=spill_worker,
             now=now,
             emit=emit,
             policy=policy,

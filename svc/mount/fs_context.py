@@ -103,6 +103,7 @@ class FSContext:
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         settings: FSSettings | None = None,
+        spill_worker: IWorker | None = None,
     ) -> None:
         self.remote = remote
         self.chunks = chunks
@@ -115,6 +116,7 @@ class FSContext:
             memory_bytes=self.settings.memory_spill_bytes,
         )
         self.worker = worker
+        self.spill_worker = worker if spill_worker is None else spill_worker
         self.now = now
         self.audit = ClientAudit(emit, now)
         self.policy = policy

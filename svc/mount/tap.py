@@ -141,6 +141,7 @@ class MountService(Service):
         self._cache: Any = None
         self._audit: AuditLogService | None = None
         self._worker: Any = None
+        self._spill_worker: Any = None
         self.ready: Deferred[None] = Deferred()
 
     def _emit(self, event: AuditEvent) -> None:
@@ -178,6 +179,9 @@ class MountService(Service):
             )
             self._audit.startService()
         self._worker = ThreadWorker(reactor, "svc-mount-worker", threads=2)
+        # Spill I/O on threads of its own: an application's write is a short
+        # pwrite that must not wait behind the write-behind's chunking.
+        self._spill_worker = ThreadWorker(reactor, "svc-mount-spill", threads=2)
 
         self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
         control = self._control
@@ -227,6 +231,7 @@ class MountService(Service):
             session_id=lease.session_id,
             spill_dir=settings.spill_dir,
             worker=self._worker,
+            spill_worker=self._spill_worker,
             now=reactor.seconds,
             emit=self._emit,
             policy=policy,

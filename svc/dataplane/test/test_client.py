@@ -32,6 +32,7 @@ from svc.dataplane.client_errors import (
     VersionUnsupported,
 )
 from svc.dataplane.factory import ServerLimits, listen_dataplane
+from svc.dataplane.frame_tls import WRITE_SLICE
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.test.fakes import TLSHarness
 from svc.wire.control import GoAway, Hello, goaway_frame, hello_frame, read_goaway
@@ -341,6 +342,38 @@ class MisbehavingServerTests(SynchronousTestCase):
         """A GOAWAY with nothing in flight closes the connection at once."""
         self.protocol.dataReceived(wire(hello_frame(Hello())) + wire(goaway_frame(GoAway("x"))))
         self.assertTrue(self.transport.disconnecting)
+
+
+class PacedWritingTests(SynchronousTestCase):
+    """
+    A large raw segment leaves the client a slice per reactor turn, and
+    closing waits for it.
+    """
+
+    def test_large_request_paced_and_close_waits(self) -> None:
+        """
+        A request carrying more than WRITE_SLICE bytes is not all written in
+        the call's turn; a close right after sends its GOAWAY after it and
+        only then closes the transport.
+        """
+        clock = Clock()
+        transport = StringTransport()
+        protocol = DataPlaneClientProtocol(clock, hello_timeout=30)
+        protocol.makeConnection(transport)
+        protocol.dataReceived(wire(hello_frame(Hello())))
+        client = DataPlaneClient(protocol)
+        body = bytes(range(256)) * (3 * WRITE_SLICE // 256)
+        client.call("chunk_put", {"hash": "a" * 64}, body)
+        self.assertLess(len(transport.value()), 2 * WRITE_SLICE)
+        client.close()
+        self.assertFalse(transport.disconnecting)
+        clock.advance(0)
+        sent = frames_sent(transport)
+        self.assertEqual([f.type for f in sent], [FrameType.REQUEST, FrameType.GOAWAY])
+        self.assertEqual(bytes(sent[0].raw), body)
+        self.assertFalse(transport.disconnecting)  # the request is still in flight
+        protocol.dataReceived(wire(Frame(FrameType.RESPONSE, sent[0].request_id, {})))
+        self.assertTrue(transport.disconnecting)
 
 
 class ConnectTests(SynchronousTestCase):

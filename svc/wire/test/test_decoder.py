@@ -10,8 +10,8 @@ import tracemalloc
 import msgpack
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.wire.control import GoAway, Hello, error_frame, goaway_frame, hello_frame
 from svc.buffer_pool import BufferPool, LentBuffer, is_immutable
+from svc.wire.control import GoAway, Hello, error_frame, goaway_frame, hello_frame
 from svc.wire.decoder import KEEP_AS_VIEW, LEND_RAW_FROM, FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
