@@ -18,7 +18,8 @@ chunks without reading them).
 What is cut: chunks chained from that I{origin}, each cut exactly as
 L{svc.mount.writeback.rechunk} would cut it (the first chunk of at most
 L{MAX_CHUNK_SIZE} bytes from the end of the previous one; a cut from an
-offset depends only on the bytes from there on). The next cut
+offset depends only on the bytes from there on; L{FIRST_LOOK} bytes are
+read first, the whole window only when no boundary lies in them). The next cut
 starts only when the file already extends C{lead} bytes beyond the
 L{MAX_CHUNK_SIZE} window it needs, so a sequential writer is well ahead
 of the bytes being cut.
@@ -50,7 +51,7 @@ from functools import partial
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.chunking import MAX_CHUNK_SIZE, ChunkRef
+from svc.chunking import AVG_CHUNK_SIZE, MAX_CHUNK_SIZE, ChunkRef
 from svc.mount.writeback import ChunkUploader, Reader, first_chunk
 from svc.worker import IWorker
 
@@ -68,6 +69,18 @@ _END = 1 << 63
 MAX_DISCARDED = 2
 """Cuts in a row dropped by writes into their window before the file's
 write-behind gives up (a writer that keeps changing the same region)."""
+
+
+FIRST_LOOK = 2 * AVG_CHUNK_SIZE
+"""
+Bytes read for a cut before the whole L{MAX_CHUNK_SIZE} window. The cutter
+(FastCDC) places a boundary from the chunk's start alone, its two masks
+switching at L{AVG_CHUNK_SIZE}; so in any window of at least that size a
+boundary it finds before the window's end is exactly the boundary the full
+window gives. Only when it finds none is the full window read. Most chunks
+end well within twice the average: a cut reads about 8 MiB instead of
+16 MiB, which halved the reading behind a sequential writer.
+"""
 
 
 class Slots:
@@ -184,10 +197,17 @@ class WriteBehind:
         start = self.frontier
         self._window = (start, start + MAX_CHUNK_SIZE)
         self._window_touched = False
-        data = await self._read(start, MAX_CHUNK_SIZE)
-        if len(data) < MAX_CHUNK_SIZE:
+        data = await self._read(start, FIRST_LOOK)
+        if len(data) < FIRST_LOOK:
             return  # truncated meanwhile: _due decides again
         length, name = await self._worker.submit(partial(first_chunk, data, len(data)))
+        if length == len(data) and not (self._stopped or self._window_touched):
+            # No boundary in the first look: look as far as a chunk reaches.
+            # (Stopped or touched, the checks below end this cut anyway.)
+            data = await self._read(start, MAX_CHUNK_SIZE)
+            if len(data) < MAX_CHUNK_SIZE:
+                return
+            length, name = await self._worker.submit(partial(first_chunk, data, len(data)))
         touched, self._window = self._window_touched, None
         if touched or self.frontier != start:
             self._discarded += 1

@@ -21,7 +21,7 @@ from svc.mount.remote import Remote
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random
 from svc.mount.test.test_writeback import ChunkServer, DictSource
-from svc.mount.write_behind import Slots, WriteBehind
+from svc.mount.write_behind import FIRST_LOOK, Slots, WriteBehind
 from svc.mount.writeback import ChunkUploader, Reader, rechunk
 from svc.testing.worker import ImmediateWorker
 
@@ -113,6 +113,38 @@ class WriteBehindTests(SynchronousTestCase):
         sent = self.successResultOf(Deferred.fromCoroutine(behind.stop()))
         self.assertEqual(sent, len(cut))
         self.assertEqual(set(self.server.stored), {name for _, _, name in cut})
+
+    def test_long_chunks_cut_from_the_whole_window(self) -> None:
+        """
+        A cut first reads FIRST_LOOK bytes; a chunk with no boundary in them
+        (here a run of zeros: a maximum-size chunk, then one over FIRST_LOOK)
+        is cut from the whole window, as a whole cut would. Chunks ending
+        within the first look cost one read of FIRST_LOOK bytes.
+        """
+        data = (
+            bytes(MAX_CHUNK_SIZE + 3 * MiB)
+            + pseudo_random("after zeros", 9 * MiB)
+            + bytes(FIRST_LOOK + MiB)
+            + pseudo_random("tail", 60 * MiB)
+        )
+        lengths: list[int] = []
+
+        def read(offset: int, length: int) -> Deferred[bytes]:
+            lengths.append(length)
+            return self.state.read(offset, length)
+
+        behind = self.attach(self.state, read)
+        self.write_sequentially(self.state, data)
+        cut = refs(behind.chunks)
+        expected = refs(chunk_bytes(data))
+        self.assertGreater(len(cut), 6)
+        self.assertEqual(cut, expected[: len(cut)])
+        self.assertIn(MAX_CHUNK_SIZE, [length for _, length, _ in cut])
+        self.assertTrue(any(FIRST_LOOK < length < MAX_CHUNK_SIZE for _, length, _ in cut))
+        whole_reads = lengths.count(MAX_CHUNK_SIZE)
+        self.assertGreaterEqual(whole_reads, 2)
+        self.assertLess(whole_reads, len(cut))
+        self.assertEqual(set(lengths), {FIRST_LOOK, MAX_CHUNK_SIZE})
 
     def test_cuts_chain_from_the_origin_and_read_nothing_before_it(self) -> None:
         """
