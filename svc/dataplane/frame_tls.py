@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 
+from svc.buffer_pool import is_immutable
 from svc.wire.frame import Buffer
 
 __all__ = ["WRITE_SLICE", "PacedFrameWriter", "frame_tls_factory", "write_frame"]
@@ -87,8 +88,8 @@ class PacedFrameWriter:
     reactor must answer) waited behind it while the write-behind uploaded.
     Pacing lets other work run between slices. Order is kept: a frame
     written while another is still going out follows it. Parts that could
-    change (not C{bytes}, not read-only views) are copied when queued, since
-    they are read over later turns.
+    change (anything but C{bytes} and the views L{is_immutable} accepts) are
+    copied when queued, since they are read over later turns.
     """
 
     def __init__(
@@ -115,7 +116,8 @@ class PacedFrameWriter:
         for buffer in buffers:
             kept = (
                 buffer
-                if isinstance(buffer, bytes) or (isinstance(buffer, memoryview) and buffer.readonly)
+                if isinstance(buffer, bytes)
+                or (isinstance(buffer, memoryview) and is_immutable(buffer))
                 else bytes(buffer)
             )
             view = memoryview(kept)

@@ -133,6 +133,18 @@ class PacedFrameWriterTests(SynchronousTestCase):
             self.clock.advance(0)
         self.assertTrue(self.transport.value().endswith(b"a" * 3000))
 
+    def test_read_only_view_of_mutable_memory_copied(self) -> None:
+        """A read-only view of a bytearray can still change: it is copied too."""
+        raw = bytearray(b"c" * 3000)
+        buffers = encode_frame(
+            Frame(FrameType.REQUEST, 1, {"op": "put"}, memoryview(raw).toreadonly())
+        )
+        self.writer.write(buffers)
+        raw[:] = b"d" * 3000
+        while not self.writer.idle:
+            self.clock.advance(0)
+        self.assertTrue(self.transport.value().endswith(b"c" * 3000))
+
     def test_after_sent_waits_for_the_queue(self) -> None:
         """after_sent runs at once when idle, else once the last slice went out."""
         ran: list[int] = []
