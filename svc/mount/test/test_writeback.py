@@ -132,6 +132,25 @@ class RechunkTests(SynchronousTestCase):
             self.assertLessEqual(names - base, set(server.stored))
             self.assertLessEqual(set(server.stored), names)
 
+    def test_new_content_uploaded_exactly(self) -> None:
+        """
+        A new file cut chunk after chunk (the window advancing and dropping
+        its consumed front) gives the whole cut, and every chunk uploaded
+        holds exactly its bytes.
+        """
+        content = pseudo_random("new content", 70 * MiB + 12345)
+        state, _ = self.state_of(b"")
+        for offset in range(0, len(content), 4 * MiB):
+            piece = content[offset : offset + 4 * MiB]
+            self.successResultOf(Deferred.fromCoroutine(state.write(offset, piece)))
+        server = ChunkServer()
+        cut = self.cut(state, server)
+        expected = chunk_bytes(content)
+        self.assertEqual(cut, [(ref.hash, ref.length) for ref in expected])
+        self.assertGreater(len(expected), 10)
+        for ref in expected:
+            self.assertEqual(server.stored[ref.hash], content[ref.offset : ref.end])
+
     def test_edit_of_the_byte_after_a_chunk(self) -> None:
         """Changing the byte just after a chunk re-cuts that chunk (the cutter reads it)."""
         content = bytearray(pseudo_random("boundary", 24 * MiB))
