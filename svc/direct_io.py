@@ -47,7 +47,39 @@ _per_thread = threading.local()
 """Each thread's scratch buffer, shared by every L{DirectWriter} it uses."""
 
 
-class DirectWriter:
+class _DirectFiles:
+    """
+    What reading and writing share: whether C{O_DIRECT} is still tried, and
+    opening with it while the filesystem accepts it (C{EINVAL} turns it off
+    for the life of the object).
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+
+    @property
+    def direct(self) -> bool:
+        """Whether the next file will be tried with C{O_DIRECT}."""
+        return self._enabled
+
+    def _opened(self, open_file: Callable[[int], int], flags: int) -> int:
+        """C{open_file(flags)}, with C{O_DIRECT} added while it is accepted."""
+        if self._enabled:
+            try:
+                return open_file(flags | os.O_DIRECT)
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                self._enabled = False
+        return open_file(flags)
+
+    def _refused_on(self, fd: int) -> None:
+        """C{fd} was opened with C{O_DIRECT}, then refused I/O: go on without it."""
+        self._enabled = False
+        _clear_direct(fd)
+
+
+class DirectWriter(_DirectFiles):
     """
     Creates files and writes their whole content with C{O_DIRECT} when the
     filesystem allows it. Thread-safe. Cheap: keep one per directory tree
@@ -69,28 +101,16 @@ class DirectWriter:
             refuses C{O_DIRECT}.
         @param os_write: C{os.write}, likewise.
         """
-        self._enabled = enabled
+        super().__init__(enabled)
         self._open = os_open
         self._write = os_write
-
-    @property
-    def direct(self) -> bool:
-        """Whether the next file will be tried with C{O_DIRECT}."""
-        return self._enabled
 
     def create(self, path: str, flags: int, mode: int) -> int:
         """
         C{os.open(path, flags, mode)}, adding C{O_DIRECT} while the
         filesystem accepts it. Write the file with L{write_all} only.
         """
-        if self._enabled:
-            try:
-                return self._open(path, flags | os.O_DIRECT, mode)
-            except OSError as err:
-                if err.errno != errno.EINVAL:
-                    raise
-                self._enabled = False
-        return self._open(path, flags, mode)
+        return self._opened(lambda with_flags: self._open(path, with_flags, mode), flags)
 
     def write_all(self, fd: int, data: bytes | bytearray | memoryview) -> None:
         """
@@ -108,8 +128,7 @@ class DirectWriter:
                     raise
                 # Opened, but the filesystem will not write directly after
                 # all: start again through the page cache.
-                self._enabled = False
-                _clear_direct(fd)
+                self._refused_on(fd)
                 os.lseek(fd, 0, os.SEEK_SET)
                 os.ftruncate(fd, 0)
         written = 0
@@ -138,7 +157,7 @@ class DirectWriter:
             os.ftruncate(fd, total)
 
 
-class DirectReader:
+class DirectReader(_DirectFiles):
     """
     Reads whole files with C{O_DIRECT} into a caller's buffer while the
     filesystem allows it. Thread-safe; keep one per directory tree.
@@ -157,14 +176,9 @@ class DirectReader:
             refuses C{O_DIRECT}.
         @param os_preadv: C{os.preadv}, likewise.
         """
-        self._enabled = enabled
+        super().__init__(enabled)
         self._open = os_open
         self._preadv = os_preadv
-
-    @property
-    def direct(self) -> bool:
-        """Whether the next file will be tried with C{O_DIRECT}."""
-        return self._enabled
 
     def read_into(self, path: str, flags: int, buffer: mmap.mmap) -> tuple[os.stat_result, int]:
         """
@@ -178,7 +192,7 @@ class DirectReader:
             read. A regular file that fits leaves the second equal to its
             size; more means it grew, less that it shrank.
         """
-        fd = self._open_file(path, flags)
+        fd = self._opened(lambda with_flags: self._open(path, with_flags), flags)
         try:
             seen = os.fstat(fd)
             if not stat.S_ISREG(seen.st_mode):
@@ -191,16 +205,6 @@ class DirectReader:
         finally:
             os.close(fd)
 
-    def _open_file(self, path: str, flags: int) -> int:
-        if self._enabled:
-            try:
-                return self._open(path, flags | os.O_DIRECT)
-            except OSError as err:
-                if err.errno != errno.EINVAL:
-                    raise
-                self._enabled = False
-        return self._open(path, flags)
-
     def _fill(self, fd: int, space: memoryview) -> int:
         position = 0
         while position < len(space):
@@ -211,8 +215,7 @@ class DirectReader:
                     raise
                 # Opened, but the filesystem will not read directly after
                 # all: go on through the page cache.
-                self._enabled = False
-                _clear_direct(fd)
+                self._refused_on(fd)
                 continue
             if count <= 0:
                 break
