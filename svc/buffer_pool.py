@@ -35,7 +35,7 @@ from __future__ import annotations
 import mmap
 import threading
 
-__all__ = ["BufferPool", "LentBuffer", "Loan", "is_immutable"]
+__all__ = ["BufferPool", "LentBuffer", "Loan", "is_immutable", "page_padded"]
 
 
 class LentBuffer(mmap.mmap):
@@ -46,6 +46,9 @@ class LentBuffer(mmap.mmap):
     view of C{bytes} (L{is_immutable}).
     """
 
+    shown = -1
+    """How many bytes from the start the loan's view shows (-1 before it exists)."""
+
 
 def is_immutable(view: memoryview) -> bool:
     """
@@ -54,6 +57,36 @@ def is_immutable(view: memoryview) -> bool:
     """
     owner = view.obj
     return isinstance(owner, bytes) or (view.readonly and isinstance(owner, LentBuffer))
+
+
+def page_padded(view: memoryview) -> memoryview | None:
+    """
+    If C{view} is exactly a loan's view (L{Loan.view}), the same bytes
+    followed by the zeros L{Loan.view} wrote up to the next page boundary,
+    as a read-only view starting at the page-aligned start of the buffer;
+    otherwise C{None}. Made for C{O_DIRECT} writes
+    (L{svc.direct_io.DirectWriter}), which then need no aligned copy.
+    Release the result when done.
+
+    Only the lender makes views of a L{LentBuffer}, and its one view starts
+    at offset 0: so a read-only view of one that is as long as the loan's
+    view is that view or a whole slice of it. While C{view} exists the
+    buffer cannot be lent again, so the zeros stay zeros.
+    """
+    owner = view.obj
+    if not (
+        isinstance(owner, LentBuffer)
+        and view.readonly
+        and view.c_contiguous
+        and view.nbytes == owner.shown
+    ):
+        return None
+    with memoryview(owner) as whole:
+        return whole[: _page_rounded(owner.shown)].toreadonly()
+
+
+def _page_rounded(length: int) -> int:
+    return -(-length // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 class Loan:
@@ -71,12 +104,18 @@ class Loan:
     def view(self, length: int) -> memoryview:
         """
         A read-only view of the buffer's first C{length} bytes. Call it at
-        most once per loan; it stops working at L{give_back}.
+        most once per loan; it stops working at L{give_back}. The bytes
+        after it up to the next page boundary are set to zero first (see
+        L{page_padded}).
         """
         if self._view is not None:
             raise RuntimeError("a loan has one view")
         if not 0 <= length <= len(self.buffer):
             raise ValueError(f"{length} bytes do not fit a buffer of {len(self.buffer)}")
+        padded = _page_rounded(length)
+        if padded > length:
+            self.buffer[length:padded] = bytes(padded - length)
+        self.buffer.shown = length
         with memoryview(self.buffer) as whole:
             self._view = whole[:length].toreadonly()
         return self._view
@@ -111,7 +150,7 @@ class BufferPool:
             raise ValueError(f"buffer size {size} is not positive")
         if keep < 0:
             raise ValueError(f"keep {keep} is negative")
-        self.size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.size = _page_rounded(size)
         self._keep = keep
         self._idle: list[LentBuffer] = []
         self._lock = threading.Lock()
@@ -139,6 +178,7 @@ class BufferPool:
             buffer.resize(self.size)
         except BufferError:
             return
+        buffer.shown = -1
         with self._lock:
             if len(self._idle) < self._keep:
                 self._idle.append(buffer)

@@ -15,7 +15,10 @@ C{O_DIRECT} wants the buffer address, the file offset and the length aligned
 to the device's logical block size. L{DirectWriter} copies the data through a
 page-aligned scratch buffer kept per thread (L{SCRATCH_SIZE} bytes), pads the
 last block with zeros and cuts the file back to its true length with
-C{ftruncate}. L{DirectReader} reads a whole file straight into a caller's
+C{ftruncate}. Data that is a lent buffer's view (a request body the
+data plane's decoder assembled, L{svc.buffer_pool.page_padded}) is already
+page aligned and zero padded, and is written from where it lies, with no
+copy. L{DirectReader} reads a whole file straight into a caller's
 page-aligned buffer (a L{svc.buffer_pool.BufferPool} loan): the device
 fills the buffer, with no page-cache pages to allocate and no copy out of
 them. Where the filesystem refuses C{O_DIRECT} (tmpfs, some FUSE and
@@ -36,6 +39,8 @@ import stat
 import threading
 from collections.abc import Callable
 from typing import Final
+
+from svc.buffer_pool import page_padded
 
 ALIGNMENT: Final = 4096
 """Offsets and lengths of direct writes are multiples of this (covers 512 and 4096-byte devices)."""
@@ -136,6 +141,25 @@ class DirectWriter(_DirectFiles):
             written += self._write(fd, view[written:])
 
     def _write_direct(self, fd: int, view: memoryview) -> None:
+        padded = page_padded(view)
+        if padded is not None:
+            with padded:
+                self._write_aligned(fd, padded)
+        else:
+            self._write_copied(fd, view)
+        if len(view) % ALIGNMENT:
+            os.ftruncate(fd, len(view))
+
+    def _write_aligned(self, fd: int, space: memoryview) -> None:
+        """Write all of C{space}: page-aligned memory, a whole number of blocks."""
+        written = 0
+        while written < len(space):
+            done = self._write(fd, space[written:])
+            if done <= 0 or done % ALIGNMENT:
+                raise OSError(errno.EIO, f"short direct write of {done} bytes")
+            written += done
+
+    def _write_copied(self, fd: int, view: memoryview) -> None:
         scratch = _scratch()
         total = len(view)
         position = 0
@@ -146,15 +170,8 @@ class DirectWriter(_DirectFiles):
                 space[:count] = view[position : position + count]
                 if padded > count:
                     space[count:padded] = bytes(padded - count)
-                written = 0
-                while written < padded:
-                    done = self._write(fd, space[written:padded])
-                    if done <= 0 or done % ALIGNMENT:
-                        raise OSError(errno.EIO, f"short direct write of {done} bytes")
-                    written += done
+                self._write_aligned(fd, space[:padded])
                 position += count
-        if total % ALIGNMENT:
-            os.ftruncate(fd, total)
 
 
 class DirectReader(_DirectFiles):

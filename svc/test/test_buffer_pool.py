@@ -10,7 +10,7 @@ import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.buffer_pool import BufferPool, is_immutable
+from svc.buffer_pool import BufferPool, is_immutable, page_padded
 
 
 class BufferPoolTests(SynchronousTestCase):
@@ -163,3 +163,65 @@ class IsImmutableTests(SynchronousTestCase):
         self.assertFalse(is_immutable(memoryview(loan.buffer)))
         self.assertFalse(is_immutable(memoryview(bytearray(b"abc")).toreadonly()))
         self.assertFalse(is_immutable(memoryview(mmap.mmap(-1, 4096)).toreadonly()))
+
+
+class PagePaddedTests(SynchronousTestCase):
+    """
+    L{page_padded}: a loan's view as page-aligned, zero-padded memory that
+    C{O_DIRECT} can write from where it lies.
+    """
+
+    def test_loan_view_zero_padded_to_the_page(self) -> None:
+        """The bytes after the view up to the page boundary read as zeros, whatever was there."""
+        pool = BufferPool(3 * mmap.PAGESIZE, keep=1)
+        loan = pool.lend()
+        loan.buffer[:] = b"\xff" * len(loan.buffer)
+        view = loan.view(mmap.PAGESIZE + 5)
+        padded = page_padded(view)
+        assert padded is not None
+        self.assertEqual(len(padded), 2 * mmap.PAGESIZE)
+        self.assertTrue(padded.readonly)
+        self.assertEqual(bytes(padded[: len(view)]), b"\xff" * len(view))
+        self.assertEqual(bytes(padded[len(view) :]), bytes(mmap.PAGESIZE - 5))
+        padded.release()
+
+    def test_whole_slice_and_cast_of_the_view(self) -> None:
+        """A full-length slice or byte cast of the loan's view is still recognised."""
+        loan = BufferPool(mmap.PAGESIZE, keep=1).lend()
+        view = loan.view(100)
+        for same in (view[:], view.cast("B"), memoryview(view)):
+            padded = page_padded(same)
+            assert padded is not None
+            self.assertEqual(len(padded), mmap.PAGESIZE)
+            padded.release()
+
+    def test_other_views_not_padded(self) -> None:
+        """A shorter slice, an offset slice, a writable view or foreign memory: None."""
+        loan = BufferPool(2 * mmap.PAGESIZE, keep=1).lend()
+        view = loan.view(mmap.PAGESIZE)
+        self.assertIsNone(page_padded(view[:-1]))
+        self.assertIsNone(page_padded(view[1:]))
+        self.assertIsNone(page_padded(memoryview(loan.buffer)))
+        self.assertIsNone(page_padded(memoryview(b"x" * mmap.PAGESIZE)))
+        self.assertIsNone(page_padded(memoryview(mmap.mmap(-1, mmap.PAGESIZE)).toreadonly()))
+
+    def test_reused_buffer_forgets_its_view(self) -> None:
+        """A buffer lent again is not mistaken for its former view before it has a new one."""
+        pool = BufferPool(mmap.PAGESIZE, keep=1)
+        loan = pool.lend()
+        loan.view(10)
+        loan.give_back()
+        again = pool.lend()
+        self.assertIs(again.buffer, loan.buffer)
+        with memoryview(again.buffer) as whole:
+            self.assertIsNone(page_padded(whole[:10].toreadonly()))
+
+    def test_padded_view_keeps_buffer_out_of_the_pool(self) -> None:
+        """While the padded view is held, giving the loan back does not make it lendable."""
+        pool = BufferPool(mmap.PAGESIZE, keep=1)
+        loan = pool.lend()
+        padded = page_padded(loan.view(10))
+        loan.give_back()
+        self.assertEqual(pool.idle, 0)
+        assert padded is not None
+        padded.release()

@@ -12,6 +12,7 @@ import stat
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.buffer_pool import BufferPool
 from svc.direct_io import ALIGNMENT, SCRATCH_SIZE, DirectReader, DirectWriter
 
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -85,6 +86,33 @@ class DirectWriterTests(SynchronousTestCase):
         view = memoryview(backing)[3 : 3 * ALIGNMENT + 4]
         path = self._write(DirectWriter(), directory, view)
         self._assert_exact(path, bytes(view))
+
+    def test_lent_view_written_in_place(self) -> None:
+        """
+        A lent buffer's view goes to the device from the buffer itself (no
+        scratch copy), its zero padding cut off again, for every length.
+        """
+        directory = self.mktemp()
+        os.mkdir(directory)
+        sources: list[object] = []
+
+        def recording_write(fd: int, view: memoryview) -> int:
+            sources.append(view.obj)
+            return os.write(fd, view)
+
+        writer = DirectWriter(os_write=recording_write)
+        pool = BufferPool(2 * SCRATCH_SIZE + 5, keep=1)
+        for size in SIZES:
+            loan = pool.lend()
+            data = _pattern(size)
+            loan.buffer[:size] = data
+            tail = min(ALIGNMENT, len(loan.buffer) - size)
+            loan.buffer[size : size + tail] = b"\xee" * tail  # must not reach the file
+            sources.clear()
+            self._assert_exact(self._write(writer, directory, loan.view(size)), data)
+            self.assertTrue(all(source is loan.buffer for source in sources), size)
+            loan.give_back()
+        self.assertTrue(writer.direct)
 
     def test_refused_at_open_falls_back(self) -> None:
         """A filesystem refusing O_DIRECT at open (EINVAL): page cache, and no more tries."""

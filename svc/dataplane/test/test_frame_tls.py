@@ -9,11 +9,11 @@ from typing import Any
 
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from twisted.protocols.tls import TLSMemoryBIOProtocol
+from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.frame_tls import PacedFrameWriter, write_frame
+from svc.dataplane.frame_tls import RECEIVE_SIZE, PacedFrameWriter, write_frame
 from svc.dataplane.test.fakes import TLSHarness
 from svc.wire.frame import Frame, FrameType, encode_frame
 
@@ -70,8 +70,24 @@ class FactoryTests(SynchronousTestCase):
         """Both ends of a connection use the plain TLS protocol, not the joining buffered one."""
         harness = TLSHarness()
         protocol, _pump = harness.connect_client(harness.agent())
-        self.assertIs(type(protocol.transport), TLSMemoryBIOProtocol)
-        self.assertIs(harness.server_tls.protocol, TLSMemoryBIOProtocol)
+        for tls in (type(protocol.transport), harness.server_tls.protocol):
+            self.assertTrue(issubclass(tls, TLSMemoryBIOProtocol))
+            self.assertFalse(issubclass(tls, BufferingTLSTransport))
+
+    def test_socket_read_size(self) -> None:
+        """A frame connection reads its TCP transport RECEIVE_SIZE bytes at a time."""
+
+        class TCPLike(StringTransport):
+            bufferSize = 65536
+
+        harness = TLSHarness()
+        tcp = TCPLike()
+        harness.server_tls.buildProtocol(None).makeConnection(tcp)
+        self.assertEqual(tcp.bufferSize, RECEIVE_SIZE)
+        # A transport without the knob is left alone.
+        plain = StringTransport()
+        harness.server_tls.buildProtocol(None).makeConnection(plain)
+        self.assertFalse(hasattr(plain, "bufferSize"))
 
     def test_large_raw_segment_round_trip(self) -> None:
         """A 4 MiB raw segment crosses real in-memory TLS 1.3 both ways intact."""
