@@ -35,7 +35,7 @@ from __future__ import annotations
 import mmap
 import threading
 
-__all__ = ["BufferPool", "LentBuffer", "Loan", "is_immutable", "page_padded"]
+__all__ = ["BufferPool", "LentBuffer", "Loan", "footprint", "is_immutable", "page_padded"]
 
 
 class LentBuffer(mmap.mmap):
@@ -57,6 +57,16 @@ def is_immutable(view: memoryview) -> bool:
     """
     owner = view.obj
     return isinstance(owner, bytes) or (view.readonly and isinstance(owner, LentBuffer))
+
+
+def footprint(data: bytes | memoryview) -> int:
+    """
+    The memory C{data} keeps alive: a view of C{bytes} holds the whole
+    object, however little of it it shows.
+    """
+    if isinstance(data, memoryview) and isinstance(data.obj, bytes):
+        return max(data.nbytes, len(data.obj))
+    return len(data)
 
 
 def page_padded(view: memoryview) -> memoryview | None:

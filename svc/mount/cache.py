@@ -43,6 +43,7 @@ from twisted.python.failure import Failure
 
 from svc.audit.client_events import EvictionReason, cache_corrupt_event, cache_evicted_event
 from svc.audit.events import AuditEvent
+from svc.buffer_pool import is_immutable
 from svc.mount.cache_index import (
     CacheDisk,
     CacheInUse,
@@ -304,9 +305,10 @@ class ChunkCache:
 
     # Writes ------------------------------------------------------------------
 
-    def put(self, chunk_hash: str, data: bytes) -> Deferred[None]:
+    def put(self, chunk_hash: str, data: bytes | memoryview) -> Deferred[None]:
         """
-        Cache C{data} as chunk C{chunk_hash}. The bytes are always hashed on
+        Cache C{data} (C{bytes}, or a view that cannot change:
+        L{svc.buffer_pool.is_immutable}) as chunk C{chunk_hash}. The bytes are always hashed on
         the worker first and refused with L{ChunkBytesMismatch} if they do
         not match; a chunk already held is not written again. Caching is
         best effort: a chunk larger than the budget, or a disk or index
@@ -316,8 +318,10 @@ class ChunkCache:
         try:
             self._check_open()
             name = check_chunk_hash(chunk_hash)
-            if not isinstance(data, bytes):
-                raise TypeError(f"chunk data must be bytes, got {type(data).__name__}")
+            if not isinstance(data, bytes) and not (
+                isinstance(data, memoryview) and is_immutable(data)
+            ):
+                raise TypeError(f"chunk data must be immutable bytes, got {type(data).__name__}")
         except (CacheClosed, ValueError, TypeError):
             return fail()
         size = len(data)
@@ -344,9 +348,14 @@ class ChunkCache:
 
         return writing.addCallbacks(written, refused)
 
-    def _wake_put_waiters(self, slot: CacheSlot, data: bytes | None) -> None:
-        for waiter in self._put_waiters.pop(slot, []):
-            waiter.callback(data)
+    def _wake_put_waiters(self, slot: CacheSlot, data: bytes | memoryview | None) -> None:
+        waiters = self._put_waiters.pop(slot, [])
+        if not waiters:
+            return
+        # Readers get bytes.
+        value = bytes(data) if isinstance(data, memoryview) else data
+        for waiter in waiters:
+            waiter.callback(value)
 
     def discard(self, chunk_hash: str) -> Deferred[None]:
         """Remove the chunk from the cache if it is there."""

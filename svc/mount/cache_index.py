@@ -321,7 +321,7 @@ class CacheDisk:
     def _path(self, name: str) -> Path:
         return chunk_path(self._chunks, name)
 
-    def verify(self, name: str, data: bytes) -> None:
+    def verify(self, name: str, data: bytes | memoryview) -> None:
         """Raise L{ChunkBytesMismatch} unless C{data} hashes to C{name}."""
         actual = chunk_hash(data)
         if actual != name:
@@ -349,7 +349,7 @@ class CacheDisk:
             return CorruptChunk(size=size)
         return data
 
-    def write(self, name: str, data: bytes, now_ms: int) -> bool:
+    def write(self, name: str, data: bytes | memoryview, now_ms: int) -> bool:
         """
         Verify C{data}, then store it as chunk C{name} (temporary name, then
         rename) and record its row. L{ChunkBytesMismatch} if it does not

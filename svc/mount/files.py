@@ -503,7 +503,7 @@ class FileOps:
         line.write(allowed=False)
         raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
 
-    def _uploaded(self, chunk_hash: str, data: bytes) -> None:
+    def _uploaded(self, chunk_hash: str, data: bytes | memoryview) -> None:
         self._ctx.memo.remember(chunk_hash, data)
         stored = self._ctx.chunks.put(chunk_hash, data)
         if isinstance(stored, Deferred):

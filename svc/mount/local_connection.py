@@ -56,7 +56,7 @@ class LocalConnection:
         self,
         op: str,
         payload: Mapping[str, object] | None = None,
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:

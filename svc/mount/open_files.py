@@ -24,6 +24,7 @@ from collections.abc import Callable
 from twisted.internet.defer import Deferred, DeferredLock, succeed
 from twisted.python.failure import Failure
 
+from svc.buffer_pool import footprint
 from svc.chunking import ChunkRef
 from svc.mount.extents import FileLayout, Source
 from svc.mount.remote import IChunkSource, gather
@@ -53,8 +54,8 @@ class ChunkMemo:
         self.source = source
         self._budget = budget
         self._held = 0
-        self._chunks: OrderedDict[str, bytes] = OrderedDict()
-        self._pending: dict[str, list[Deferred[bytes]]] = {}
+        self._chunks: OrderedDict[str, bytes | memoryview] = OrderedDict()
+        self._pending: dict[str, list[Deferred[bytes | memoryview]]] = {}
 
     def prefetch(self, chunk_hash: str) -> None:
         """
@@ -67,13 +68,13 @@ class ChunkMemo:
         self._pending[chunk_hash] = []
         self.source.fetch(chunk_hash).addBoth(self._fetched, chunk_hash)
 
-    def get(self, chunk_hash: str) -> Deferred[bytes]:
-        """The bytes of C{chunk_hash}."""
+    def get(self, chunk_hash: str) -> Deferred[bytes | memoryview]:
+        """The bytes of C{chunk_hash} (a view of C{bytes} if so remembered)."""
         data = self._chunks.get(chunk_hash)
         if data is not None:
             self._chunks.move_to_end(chunk_hash)
             return succeed(data)
-        waiter: Deferred[bytes] = Deferred()
+        waiter: Deferred[bytes | memoryview] = Deferred()
         waiters = self._pending.get(chunk_hash)
         if waiters is not None:
             waiters.append(waiter)
@@ -92,18 +93,23 @@ class ChunkMemo:
             for waiter in waiters:
                 waiter.callback(result)
 
-    def remember(self, chunk_hash: str, data: bytes) -> None:
-        """Keep C{data} (also offered to the source, e.g. after an upload)."""
-        if len(data) > self._budget:
+    def remember(self, chunk_hash: str, data: bytes | memoryview) -> None:
+        """
+        Keep C{data} (also offered to the source, e.g. after an upload). A
+        view must be of C{bytes}; it counts as the whole object it keeps
+        alive.
+        """
+        size = footprint(data)
+        if size > self._budget:
             return
         if chunk_hash in self._chunks:
             self._chunks.move_to_end(chunk_hash)
             return
         self._chunks[chunk_hash] = data
-        self._held += len(data)
+        self._held += size
         while self._held > self._budget:
             _, dropped = self._chunks.popitem(last=False)
-            self._held -= len(dropped)
+            self._held -= footprint(dropped)
 
 
 Spill = SpillFile | MemorySpill

@@ -92,7 +92,7 @@ class IDataPlaneCaller(Protocol):
         self,
         op: str,
         payload: Mapping[str, object],
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:
@@ -110,7 +110,7 @@ class IChunkSource(Protocol):
     def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
         """The bytes of chunk C{chunk_hash}."""
 
-    def put(self, chunk_hash: str, data: bytes, /) -> object:
+    def put(self, chunk_hash: str, data: bytes | memoryview, /) -> object:
         """Remember C{data} as chunk C{chunk_hash} (best effort)."""
 
 
@@ -136,7 +136,7 @@ class Remote:
         op: str,
         payload: Mapping[str, object],
         parse: Callable[[Reply], T],
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
     ) -> Deferred[T]:
         async def run() -> T:
             try:
@@ -358,7 +358,9 @@ class Remote:
 
         return self._request("chunk_has", {"hashes": list(hashes)}, parse)
 
-    def chunk_put(self, chunk_hash: str, data: bytes, *, session_id: str | None) -> Deferred[int]:
+    def chunk_put(
+        self, chunk_hash: str, data: bytes | memoryview, *, session_id: str | None
+    ) -> Deferred[int]:
         """Upload a chunk; fires with its size."""
         return self._request(
             "chunk_put",
@@ -405,7 +407,7 @@ class DirectChunkSource:
 
         return Deferred.fromCoroutine(fetching())
 
-    def put(self, chunk_hash: str, data: bytes, /) -> None:
+    def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
         return None
 
 

@@ -221,7 +221,7 @@ class MountService(Service):
                 fetched: Deferred[bytes] = cache.fetch(chunk_hash, remote.chunk_get)
                 return fetched
 
-            def put(self, chunk_hash: str, data: bytes, /) -> object:
+            def put(self, chunk_hash: str, data: bytes | memoryview, /) -> object:
                 return cache.put(chunk_hash, data)
 
         self._fs = MountFS(

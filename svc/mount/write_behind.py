@@ -219,7 +219,10 @@ class WriteBehind:
         self._discarded = 0
         self._chunks.append(ChunkRef(start, length, name))
         self._ends.append(start + length)
-        await self._uploader.add(name, data[:length])
+        # A view, not a slice: slicing copied up to 16 MiB on the reactor
+        # thread, holding the GIL, once per chunk. The uploader counts the
+        # whole window the view keeps alive against its batch.
+        await self._uploader.add(name, data if length == len(data) else memoryview(data)[:length])
 
     # The write-back
 

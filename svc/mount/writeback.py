@@ -49,6 +49,7 @@ from functools import cache, partial
 
 from twisted.internet.defer import Deferred
 
+from svc.buffer_pool import footprint
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_hash
 from svc.chunking.core import iter_cut_points
 from svc.mount.errors import FSError
@@ -113,7 +114,7 @@ class ChunkUploader:
         remote: Remote,
         session_id: str | None,
         *,
-        on_uploaded: Callable[[str, bytes], object] = lambda chunk_hash, data: None,
+        on_uploaded: Callable[[str, bytes | memoryview], object] = lambda chunk_hash, data: None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES,
     ) -> None:
@@ -122,7 +123,7 @@ class ChunkUploader:
         self._on_uploaded = on_uploaded
         self._batch_bytes = batch_bytes
         self._probe_min_bytes = probe_min_bytes
-        self._batch: dict[str, bytes] = {}
+        self._batch: dict[str, bytes | memoryview] = {}
         self._held = 0
         self._settled: set[str] = set()
         self._in_flight: list[Deferred[None]] = []
@@ -132,12 +133,15 @@ class ChunkUploader:
         """Whether C{chunk_hash} was already added to this write-back."""
         return chunk_hash in self._settled or chunk_hash in self._batch
 
-    async def add(self, chunk_hash: str, data: bytes) -> None:
-        """A chunk of the new content; sends the batch when it is full."""
+    async def add(self, chunk_hash: str, data: bytes | memoryview) -> None:
+        """
+        A chunk of the new content; sends the batch when it is full. A view
+        must be of C{bytes}; it counts as the whole object it keeps alive.
+        """
         if self.knows(chunk_hash):
             return
         self._batch[chunk_hash] = data
-        self._held += len(data)
+        self._held += footprint(data)
         if self._held >= self._batch_bytes or len(self._batch) >= CHUNK_HAS_LIMIT:
             await self.settle()  # the previous batch: at most one in flight
             await self._send()
@@ -185,7 +189,7 @@ class ChunkUploader:
             put = self._remote.chunk_put(name, batch[name], session_id=self._session_id)
             self._in_flight.append(put.addCallback(self._stored, name, batch[name]))
 
-    def _stored(self, _size: int, chunk_hash: str, data: bytes) -> None:
+    def _stored(self, _size: int, chunk_hash: str, data: bytes | memoryview) -> None:
         self.uploaded += 1
         self._on_uploaded(chunk_hash, data)
 

@@ -10,7 +10,7 @@ import threading
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.buffer_pool import BufferPool, is_immutable, page_padded
+from svc.buffer_pool import BufferPool, footprint, is_immutable, page_padded
 
 
 class BufferPoolTests(SynchronousTestCase):
@@ -225,3 +225,20 @@ class PagePaddedTests(SynchronousTestCase):
         self.assertEqual(pool.idle, 0)
         assert padded is not None
         padded.release()
+
+
+class FootprintTests(SynchronousTestCase):
+    """
+    L{footprint}: the memory a chunk's bytes keep alive.
+    """
+
+    def test_bytes_and_views(self) -> None:
+        """Bytes count themselves; a view of bytes counts the whole object."""
+        data = bytes(1000)
+        self.assertEqual(footprint(data), 1000)
+        self.assertEqual(footprint(memoryview(data)[10:20]), 1000)
+        self.assertEqual(footprint(memoryview(data)), 1000)
+
+    def test_other_views_count_what_they_show(self) -> None:
+        """A view of other memory counts its own length."""
+        self.assertEqual(footprint(memoryview(bytearray(1000))[:10]), 10)

@@ -13,7 +13,7 @@ from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.frame_tls import RECEIVE_SIZE, PacedFrameWriter, write_frame
+from svc.dataplane.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
 from svc.dataplane.test.fakes import TLSHarness
 from svc.wire.frame import Frame, FrameType, encode_frame
 
@@ -88,6 +88,28 @@ class FactoryTests(SynchronousTestCase):
         plain = StringTransport()
         harness.server_tls.buildProtocol(None).makeConnection(plain)
         self.assertFalse(hasattr(plain, "bufferSize"))
+
+    def test_records_of_one_write_reach_the_socket_as_one_piece(self) -> None:
+        """
+        A paced slice's TLS records go to the TCP transport in one write
+        (which it sends without joining), not one write per record.
+        """
+        harness = TLSHarness()
+        protocol, pump = harness.connect_client(harness.agent())
+        tls: Any = protocol.transport
+        tcp = tls.transport
+        pieces: list[int] = []
+        original = tcp.write
+
+        def counting(data: bytes) -> None:
+            pieces.append(len(data))
+            original(data)
+
+        tcp.write = counting
+        tls.write(memoryview(bytes(WRITE_SLICE)))
+        self.assertEqual(len(pieces), 1)
+        self.assertGreater(pieces[0], WRITE_SLICE)
+        pump.flush()
 
     def test_large_raw_segment_round_trip(self) -> None:
         """A 4 MiB raw segment crosses real in-memory TLS 1.3 both ways intact."""

@@ -111,6 +111,15 @@ class StoreAndReadTests(SynchronousTestCase):
         opened = open_cache(self)
         name, data = chunk(1)
         self.failureResultOf(opened.cache.put(name, bytearray(data)), TypeError)  # type: ignore[arg-type]
+        self.failureResultOf(opened.cache.put(name, memoryview(bytearray(data))), TypeError)
+
+    def test_put_takes_a_view_of_bytes(self) -> None:
+        """A view of part of a larger bytes object is cached as exactly the bytes it shows."""
+        opened = open_cache(self)
+        name, data = chunk(1)
+        larger = b"before" + data + b"after"
+        self.successResultOf(opened.cache.put(name, memoryview(larger)[6 : 6 + len(data)]))
+        self.assertEqual(self.successResultOf(opened.cache.get(name)), data)
 
     def test_closed(self) -> None:
         """After close every operation fails with CacheClosed."""

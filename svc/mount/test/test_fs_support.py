@@ -69,8 +69,8 @@ class MemoryChunkSource:
 
         return Deferred.fromCoroutine(fetching())
 
-    def put(self, chunk_hash: str, data: bytes, /) -> None:
-        self.chunks[chunk_hash] = data
+    def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
+        self.chunks[chunk_hash] = bytes(data)
 
 
 class Mount:

@@ -37,7 +37,7 @@ class Canned:
         self,
         op: str,
         payload: Mapping[str, object],
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:

@@ -45,7 +45,7 @@ class ChunkServer:
         self,
         op: str,
         payload: Mapping[str, object],
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:
@@ -75,8 +75,8 @@ class DictSource:
         self.fetched += 1
         return succeed(self.chunks[chunk_hash])
 
-    def put(self, chunk_hash: str, data: bytes, /) -> None:
-        self.chunks[chunk_hash] = data
+    def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
+        self.chunks[chunk_hash] = bytes(data)
 
 
 class RechunkTests(SynchronousTestCase):
@@ -220,6 +220,24 @@ class UploaderTests(SynchronousTestCase):
         self.assertEqual(server.count("chunk_put"), 4)
         self.assertEqual((uploader.uploaded, sorted(uploaded)), (4, sorted(names[1:])))
 
+    def test_views_count_what_they_keep_alive(self) -> None:
+        """
+        A chunk given as a view of a larger read counts the whole read
+        against the batch (so batches bound memory), and uploads exactly
+        the bytes it shows.
+        """
+        window = pseudo_random("window", 4000)
+        views = [memoryview(window)[:1000], memoryview(window)[1000:1500]]
+        names = [blake3(view).hexdigest() for view in views]
+        server = ChunkServer()
+        uploader = ChunkUploader(Remote(server), None, batch_bytes=6000, probe_min_bytes=0)
+        self.successResultOf(Deferred.fromCoroutine(uploader.add(names[0], views[0])))
+        self.assertEqual(server.calls, [])  # 4000 held: below the batch
+        self.successResultOf(Deferred.fromCoroutine(uploader.add(names[1], views[1])))
+        self.assertEqual(server.calls[0], ("chunk_has", 2))  # 8000 held: sent
+        self.successResultOf(Deferred.fromCoroutine(uploader.settle()))
+        self.assertEqual(server.stored, {names[0]: window[:1000], names[1]: window[1000:1500]})
+
     def test_small_batches_are_sent_without_asking(self) -> None:
         """A batch below probe_min_bytes is uploaded without chunk_has."""
         piece = pseudo_random("small", 4096)
@@ -249,7 +267,7 @@ class HeldCaller:
         self,
         op: str,
         payload: Mapping[str, object],
-        raw: bytes = b"",
+        raw: bytes | memoryview = b"",
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:
