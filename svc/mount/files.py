@@ -48,7 +48,7 @@ from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
-from svc.mount.open_files import FileState, Handle
+from svc.mount.open_files import FileState, Handle, SpillWrite
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.write_behind import WriteBehind
 from svc.mount.writeback import ChunkUploader, rechunk
@@ -237,6 +237,28 @@ class FileOps:
         Write C{data} at C{offset} into the spill file; how many bytes.
         Not audited itself: the write-back's C{flush} line is.
         """
+        started = await self.start_write(fh, offset, data, caller)
+        if isinstance(started, int):
+            return started
+        try:
+            await self._ctx.spill_worker.submit(started.store)
+        except BaseException:
+            started.finish(False)
+            raise
+        started.finish(True)
+        return len(data)
+
+    async def start_write(
+        self, fh: int, offset: int, data: bytes, caller: CallerProcess
+    ) -> int | SpillWrite:
+        """
+        L{write}, left for the caller to finish when the bytes go to a
+        spill file: the returned L{SpillWrite} holds the file's lock until
+        its C{finish} (on the reactor thread), and its C{store} may run on
+        the caller's own thread (the FUSE thread that would otherwise wait
+        for two more thread hand-offs). Bytes kept in memory are written at
+        once: the count is returned.
+        """
         ctx = self._ctx
         handle = self._handle(fh)
         if not handle.writable:
@@ -246,10 +268,27 @@ class FileOps:
         rel = self._rel(handle)
         if rel is not None:
             ctx.check_write(rel)
-        async with handle.state.lock:
-            await handle.state.write(offset, data)
-        self._write_behind(handle.state)
-        return len(data)
+        state = handle.state
+        await state.lock.acquire()
+        try:
+            pending = await state.begin_write(offset, data)
+        except BaseException:
+            state.lock.release()
+            raise
+        if pending is None:
+            state.lock.release()
+            self._write_behind(state)
+            return len(data)
+
+        def finish(stored: bool) -> None:
+            try:
+                pending.finish(stored)
+            finally:
+                state.lock.release()
+            if stored:
+                self._write_behind(state)
+
+        return SpillWrite(pending.store, finish)
 
     def _write_behind(self, state: FileState) -> None:
         """

@@ -38,6 +38,7 @@ from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
+from svc.mount.open_files import SpillWrite
 from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.remote import IChunkSource, Remote
 from svc.policy import UNRESTRICTED, PathPolicy
@@ -253,6 +254,15 @@ class MountFS:
     def write(self, fh: int, offset: int, data: bytes, caller: CallerProcess) -> Deferred[int]:
         """Write to an open file (kept locally until write-back)."""
         return Deferred.fromCoroutine(self._files.write(fh, offset, data, caller))
+
+    def start_write(
+        self, fh: int, offset: int, data: bytes, caller: CallerProcess
+    ) -> Deferred[int | SpillWrite]:
+        """
+        L{write}, with the C{pwrite} into a spill file left to the caller
+        (L{svc.mount.files.FileOps.start_write}).
+        """
+        return Deferred.fromCoroutine(self._files.start_write(fh, offset, data, caller))
 
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""

@@ -20,8 +20,10 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 
 from twisted.internet.defer import Deferred, DeferredLock, succeed
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.buffer_pool import footprint
@@ -31,6 +33,8 @@ from svc.mount.remote import IChunkSource, gather
 from svc.mount.spill import MemorySpill, SpillDirectory, SpillFile
 from svc.mount.write_behind import WriteBehind
 from svc.worker import IWorker
+
+_log = Logger()
 
 DEFAULT_MEMO_BYTES = 64 << 20
 """Chunk bytes kept in memory for reads (a few maximum-size chunks)."""
@@ -114,6 +118,28 @@ class ChunkMemo:
 
 Spill = SpillFile | MemorySpill
 """Where an open file's written bytes are (on disk, or in memory for small files)."""
+
+
+class SpillWrite:
+    """
+    Bytes on their way into a spill file (L{FileState.begin_write}):
+    L{store} them on a thread that may block, then L{finish} on the
+    reactor thread, saying whether they were stored.
+    """
+
+    def __init__(self, store: Callable[[], None], finish: Callable[[bool], None]) -> None:
+        self._store = store
+        self._finish: Callable[[bool], None] | None = finish
+
+    def store(self) -> None:
+        """C{pwrite} the bytes (blocking)."""
+        self._store()
+
+    def finish(self, stored: bool) -> None:
+        """On the reactor thread, once: the bytes count only if C{stored}."""
+        finish, self._finish = self._finish, None
+        if finish is not None:
+            finish(stored)
 
 
 class SpillHandle:
@@ -275,14 +301,46 @@ class FileState:
     # Changing (callers hold C{lock})
 
     async def write(self, offset: int, data: bytes) -> None:
-        """Store C{data} at C{offset} in the spill file."""
-        if not data:
+        """Store C{data} at C{offset} in the spill file (on the worker)."""
+        pending = await self.begin_write(offset, data)
+        if pending is None:
             return
+        try:
+            await self._worker.submit(pending.store)
+        except BaseException:
+            pending.finish(False)
+            raise
+        pending.finish(True)
+
+    async def begin_write(self, offset: int, data: bytes) -> SpillWrite | None:
+        """
+        Start storing C{data} at C{offset}. Bytes kept in memory are stored
+        at once (C{None}: done). Otherwise the returned L{SpillWrite} holds
+        the spill file open; its C{store} may run on any thread but this
+        one, and its C{finish} must follow here, before the lock is given
+        back: only then do the bytes become part of the content.
+        """
+        if not data:
+            return None
         spill = await self._spill_for(offset + len(data))
         if spill.in_memory:
             spill.write(offset, data)
-        else:
-            await self._worker.submit(lambda: spill.write(offset, data))
+            self._wrote(offset, data)
+            return None
+        handle = self._spill
+        assert handle is not None and handle.spill is spill
+        handle.acquire()
+
+        def finish(stored: bool) -> None:
+            if stored:
+                self._wrote(offset, data)
+            removed = handle.release()
+            if removed is not None:
+                removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
+
+        return SpillWrite(partial(spill.write, offset, data), finish)
+
+    def _wrote(self, offset: int, data: bytes) -> None:
         self.layout.write(offset, len(data))
         self.mtime_ns = self._now_ns()
         if self.write_behind is not None:

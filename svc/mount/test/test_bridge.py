@@ -29,6 +29,7 @@ from svc.mount.attributes import (
 )
 from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name, sync_all
 from svc.mount.errors import FSError
+from svc.mount.open_files import SpillWrite
 from svc.mount.settings import BridgeTimeouts
 
 
@@ -104,9 +105,16 @@ class RecordingCaller(ReactorCaller):
         super().__init__(threads, contextlib.nullcontext)
         self.timeouts: list[tuple[str, float]] = []
 
-    def call(self, timeout: float, what: str, f: Callable[..., Any], *args: Any) -> Any:
+    def call(
+        self,
+        timeout: float,
+        what: str,
+        f: Callable[..., Any],
+        *args: Any,
+        late: Callable[[Any], object] | None = None,
+    ) -> Any:
         self.timeouts.append((what, timeout))
-        return super().call(timeout, what, f, *args)
+        return super().call(timeout, what, f, *args, late=late)
 
 
 class BridgeTests(SynchronousTestCase):
@@ -230,13 +238,46 @@ class BridgeTests(SynchronousTestCase):
         """create answers (fh, attributes); later writes carry the creating process."""
         opened = type("R", (), {"fh": 12, "keep_cache": False})()
         self.fs.answers["create"] = (opened, Entry(8, attributes(size=0)))
-        self.fs.answers["write"] = 3
+        self.fs.answers["start_write"] = 3
         fh, out = self.bridge.create(1, b"f", 0o644, os.O_WRONLY, Context(os.getpid(), 5, 6))
         self.assertEqual((fh, out.st_ino), (12, 8))
         self.assertEqual(self.bridge.write(12, 0, b"abc"), 3)
         caller = self.fs.calls[-1][1][3]
         self.assertEqual((caller.uid, caller.gid), (5, 6))
         self.assertEqual(self.bridge.open_handles(), {12: caller})
+
+    def test_write_stores_on_the_fuse_thread_then_finishes(self) -> None:
+        """
+        A write that goes to a spill file is stored by the FUSE thread,
+        then finished on the reactor as stored; the count is answered.
+        """
+        events: list[object] = []
+        started = SpillWrite(lambda: events.append("store"), events.append)
+        self.fs.answers["start_write"] = started
+        self.assertEqual(self.bridge.write(4, 0, b"abcd"), 4)
+        self.assertEqual(events, ["store", True])
+        self.assertEqual(self.caller.timeouts, [("write", 0.05)])
+
+    def test_failed_store_finishes_unstored(self) -> None:
+        """A pwrite that fails finishes the write as not stored: ENOSPC or EIO."""
+        for error, expected in ((errno.ENOSPC, errno.ENOSPC), (errno.EROFS, errno.EIO)):
+            finished: list[bool] = []
+
+            def store(error: int = error) -> None:
+                raise OSError(error, "spill")
+
+            self.fs.answers["start_write"] = SpillWrite(store, finished.append)
+            self.assertEqual(self.fuse_errno(lambda: self.bridge.write(4, 0, b"x")), expected)
+            self.assertEqual(finished, [False])
+
+    def test_late_start_gives_its_lock_back(self) -> None:
+        """A write start answered after the timeout is finished unstored, never stored."""
+        events: list[object] = []
+        answer: Deferred[SpillWrite] = Deferred()
+        self.fs.answers["start_write"] = lambda *a: answer
+        self.assertEqual(self.fuse_errno(lambda: self.bridge.write(4, 0, b"x")), errno.EIO)
+        answer.callback(SpillWrite(lambda: events.append("store"), events.append))
+        self.assertEqual(events, [False])
 
 
 class CallerTests(SynchronousTestCase):

@@ -12,6 +12,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
 from svc.mount.attributes import AttributeChanges
+from svc.mount.open_files import SpillWrite
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
 MiB = 1 << 20
@@ -119,6 +120,70 @@ class IncrementalWriteBackTests(SynchronousTestCase):
         self.assertEqual(got, data[98:100] + b"XYZ" + data[103:105])
         self.assertEqual(self.mount.ok(self.mount.fs.getattr(entry.ino, CALLER)).size, 2 * MiB)
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+
+
+class StartWriteTests(SynchronousTestCase):
+    """
+    C{start_write}: the bytes of a spill-file write are stored by the
+    caller; they count, and the file's lock is free, only once finished.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.data = pseudo_random("start", 2 * MiB)
+        self.entry = self.mount.write_file("f", self.data)
+        fs = self.mount.fs
+        self.fh = self.mount.ok(fs.open(self.entry.ino, os.O_RDWR, CALLER)).fh
+
+    def start(self, offset: int, data: bytes) -> SpillWrite:
+        started = self.mount.ok(self.mount.fs.start_write(self.fh, offset, data, CALLER))
+        assert isinstance(started, SpillWrite)
+        return started
+
+    def test_bytes_count_once_finished(self) -> None:
+        """Until finished, reads show the old bytes and a flush waits; then both see the write."""
+        fs = self.mount.fs
+        started = self.start(MiB, b"new bytes")
+        started.store()
+        self.assertEqual(self.mount.ok(fs.read(self.fh, MiB, 9, CALLER)), self.data[MiB : MiB + 9])
+        flushed = fs.flush(self.fh, CALLER)
+        self.assertNoResult(flushed)
+        started.finish(True)
+        self.mount.ok(flushed)
+        self.assertEqual(self.mount.ok(fs.read(self.fh, MiB, 9, CALLER)), b"new bytes")
+        self.mount.ok(fs.release(self.fh, CALLER))
+        expected = self.data[:MiB] + b"new bytes" + self.data[MiB + 9 :]
+        self.assertEqual(self.fixture.mount().read_file("f"), expected)
+
+    def test_unstored_write_changes_nothing(self) -> None:
+        """A write finished as not stored leaves the content and frees the lock."""
+        fs = self.mount.fs
+        started = self.start(MiB, b"lost")
+        started.finish(False)
+        started.finish(True)  # only the first finish counts
+        self.assertEqual(self.mount.ok(fs.read(self.fh, MiB, 4, CALLER)), self.data[MiB : MiB + 4])
+        self.mount.ok(fs.flush(self.fh, CALLER))
+        self.mount.ok(fs.release(self.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), self.data)
+
+    def test_small_first_write_is_done_at_once(self) -> None:
+        """A small file's bytes are kept in memory: written at once, nothing to finish."""
+        fs = self.mount.fs
+        small = self.mount.write_file("small", b"abc")
+        fh = self.mount.ok(fs.open(small.ino, os.O_RDWR, CALLER)).fh
+        self.assertEqual(self.mount.ok(fs.start_write(fh, 1, b"XY", CALLER)), 2)
+        self.assertEqual(self.mount.ok(fs.read(fh, 0, 3, CALLER)), b"aXY")
+        self.mount.ok(fs.release(fh, CALLER))
+
+    def test_refused_write_holds_nothing(self) -> None:
+        """A write refused before it starts (read-only handle) leaves the lock free."""
+        fs = self.mount.fs
+        reader = self.mount.ok(fs.open(self.entry.ino, os.O_RDONLY, CALLER)).fh
+        self.assertEqual(self.mount.errno(fs.start_write(reader, 0, b"x", CALLER)), errno.EBADF)
+        self.mount.ok(fs.flush(self.fh, CALLER))
+        self.mount.ok(fs.release(reader, CALLER))
+        self.mount.ok(fs.release(self.fh, CALLER))
 
 
 class TruncateTests(SynchronousTestCase):
