@@ -28,7 +28,7 @@ import os
 import stat
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
 from svc.audit.events import CallerProcess
@@ -237,7 +237,7 @@ class FileOps:
         Write C{data} at C{offset} into the spill file; how many bytes.
         Not audited itself: the write-back's C{flush} line is.
         """
-        started = await self.start_write(fh, offset, data, caller)
+        started: int | SpillWrite = await self.start_write(fh, offset, data, caller)
         if isinstance(started, int):
             return started
         try:
@@ -248,9 +248,9 @@ class FileOps:
         started.finish(True)
         return len(data)
 
-    async def start_write(
+    def start_write(
         self, fh: int, offset: int, data: bytes, caller: CallerProcess
-    ) -> int | SpillWrite:
+    ) -> Deferred[int | SpillWrite]:
         """
         L{write}, left for the caller to finish when the bytes go to a
         spill file: the returned L{SpillWrite} holds the file's lock until
@@ -258,17 +258,25 @@ class FileOps:
         the caller's own thread (the FUSE thread that would otherwise wait
         for two more thread hand-offs). Bytes kept in memory are written at
         once: the count is returned.
+
+        The common case (the lock free, the spill file already on disk)
+        is answered synchronously, without a coroutine: this runs on the
+        reactor thread for every 128 KiB the kernel sends.
         """
-        ctx = self._ctx
-        handle = self._handle(fh)
-        if not handle.writable:
-            raise FSError(errno.EBADF, f"file {fh} is not open for writing")
-        if ctx.read_only_reason is not None:
-            raise FSError(errno.EROFS, f"read-only: {ctx.read_only_reason}")
-        rel = self._rel(handle)
-        if rel is not None:
-            ctx.check_write(rel)
-        state = handle.state
+        try:
+            state = self._writable_state(fh)
+            if not state.lock.locked:
+                pending = state.begin_spill_write(offset, data)
+                if pending is not None:
+                    state.lock.acquire()  # free: taken at once
+                    return succeed(self._locked_write(state, pending))
+        except FSError:
+            return fail()
+        return Deferred.fromCoroutine(self._start_write_waiting(state, offset, data))
+
+    async def _start_write_waiting(
+        self, state: FileState, offset: int, data: bytes
+    ) -> int | SpillWrite:
         await state.lock.acquire()
         try:
             pending = await state.begin_write(offset, data)
@@ -279,6 +287,23 @@ class FileOps:
             state.lock.release()
             self._write_behind(state)
             return len(data)
+        return self._locked_write(state, pending)
+
+    def _writable_state(self, fh: int) -> FileState:
+        """The state of C{fh}, if a write to it is allowed now (else L{FSError})."""
+        ctx = self._ctx
+        handle = self._handle(fh)
+        if not handle.writable:
+            raise FSError(errno.EBADF, f"file {fh} is not open for writing")
+        if ctx.read_only_reason is not None:
+            raise FSError(errno.EROFS, f"read-only: {ctx.read_only_reason}")
+        rel = self._rel(handle)
+        if rel is not None:
+            ctx.check_write(rel)
+        return handle.state
+
+    def _locked_write(self, state: FileState, pending: SpillWrite) -> SpillWrite:
+        """C{pending}, whose finish also gives back C{state}'s lock (held by the caller)."""
 
         def finish(stored: bool) -> None:
             try:

@@ -262,7 +262,7 @@ class MountFS:
         L{write}, with the C{pwrite} into a spill file left to the caller
         (L{svc.mount.files.FileOps.start_write}).
         """
-        return Deferred.fromCoroutine(self._files.start_write(fh, offset, data, caller))
+        return self._files.start_write(fh, offset, data, caller)
 
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""

@@ -327,8 +327,21 @@ class FileState:
             spill.write(offset, data)
             self._wrote(offset, data)
             return None
+        pending = self.begin_spill_write(offset, data)
+        assert pending is not None
+        return pending
+
+    def begin_spill_write(self, offset: int, data: bytes) -> SpillWrite | None:
+        """
+        L{begin_write} when it needs no waiting: the bytes go to the spill
+        file the state already has on disk. C{None} otherwise (nothing
+        done; use L{begin_write}).
+        """
         handle = self._spill
-        assert handle is not None and handle.spill is spill
+        if not data or handle is None or handle.spill.in_memory:
+            return None
+        spill = handle.spill
+        assert isinstance(spill, SpillFile)
         handle.acquire()
 
         def finish(stored: bool) -> None:

@@ -167,6 +167,21 @@ class StartWriteTests(SynchronousTestCase):
         self.mount.ok(fs.release(self.fh, CALLER))
         self.assertEqual(self.fixture.mount().read_file("f"), self.data)
 
+    def test_second_write_waits_for_the_first(self) -> None:
+        """A write started while another holds the lock starts once that one finishes."""
+        fs = self.mount.fs
+        first = self.start(MiB, b"first")
+        second = fs.start_write(self.fh, MiB + 2, b"SECOND", CALLER)
+        self.assertNoResult(second)
+        first.store()
+        first.finish(True)
+        started = self.mount.ok(second)
+        assert isinstance(started, SpillWrite)
+        started.store()
+        started.finish(True)
+        self.assertEqual(self.mount.ok(fs.read(self.fh, MiB, 8, CALLER)), b"fiSECOND")
+        self.mount.ok(fs.release(self.fh, CALLER))
+
     def test_small_first_write_is_done_at_once(self) -> None:
         """A small file's bytes are kept in memory: written at once, nothing to finish."""
         fs = self.mount.fs
