@@ -417,6 +417,20 @@ class DataPlaneServerProtocol(Protocol):
 
     # -- frames in ----------------------------------------------------------
 
+    def receive_target(self) -> memoryview | None:
+        """
+        Memory the TLS layer may decrypt the next bytes into (part of a
+        large request body; L{svc.wire.decoder.FrameDecoder.receive_target}),
+        then calling L{received_into}; else C{None} (use L{dataReceived}).
+        """
+        if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
+            return None
+        return self._decoder.receive_target()
+
+    def received_into(self, count: int) -> None:
+        """C{count} bytes of the stream were written into L{receive_target}'s view."""
+        self._decoder.received_into(count)
+
     def dataReceived(self, data: bytes) -> None:
         if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
             return

@@ -117,6 +117,30 @@ class FrameDecoder:
         """Whether this decoder has rejected its input."""
         return self._error is not None
 
+    def receive_target(self) -> memoryview | None:
+        """
+        Where the next bytes of the stream may be written directly, if
+        anywhere: the rest of a raw segment being assembled in a lent
+        buffer, short of its last byte (the byte that completes the frame
+        goes through L{feed}). Write into it, release it, then call
+        L{received_into}.
+        """
+        loan, header = self._loan, self._current
+        if loan is None or header is None or self._error is not None:
+            return None
+        cut = header.payload_length
+        at = self._filled
+        remaining = cut + header.raw_length - at - 1
+        if at < cut or remaining <= 0:
+            return None
+        offset = at - cut
+        with memoryview(loan.buffer) as whole:
+            return whole[offset : offset + remaining]
+
+    def received_into(self, count: int) -> None:
+        """C{count} bytes were written at the start of L{receive_target}'s view."""
+        self._filled += count
+
     def feed(self, data: Buffer) -> list[Frame]:
         """
         Take the next bytes of the stream and return the frames they complete,

@@ -14,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.client import DataPlaneClient
 from svc.dataplane.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
+from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane.test.fakes import TLSHarness
 from svc.wire.frame import Frame, FrameType, encode_frame
 
@@ -121,6 +122,38 @@ class FactoryTests(SynchronousTestCase):
         pump.flush()
         reply = self.successResultOf(result)
         self.assertEqual((reply.payload, reply.raw), ({"n": 1}, body))
+
+    def test_large_request_decrypted_into_its_lent_buffer(self) -> None:
+        """
+        The server's TLS layer decrypts a large request body straight into
+        the buffer it is assembled in (no intermediate bytes), and the
+        request, interleaved with small ones, arrives intact.
+        """
+        direct: list[int] = []
+        received_into = DataPlaneServerProtocol.received_into
+
+        def counting(server: DataPlaneServerProtocol, count: int) -> None:
+            direct.append(count)
+            received_into(server, count)
+
+        self.patch(DataPlaneServerProtocol, "received_into", counting)
+        harness = TLSHarness()
+        protocol, pump = harness.connect_client(harness.agent())
+        client = DataPlaneClient(protocol)
+        body = bytes(range(251)) * (4 * 4177)
+        results = [
+            client.call("echo", {"n": 1}, b"small"),
+            client.call("echo", {"n": 2}, body),
+            client.call("echo", {"n": 3}, b"after"),
+        ]
+        pump.flush()
+        replies = [self.successResultOf(result) for result in results]
+        self.assertEqual(
+            [(r.payload, r.raw) for r in replies],
+            [({"n": 1}, b"small"), ({"n": 2}, body), ({"n": 3}, b"after")],
+        )
+        self.assertGreater(sum(direct), len(body) // 2)
+        self.assertLess(sum(direct), len(body))
 
 
 class PacedFrameWriterTests(SynchronousTestCase):

@@ -234,6 +234,53 @@ class FrameDecoderTests(SynchronousTestCase):
             decoded.release_raw()
         self.assertEqual((pool.created, pool.idle), (1, 1))
 
+    def test_raw_written_into_the_receive_target(self) -> None:
+        """
+        A lent raw segment may be filled through receive_target (short of
+        its last byte) in any mix with feed; the frame completes through
+        feed, equal to the one sent, and the buffer is lent again.
+        """
+        pool = BufferPool(MAX_RAW_SIZE, keep=2)
+        raw = bytes(range(251)) * (LEND_RAW_FROM // 251 + 3)
+        frame = Frame(FrameType.REQUEST, 9, {"op": "chunk_put", "hash": "a" * 64}, raw)
+        data = encoded(frame)
+        payload_end = len(data) - len(raw)
+        for step in (1, 1000, 16384, len(raw)):
+            decoder = FrameDecoder(raw_buffers=pool)
+            self.assertIsNone(decoder.receive_target())  # nothing begun
+            self.assertEqual(decoder.feed(data[: payload_end - 1]), [])
+            self.assertIsNone(decoder.receive_target())  # the payload is not complete
+            self.assertEqual(decoder.feed(data[payload_end - 1 : payload_end + 7]), [])
+            position = payload_end + 7
+            while (target := decoder.receive_target()) is not None:
+                self.assertLessEqual(position + len(target), len(data) - 1)
+                count = min(step, len(target))
+                target[:count] = data[position : position + count]
+                target.release()
+                decoder.received_into(count)
+                position += count
+            self.assertEqual(position, len(data) - 1, step)
+            [decoded] = decoder.feed(data[position:])
+            self.assertEqual(decoded, frame, step)
+            assert decoded.release_raw is not None
+            decoded.release_raw()
+        self.assertEqual((pool.created, pool.idle), (1, 1))
+
+    def test_no_receive_target_without_a_loan(self) -> None:
+        """Small frames, decoders without a pool and failed decoders offer no target."""
+        small = encoded(Frame(FrameType.REQUEST, 1, {"op": "x"}, b"s" * 1000))
+        decoder = FrameDecoder(raw_buffers=BufferPool(MAX_RAW_SIZE, keep=1))
+        decoder.feed(small[:100])
+        self.assertIsNone(decoder.receive_target())
+        large = encoded(Frame(FrameType.REQUEST, 2, {"op": "x"}, b"L" * LEND_RAW_FROM))
+        plain = FrameDecoder()
+        plain.feed(large[:1000])
+        self.assertIsNone(plain.receive_target())
+        failing = FrameDecoder(raw_buffers=BufferPool(MAX_RAW_SIZE, keep=1))
+        with self.assertRaises(CodecError):
+            failing.feed(b"HTTP/1.1 200 OK\r\n" * 2)
+        self.assertIsNone(failing.receive_target())
+
     def test_small_or_whole_raw_not_lent(self) -> None:
         """
         Below LEND_RAW_FROM, or when a frame arrives whole in one feed, the
