@@ -343,6 +343,7 @@ class FileOps:
                 ctx.write_behind_slots,
                 lead=lead,
                 origin=origin,
+                cut=state.release_pages,
             )
         behind.poke()
 

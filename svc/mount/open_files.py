@@ -353,6 +353,29 @@ class FileState:
 
         return SpillWrite(partial(spill.write, offset, data), finish)
 
+    def release_pages(self, end: int) -> None:
+        """
+        The content before C{end} was cut and sent ahead of the write-back
+        (L{svc.mount.write_behind}): let the kernel write the spill file's
+        pages for it to disk and free them (L{SpillFile.release_pages}).
+        Best effort, on the worker.
+        """
+        handle = self._spill
+        if handle is None or handle.spill.in_memory:
+            return
+        spill = handle.spill
+        assert isinstance(spill, SpillFile)
+        handle.acquire()
+
+        def released(result: object) -> None:
+            if isinstance(result, Failure):
+                _log.failure("releasing spill pages", result)
+            removed = handle.release()
+            if removed is not None:
+                removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
+
+        self._worker.submit(partial(spill.release_pages, end)).addBoth(released)
+
     def _wrote(self, offset: int, data: bytes) -> None:
         self.layout.write(offset, len(data))
         self.mtime_ns = self._now_ns()

@@ -70,6 +70,16 @@ class SpillFile:
             parts.append(bytes(remaining))
         return b"".join(parts) if len(parts) != 1 else parts[0]
 
+    def release_pages(self, end: int) -> None:
+        """
+        Tell the kernel the cached pages before C{end} are not needed soon
+        (C{POSIX_FADV_DONTNEED}): dirty ones start going to disk, clean
+        ones (those of an earlier call) are freed. The bytes stay in the
+        file; reading them again reads the disk.
+        """
+        if end > 0:
+            os.posix_fadvise(self._fd, 0, end, os.POSIX_FADV_DONTNEED)
+
     def truncate(self, size: int) -> None:
         """Drop everything at or after C{size} if the file is longer."""
         if os.fstat(self._fd).st_size > size:

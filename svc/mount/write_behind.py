@@ -117,8 +117,15 @@ class WriteBehind:
         *,
         lead: int = DEFAULT_LEAD_BYTES,
         origin: int = 0,
+        cut: Callable[[int], object] = lambda end: None,
     ) -> None:
+        """
+        @param cut: called with the end of each chunk cut and handed to the
+            uploader (the file's content before it will not be read again
+            by this task).
+        """
         self._read = read
+        self._on_cut = cut
         self._origin = origin
         self._size = size
         self._worker = worker
@@ -223,6 +230,7 @@ class WriteBehind:
         # thread, holding the GIL, once per chunk. The uploader counts the
         # whole window the view keeps alive against its batch.
         await self._uploader.add(name, data if length == len(data) else memoryview(data)[:length])
+        self._on_cut(start + length)
 
     # The write-back
 

@@ -196,6 +196,15 @@ class SpillFileTests(SynchronousTestCase):
         self.assertLess(self.spill.allocated(), MiB)
         self.assertEqual(self.spill.read(256 * MiB, 4), b"xxxx")
 
+    def test_released_pages_keep_their_bytes(self) -> None:
+        """Releasing the cached pages before an offset changes nothing that reads see."""
+        data = bytes(range(256)) * 4096
+        self.spill.write(0, data)
+        self.spill.release_pages(len(data) // 2)
+        self.spill.release_pages(len(data) // 2)  # again: now clean pages are freed
+        self.assertEqual(self.spill.read(0, len(data)), data)
+        self.spill.release_pages(0)  # nothing before 0: no call
+
     def test_truncate_drops_data(self) -> None:
         """Bytes beyond a truncation read as zeros afterwards."""
         self.spill.write(0, b"abcdef")

@@ -56,6 +56,7 @@ class WriteBehindTests(SynchronousTestCase):
 
     def attach(self, state: FileState, read: Reader | None = None, origin: int = 0) -> WriteBehind:
         uploader = ChunkUploader(Remote(self.server), None, batch_bytes=8 * MiB)
+        self.cut_ends: list[int] = []
         behind = WriteBehind(
             read or state.read,
             lambda: state.size,
@@ -64,6 +65,7 @@ class WriteBehindTests(SynchronousTestCase):
             self.slots,
             lead=LEAD,
             origin=origin,
+            cut=self.cut_ends.append,
         )
         state.write_behind = behind
         return behind
@@ -113,6 +115,8 @@ class WriteBehindTests(SynchronousTestCase):
         sent = self.successResultOf(Deferred.fromCoroutine(behind.stop()))
         self.assertEqual(sent, len(cut))
         self.assertEqual(set(self.server.stored), {name for _, _, name in cut})
+        # Each cut said where its chunk ended (the spill's pages before it may go).
+        self.assertEqual(self.cut_ends, [offset + length for offset, length, _ in cut])
 
     def test_long_chunks_cut_from_the_whole_window(self) -> None:
         """
@@ -322,12 +326,27 @@ class MountWriteBehindTests(SynchronousTestCase):
         return mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER)), puts
 
     def test_big_new_file_uploads_before_close(self) -> None:
-        """A 64 MiB new file has chunks stored before its close; the commit is a whole cut."""
+        """
+        A 64 MiB new file has chunks stored before its close, and the spill
+        file's pages before each cut are released; the commit is a whole cut.
+        """
+        released: list[int] = []
+        release_pages = FileState.release_pages
+
+        def recording(state: FileState, end: int) -> None:
+            released.append(end)
+            release_pages(state, end)
+
+        self.patch(FileState, "release_pages", recording)
         mount = self.fixture.mount()
         data = pseudo_random("mounted", 64 * MiB)
         fh = self.write_unclosed(mount, "big", data)
         before = mount.count("chunk_put")
         self.assertGreater(before, 0)
+        self.assertEqual(
+            released, [r.offset + r.length for r in chunk_bytes(data)][: len(released)]
+        )
+        self.assertGreater(len(released), 0)
         mount.ok(mount.fs.release(fh, CALLER))
         manifest = mount.ok(mount.remote.manifest_get("/agent-1/big"))
         expected = chunk_bytes(data)
