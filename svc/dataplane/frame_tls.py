@@ -57,6 +57,9 @@ Bytes a L{PacedFrameWriter} hands to TLS per reactor turn (about a quarter
 of a millisecond of encryption here).
 """
 
+MIN_SEND_READ_SIZE = 2**15
+"""The smallest read of OpenSSL's send BIO (Twisted's size)."""
+
 SEND_READ_SIZE = WRITE_SLICE + 64 * 1024
 """
 The most bytes taken from OpenSSL's send BIO per read: a paced slice with
@@ -106,6 +109,7 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
     """
 
     _collecting = False
+    _pending_hint = 0
 
     def makeConnection(self, transport: Any) -> None:
         # Twisted's TCP transports read (and count their write buffer as
@@ -120,6 +124,8 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
             super()._write(data)  # type: ignore[no-untyped-call]
         finally:
             self._collecting = False
+        # About what the records of C{data} take (22 bytes per record).
+        self._pending_hint = len(data) + len(data) // 512 + 64
         self._flushSendBIO()
 
     def _flushReceiveBIO(self) -> None:
@@ -161,13 +167,20 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
     def _flushSendBIO(self) -> None:
         if self._collecting:
             return
+        # A read as large as what is expected, so a slice leaves in one
+        # piece while a small message does not cost a large allocation; a
+        # short read means the BIO is empty.
+        size = min(max(self._pending_hint, MIN_SEND_READ_SIZE), SEND_READ_SIZE)
+        self._pending_hint = 0
         while True:
             try:
-                data = self._tlsConnection.bio_read(SEND_READ_SIZE)
+                data = self._tlsConnection.bio_read(size)
             except WantReadError:
                 return  # the BIO is empty
             transport: Any = self.transport
             transport.write(data)
+            if len(data) < size:
+                return
 
 
 def write_frame(transport: Any, buffers: list[Buffer]) -> None:
