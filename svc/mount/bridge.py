@@ -433,6 +433,11 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         except OSError as error:
             _log.error("writing a spill file failed: {error}", error=error)
             raise llfuse.FUSEError(_spill_errno(error)) from None
+        except Exception:
+            # A bug: EIO for this write, never an exception out of the
+            # handler (llfuse would end the mount's main loop).
+            _log.failure("writing a spill file failed unexpectedly: EIO")
+            raise llfuse.FUSEError(errno.EIO) from None
         finally:
             # Queued before the kernel hears back, so any later request of
             # the writer runs on the reactor after the bytes count.

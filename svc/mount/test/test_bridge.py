@@ -270,6 +270,18 @@ class BridgeTests(SynchronousTestCase):
             self.assertEqual(self.fuse_errno(lambda: self.bridge.write(4, 0, b"x")), expected)
             self.assertEqual(finished, [False])
 
+    def test_store_bug_is_eio(self) -> None:
+        """Any other exception while storing is EIO (logged), and the write finishes unstored."""
+        finished: list[bool] = []
+
+        def store() -> None:
+            raise RuntimeError("bug")
+
+        self.fs.answers["start_write"] = SpillWrite(store, finished.append)
+        self.assertEqual(self.fuse_errno(lambda: self.bridge.write(4, 0, b"x")), errno.EIO)
+        self.assertEqual(finished, [False])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
     def test_late_start_gives_its_lock_back(self) -> None:
         """A write start answered after the timeout is finished unstored, never stored."""
         events: list[object] = []
