@@ -17,6 +17,7 @@ import errno
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any, TypeVar
 
 import llfuse
@@ -414,6 +415,12 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         request; C{docs/specifications/mount-runtime.md}).
         """
         data = bytes(buf)
+        grant = self._fs.take_write_grant(fh)
+        if grant is not None:
+            if grant.usable:
+                self._store(lambda: grant.store(off, data), partial(grant.finish, off, data))
+                return len(data)
+            self._call.post(grant.give_back)  # queued before the start below
         started: int | SpillWrite = self._call.call(
             self._timeouts.op_seconds,
             "write",
@@ -426,9 +433,17 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         )
         if isinstance(started, int):
             return started
+        self._store(started.store, started.finish)
+        return len(data)
+
+    def _store(self, store: Callable[[], None], finish: Callable[[bool], object]) -> None:
+        """
+        C{store()} here (the C{pwrite} into a spill file), then
+        C{finish(stored)} posted to the reactor; errors become C{FUSEError}.
+        """
         stored = False
         try:
-            self._call.blocking(started.store)
+            self._call.blocking(store)
             stored = True
         except OSError as error:
             _log.error("writing a spill file failed: {error}", error=error)
@@ -441,8 +456,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         finally:
             # Queued before the kernel hears back, so any later request of
             # the writer runs on the reactor after the bytes count.
-            self._call.post(started.finish, stored)
-        return len(data)
+            self._call.post(finish, stored)
 
     def flush(self, fh: int) -> None:
         """Write back on close of a descriptor."""

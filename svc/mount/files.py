@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from functools import partial
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -48,7 +49,7 @@ from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
-from svc.mount.open_files import FileState, Handle, SpillWrite
+from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.write_behind import WriteBehind
 from svc.mount.writeback import ChunkUploader, rechunk
@@ -303,17 +304,54 @@ class FileOps:
         return handle.state
 
     def _locked_write(self, state: FileState, pending: SpillWrite) -> SpillWrite:
-        """C{pending}, whose finish also gives back C{state}'s lock (held by the caller)."""
+        """C{pending}, whose finish also ends C{state}'s lock (held by the caller)."""
 
         def finish(stored: bool) -> None:
             try:
                 pending.finish(stored)
-            finally:
+            except BaseException:
                 state.lock.release()
-            if stored:
-                self._write_behind(state)
+                raise
+            self._after_write(state, stored)
 
         return SpillWrite(pending.store, finish)
+
+    def _after_write(self, state: FileState, stored: bool) -> None:
+        """
+        On the reactor, holding C{state}'s lock, a write just ended: leave
+        the lock to the file's next write as a L{WriteGrant} when it can
+        take one (the write was stored, nobody waits for the lock, the
+        mount is writable, the bytes are in a spill file), else release it.
+        """
+        if stored:
+            self._write_behind(state)
+            if not state.lock.waiting and self._ctx.read_only_reason is None:
+                after = partial(self._after_write, state)
+                grant = state.write_grant(self._ctx.table.generation, after)
+                if grant is not None:
+                    state.offer_grant(grant)
+                    return
+        state.lock.release()
+
+    def take_write_grant(self, fh: int) -> WriteGrant | None:
+        """
+        Any thread: the grant left for the next write of C{fh}'s file, if
+        any. Its C{usable} says whether this write may use it: C{fh} is open
+        for writing, the mount is not read-only, and no path changed since
+        the grant was made (the policy was checked for the file's path
+        then). A grant taken must be used or given back on the reactor.
+        """
+        handle = self._ctx.files.handle(fh)
+        if handle is None:
+            return None
+        grant = handle.state.take_grant()
+        if grant is not None:
+            grant.usable = (
+                handle.writable
+                and self._ctx.read_only_reason is None
+                and grant.generation == self._ctx.table.generation
+            )
+        return grant
 
     def _write_behind(self, state: FileState) -> None:
         """

@@ -38,7 +38,7 @@ from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
-from svc.mount.open_files import SpillWrite
+from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.remote import IChunkSource, Remote
 from svc.policy import UNRESTRICTED, PathPolicy
@@ -263,6 +263,13 @@ class MountFS:
         (L{svc.mount.files.FileOps.start_write}).
         """
         return self._files.start_write(fh, offset, data, caller)
+
+    def take_write_grant(self, fh: int) -> WriteGrant | None:
+        """
+        Any thread: a grant to store the next write of C{fh} without the
+        reactor (L{svc.mount.files.FileOps.take_write_grant}).
+        """
+        return self._files.take_write_grant(fh)
 
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""

@@ -112,6 +112,12 @@ class InodeTable:
         self._by_server: dict[int, int] = {}
         self._numbers = itertools.count(ROOT_INODE + 1)
         self._pinned = pinned
+        self.generation = 0
+        """
+        Bumped by every change that may change a node's path (a name
+        learnt, moved or dropped, a node forgotten): a path checked at one
+        generation still holds while it is unchanged. Read from any thread.
+        """
         self.root = Node(ROOT_INODE, root)
         self._nodes[ROOT_INODE] = self.root
         self._by_server[root.server_inode] = ROOT_INODE
@@ -165,6 +171,7 @@ class InodeTable:
         node of that data-plane inode (created or refreshed), linked there.
         A different inode cached under that name loses the name.
         """
+        self.generation += 1
         existing = self.child(parent, name)
         if existing is not None and existing.attributes.server_inode != attributes.server_inode:
             self.unlink(parent, name)
@@ -193,6 +200,7 @@ class InodeTable:
         (L{Node.pending}): a fresh FUSE inode number, no data-plane inode
         (C{attributes.server_inode} is ignored until L{bind}).
         """
+        self.generation += 1
         node = Node(next(self._numbers), attributes, pending=True)
         self._nodes[node.ino] = node
         node.names.add((parent.ino, name))
@@ -221,6 +229,7 @@ class InodeTable:
         C{name} left C{parent}: the node it named (its link count lowered),
         or L{None} if the name was not cached.
         """
+        self.generation += 1
         node = self.child(parent, name)
         parent.children.pop(name, None)
         if node is None:
@@ -245,6 +254,7 @@ class InodeTable:
         server, which may name the same inode (found again by its server
         inode number, so its FUSE number is kept), another one, or none.
         """
+        self.generation += 1
         parent.complete = False
         node = self.child(parent, name)
         parent.children.pop(name, None)
@@ -261,6 +271,7 @@ class InodeTable:
         was there): the moved node, or L{None} if the source was not cached
         (then C{new_parent} can no longer be complete).
         """
+        self.generation += 1
         node = self.child(parent, name)
         target = self.child(new_parent, new_name)
         if node is not None and node is target:
@@ -286,6 +297,7 @@ class InodeTable:
         names it does not have (except pending files, which the data plane
         does not know yet), and mark the directory complete.
         """
+        self.generation += 1
         seen = set()
         for name, attributes in entries:
             seen.add(name)
@@ -305,6 +317,7 @@ class InodeTable:
 
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped C{count} lookups of C{ino}."""
+        self.generation += 1
         node = self._nodes.get(ino)
         if node is None:
             return
@@ -316,6 +329,7 @@ class InodeTable:
         Drop an unlinked node the kernel no longer references and no handle
         keeps open. (Named nodes are kept: they are the names cache.)
         """
+        self.generation += 1
         if (
             node.ino != ROOT_INODE
             and not node.names
@@ -328,6 +342,7 @@ class InodeTable:
                 del self._by_server[node.attributes.server_inode]
 
     def _remove_link(self, node: Node, parent_ino: int, name: str) -> None:
+        self.generation += 1
         node.names.discard((parent_ino, name))
         parent = self._nodes.get(parent_ino)
         if parent is not None and parent.children.get(name) == node.ino:

@@ -18,6 +18,7 @@ of the layout and keep the spill file they read from alive
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
@@ -142,6 +143,70 @@ class SpillWrite:
             finish(stored)
 
 
+class FileLock(DeferredLock):
+    """
+    A L{FileState}'s lock, which says when someone has to wait for it
+    (C{contended}), so that a L{WriteGrant} nobody is using gives it back.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended: Callable[[], object] = lambda: None
+
+    def acquire(self) -> Deferred[FileLock]:
+        acquired = super().acquire()
+        if self.waiting:
+            self.contended()
+        return acquired
+
+
+class WriteGrant:
+    """
+    The right to store the next write of a file straight into its spill
+    file, from a FUSE thread, without first asking the reactor. A grant
+    holds the file's lock (and keeps its spill file open) from the moment
+    a stored write hands it over until it is used or given back, so the
+    reactor's view is the same as for a write in progress: flush, fsync,
+    truncate, the write-back and other writes wait for it, and asking for
+    the lock gives an unused grant back (L{FileLock}). Taking it is the
+    only step off the reactor thread (L{FileState.take_grant}); C{usable}
+    is set by the taker (L{svc.mount.files.FileOps.take_write_grant}).
+
+    A taken grant must end in exactly one of L{finish} (after L{store})
+    or L{give_back}, both on the reactor thread.
+    """
+
+    def __init__(
+        self,
+        spill: SpillFile,
+        generation: int,
+        used: Callable[[int, bytes, bool], None],
+        give_back: Callable[[], None],
+    ) -> None:
+        self.generation = generation
+        self.usable = False
+        self._spill = spill
+        self._used = used
+        self._give_back = give_back
+        self._ended = False
+
+    def store(self, offset: int, data: bytes) -> None:
+        """C{pwrite} C{data} at C{offset} (blocking; any thread)."""
+        self._spill.write(offset, data)
+
+    def finish(self, offset: int, data: bytes, stored: bool) -> None:
+        """On the reactor: the write ended; its bytes count only if C{stored}."""
+        if not self._ended:
+            self._ended = True
+            self._used(offset, data, stored)
+
+    def give_back(self) -> None:
+        """On the reactor: the grant was not used; the lock is released."""
+        if not self._ended:
+            self._ended = True
+            self._give_back()
+
+
 class SpillHandle:
     """
     A spill file shared by a L{FileState} and its in-flight reads: removed
@@ -208,7 +273,10 @@ class FileState:
         self.mtime_ns: int | None = None
         self.attributes_changed = False
         self.handles = 0
-        self.lock = DeferredLock()
+        self.lock = FileLock()
+        self.lock.contended = self.revoke_grant
+        self._grant_guard = threading.Lock()
+        self._grant: WriteGrant | None = None
         self._worker = worker
         self._spill_dir = spill_dir
         self._memo = memo
@@ -436,8 +504,61 @@ class FileState:
         self.write_behind = None
         return self._retire()
 
+    # Write grants (see WriteGrant)
+
+    def write_grant(self, generation: int, after: Callable[[bool], None]) -> WriteGrant | None:
+        """
+        A grant to store the next write straight into the spill file, for
+        a caller that holds the lock and hands it over (C{None} if the
+        bytes are not in a spill file on disk). C{after(stored)} runs on
+        the reactor once the grant is used, holding the lock.
+        """
+        handle = self._spill
+        if handle is None or handle.spill.in_memory:
+            return None
+        spill = handle.spill
+        assert isinstance(spill, SpillFile)
+        handle.acquire()
+
+        def used(offset: int, data: bytes, stored: bool) -> None:
+            if stored:
+                self._wrote(offset, data)
+            self._release_spill(handle)
+            after(stored)
+
+        def given_back() -> None:
+            self._release_spill(handle)
+            self.lock.release()
+
+        return WriteGrant(spill, generation, used, given_back)
+
+    def offer_grant(self, grant: WriteGrant) -> None:
+        """Leave C{grant} (holding the lock) for the next write (reactor thread)."""
+        with self._grant_guard:
+            assert self._grant is None, "one grant at a time"
+            self._grant = grant
+
+    def take_grant(self) -> WriteGrant | None:
+        """The grant left for the next write, if any, now the caller's (any thread)."""
+        with self._grant_guard:
+            grant, self._grant = self._grant, None
+        return grant
+
+    def revoke_grant(self) -> None:
+        """Give back a grant nobody has taken, and so the lock (reactor thread)."""
+        grant = self.take_grant()
+        if grant is not None:
+            grant.give_back()
+
+    @staticmethod
+    def _release_spill(handle: SpillHandle) -> None:
+        removed = handle.release()
+        if removed is not None:
+            removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
+
     def close(self) -> Deferred[None] | None:
         """The last handle is gone: stop any write-behind, retire the spill file."""
+        self.revoke_grant()
         if self.write_behind is not None:
             self.write_behind.cancel()
             self.write_behind = None

@@ -29,7 +29,7 @@ from svc.mount.attributes import (
 )
 from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name, sync_all
 from svc.mount.errors import FSError
-from svc.mount.open_files import SpillWrite
+from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.settings import BridgeTimeouts
 
 
@@ -77,6 +77,20 @@ class Context:
         self.gid = gid
 
 
+class SpillRecorder:
+    """Stands in for a spill file: records writes."""
+
+    def __init__(self, events: list[object]) -> None:
+        self.events = events
+
+    def write(self, offset: int, data: bytes) -> None:
+        self.events.append(("store", offset, data))
+
+
+SYNCHRONOUS = {"take_write_grant"}
+"""MountFS methods called from the FUSE thread directly (not through the reactor)."""
+
+
 class RecordingFS:
     """A MountFS stand-in that records calls and answers from C{answers}."""
 
@@ -88,6 +102,8 @@ class RecordingFS:
         def method(*args: Any) -> Any:
             self.calls.append((name, args))
             answer = self.answers.get(name)
+            if name in SYNCHRONOUS:
+                return answer
             if isinstance(answer, BaseException):
                 return fail(answer)
             if callable(answer):
@@ -269,6 +285,42 @@ class BridgeTests(SynchronousTestCase):
             self.fs.answers["start_write"] = SpillWrite(store, finished.append)
             self.assertEqual(self.fuse_errno(lambda: self.bridge.write(4, 0, b"x")), expected)
             self.assertEqual(finished, [False])
+
+    def test_usable_grant_stores_without_the_reactor(self) -> None:
+        """With a usable grant the write is stored here and finished by a post: no start."""
+        events: list[object] = []
+        grant = WriteGrant(
+            SpillRecorder(events),  # type: ignore[arg-type]
+            0,
+            lambda offset, data, stored: events.append(("finish", offset, data, stored)),
+            lambda: events.append("given back"),
+        )
+        grant.usable = True
+        self.fs.answers["take_write_grant"] = grant
+        calls = self.reactor.calls
+        self.assertEqual(self.bridge.write(4, 7, b"abcd"), 4)
+        self.assertEqual(events, [("store", 7, b"abcd"), ("finish", 7, b"abcd", True)])
+        self.assertEqual(self.reactor.calls, calls + 1)  # the post only
+        self.assertNotIn("start_write", [name for name, _ in self.fs.calls])
+
+    def test_unusable_grant_given_back_before_the_start(self) -> None:
+        """An unusable grant is given back, then the write starts on the reactor as usual."""
+        events: list[object] = []
+        grant = WriteGrant(
+            SpillRecorder(events),  # type: ignore[arg-type]
+            0,
+            lambda offset, data, stored: events.append("finish"),
+            lambda: events.append("given back"),
+        )
+        self.fs.answers["take_write_grant"] = grant
+
+        def start(*args: object) -> Deferred[int]:
+            events.append("start")
+            return succeed(1)
+
+        self.fs.answers["start_write"] = start
+        self.assertEqual(self.bridge.write(4, 0, b"x"), 1)
+        self.assertEqual(events, ["given back", "start"])
 
     def test_store_bug_is_eio(self) -> None:
         """Any other exception while storing is EIO (logged), and the write finishes unstored."""

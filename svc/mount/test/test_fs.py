@@ -12,7 +12,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
 from svc.mount.attributes import AttributeChanges
-from svc.mount.open_files import SpillWrite
+from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
 MiB = 1 << 20
@@ -199,6 +199,107 @@ class StartWriteTests(SynchronousTestCase):
         self.mount.ok(fs.flush(self.fh, CALLER))
         self.mount.ok(fs.release(reader, CALLER))
         self.mount.ok(fs.release(self.fh, CALLER))
+
+
+class WriteGrantTests(SynchronousTestCase):
+    """
+    After a stored write to a spill file the file's lock passes to a grant
+    that lets the next write store without asking the reactor; anything
+    else that needs the lock takes it back.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.data = pseudo_random("grant", 2 * MiB)
+        self.entry = self.mount.write_file("f", self.data)
+        self.fs = self.mount.fs
+        self.fh = self.mount.ok(self.fs.open(self.entry.ino, os.O_RDWR, CALLER)).fh
+        started = self.mount.ok(self.fs.start_write(self.fh, MiB, b"first", CALLER))
+        assert isinstance(started, SpillWrite)
+        started.store()
+        started.finish(True)
+
+    def take(self, fh: int | None = None) -> WriteGrant:
+        grant = self.fs.take_write_grant(self.fh if fh is None else fh)
+        assert grant is not None
+        return grant
+
+    def read(self, offset: int, length: int) -> bytes:
+        data: bytes = self.mount.ok(self.fs.read(self.fh, offset, length, CALLER))
+        return data
+
+    def test_grants_chain_and_bytes_count_when_finished(self) -> None:
+        """Each used grant leaves the next one; its bytes count once finished."""
+        for offset, text in ((MiB + 5, b"second"), (MiB + 11, b"third")):
+            grant = self.take()
+            self.assertTrue(grant.usable)
+            self.assertIsNone(self.fs.take_write_grant(self.fh))  # one taker at a time
+            grant.store(offset, text)
+            grant.finish(offset, text, True)
+        self.assertEqual(self.read(MiB, 16), b"firstsecondthird")
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+        expected = self.data[:MiB] + b"firstsecondthird" + self.data[MiB + 16 :]
+        self.assertEqual(self.fixture.mount().read_file("f"), expected)
+
+    def test_flush_takes_an_idle_grant_back(self) -> None:
+        """A flush while a grant waits unused revokes it and goes ahead."""
+        self.mount.ok(self.fs.flush(self.fh, CALLER))
+        self.assertIsNone(self.fs.take_write_grant(self.fh))
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f")[MiB : MiB + 5], b"first")
+
+    def test_flush_waits_for_a_grant_in_use(self) -> None:
+        """A grant taken by a writer holds the lock until that write finishes."""
+        grant = self.take()
+        flushed = self.fs.flush(self.fh, CALLER)
+        self.assertNoResult(flushed)
+        grant.store(0, b"Z")
+        grant.finish(0, b"Z", True)
+        self.mount.ok(flushed)  # someone waited: the lock was released, no new grant
+        self.assertIsNone(self.fs.take_write_grant(self.fh))
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f")[:1], b"Z")
+
+    def test_path_change_makes_it_unusable(self) -> None:
+        """After a rename the grant is not usable: given back, the next write checks anew."""
+        self.mount.ok(self.fs.rename(1, b"f", 1, b"g", CALLER))
+        grant = self.take()
+        self.assertFalse(grant.usable)
+        grant.give_back()
+        started = self.mount.ok(self.fs.start_write(self.fh, 0, b"Y", CALLER))
+        assert isinstance(started, SpillWrite)
+        started.store()
+        started.finish(True)
+        self.assertEqual(self.read(0, 1), b"Y")
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+
+    def test_read_only_mount_makes_it_unusable(self) -> None:
+        """A mount turned read-only: the grant is not usable and the write is refused."""
+        self.fs.set_read_only("lease lost")
+        grant = self.take()
+        self.assertFalse(grant.usable)
+        grant.give_back()
+        self.assertEqual(
+            self.mount.errno(self.fs.start_write(self.fh, 0, b"Y", CALLER)), errno.EROFS
+        )
+
+    def test_read_only_handle_cannot_use_it(self) -> None:
+        """A grant taken through a handle not open for writing is not usable."""
+        reader = self.mount.ok(self.fs.open(self.entry.ino, os.O_RDONLY, CALLER)).fh
+        grant = self.take(reader)
+        self.assertFalse(grant.usable)
+        grant.give_back()
+        self.mount.ok(self.fs.release(reader, CALLER))
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+
+    def test_unstored_write_leaves_no_grant(self) -> None:
+        """A grant whose write failed releases the lock and leaves no grant."""
+        grant = self.take()
+        grant.finish(0, b"lost", False)
+        self.assertIsNone(self.fs.take_write_grant(self.fh))
+        self.assertEqual(self.read(0, 4), self.data[:4])
+        self.mount.ok(self.fs.release(self.fh, CALLER))
 
 
 class TruncateTests(SynchronousTestCase):
