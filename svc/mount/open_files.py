@@ -405,19 +405,15 @@ class FileState:
         file the state already has on disk. C{None} otherwise (nothing
         done; use L{begin_write}).
         """
-        handle = self._spill
-        if not data or handle is None or handle.spill.in_memory:
+        held = self._hold_disk_spill() if data else None
+        if held is None:
             return None
-        spill = handle.spill
-        assert isinstance(spill, SpillFile)
-        handle.acquire()
+        handle, spill = held
 
         def finish(stored: bool) -> None:
             if stored:
                 self._wrote(offset, data)
-            removed = handle.release()
-            if removed is not None:
-                removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
+            self._release_spill(handle)
 
         return SpillWrite(partial(spill.write, offset, data), finish)
 
@@ -428,19 +424,15 @@ class FileState:
         pages for it to disk and free them (L{SpillFile.release_pages}).
         Best effort, on the worker.
         """
-        handle = self._spill
-        if handle is None or handle.spill.in_memory:
+        held = self._hold_disk_spill()
+        if held is None:
             return
-        spill = handle.spill
-        assert isinstance(spill, SpillFile)
-        handle.acquire()
+        handle, spill = held
 
         def released(result: object) -> None:
             if isinstance(result, Failure):
                 _log.failure("releasing spill pages", result)
-            removed = handle.release()
-            if removed is not None:
-                removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
+            self._release_spill(handle)
 
         self._worker.submit(partial(spill.release_pages, end)).addBoth(released)
 
@@ -513,12 +505,10 @@ class FileState:
         bytes are not in a spill file on disk). C{after(stored)} runs on
         the reactor once the grant is used, holding the lock.
         """
-        handle = self._spill
-        if handle is None or handle.spill.in_memory:
+        held = self._hold_disk_spill()
+        if held is None:
             return None
-        spill = handle.spill
-        assert isinstance(spill, SpillFile)
-        handle.acquire()
+        handle, spill = held
 
         def used(offset: int, data: bytes, stored: bool) -> None:
             if stored:
@@ -549,6 +539,14 @@ class FileState:
         grant = self.take_grant()
         if grant is not None:
             grant.give_back()
+
+    def _hold_disk_spill(self) -> tuple[SpillHandle, SpillFile] | None:
+        """The spill file on disk, kept open until L{_release_spill}; C{None} if none."""
+        handle = self._spill
+        if handle is None or not isinstance(handle.spill, SpillFile):
+            return None
+        handle.acquire()
+        return handle, handle.spill
 
     @staticmethod
     def _release_spill(handle: SpillHandle) -> None:
