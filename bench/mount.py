@@ -4,7 +4,9 @@ pass-through FUSE mount (the FUSE floor), measured in the same run.
 
 Brings up the quickstart stack in a temporary directory, stops the
 quickstart's own mount and runs its own C{twist svc-mount} with a fresh
-cache; a cold read remounts with another empty cache. Prints one JSON object.
+cache; a cold read remounts with another empty cache; the small-file test
+runs once more on a mount started with C{SVC_DURABLE_CLOSE=1} (every close
+waits for its commit's answer). Prints one JSON object.
 Everything started is stopped and unmounted at the end.
 """
 
@@ -202,7 +204,7 @@ class SvcStack:
         pid_file.unlink(missing_ok=True)
         umount_lazy(Path(self.state["mount_point"]))
 
-    def mount(self) -> None:
+    def mount(self, *, durable_close: bool = False) -> None:
         """A fresh twist svc-mount with an empty cache directory."""
         self.mounts += 1
         control_url = f"http://127.0.0.1:{self.state['control_port']}"
@@ -220,6 +222,7 @@ class SvcStack:
             "SVC_CACHE_DIR": str(self.tmp / f"cache-{self.mounts}"),
             "SVC_AUDIT_LOG": str(self.tmp / f"audit-{self.mounts}.jsonl"),
             "SVC_MOUNT_FORCE": "1",
+            "SVC_DURABLE_CLOSE": "1" if durable_close else "0",
         }
         with log.open("wb") as output:
             self.process = subprocess.Popen(
@@ -270,11 +273,21 @@ def ensure_bindfs() -> str | None:
     return shutil.which("bindfs")
 
 
+def durable_close_small_files(svc: SvcStack) -> dict[str, Any]:
+    """The small-file test on a mount whose every close waits for its commit."""
+    _say("svc mount with SVC_DURABLE_CLOSE=1: small files")
+    svc.unmount()
+    svc.mount(durable_close=True)
+    return {"small_files": small_files(svc.mount_point / "small-2")}
+
+
 def ratio(numerator: float, denominator: float) -> float:
     return round(numerator / denominator, 3) if denominator else 0.0
 
 
-def ratios(local: dict[str, Any], bind: dict[str, Any], mounted: dict[str, Any]) -> dict[str, Any]:
+def ratios(
+    local: dict[str, Any], bind: dict[str, Any], mounted: dict[str, Any], durable: dict[str, Any]
+) -> dict[str, Any]:
     found = {
         "svc_warm_read_vs_local": ratio(mounted["warm_read_mb_s"], local["warm_read_mb_s"]),
         "target_warm_read_vs_local": 0.5,
@@ -289,6 +302,9 @@ def ratios(local: dict[str, Any], bind: dict[str, Any], mounted: dict[str, Any])
         found["target_small_files_vs_bindfs_max"] = 3.0
         found["svc_write_vs_bindfs"] = ratio(mounted["write_mb_s"], bind["write_mb_s"])
         found["svc_warm_read_vs_bindfs"] = ratio(mounted["warm_read_mb_s"], bind["warm_read_mb_s"])
+        found["svc_durable_close_small_files_vs_bindfs"] = ratio(
+            durable["small_files"]["total_s"], bind["small_files"]["total_s"]
+        )
     return found
 
 
@@ -340,12 +356,13 @@ def main() -> int:
         _say("svc mount")
         mounted = run_target(svc.mount_point, data, svc.remount_cold)
         result["svc"] = mounted
+        result["svc_durable_close"] = durable_close_small_files(svc)
     finally:
         svc.stop()
         umount_lazy(bind_mnt)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    result["ratios"] = ratios(local, result["bindfs"], mounted)
+    result["ratios"] = ratios(local, result["bindfs"], mounted, result["svc_durable_close"])
     result["runtime_s"] = round(time.perf_counter() - began, 1)
     print(json.dumps(result, indent=2))
     return 0

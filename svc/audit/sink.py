@@ -2,19 +2,21 @@
 The audit log writer: JSONL lines appended to one file by a dedicated thread.
 
 L{JsonlAuditSink.emit} may be called from any thread (the reactor thread on
-the server, FUSE worker threads in the mount client). It renders the line on
-the calling thread and puts it on a bounded in-memory queue; one writer
-thread takes lines off the queue in order, in batches, and appends each
-batch with a single C{write} to a file opened C{O_APPEND} (mode 0600, the
-log is unredacted). Lines therefore appear in the order L{emit} accepted
-them, and a batch from this process is never interleaved with another
-appender's lines.
+the server, FUSE worker threads in the mount client). It puts the event (a
+frozen value, checked when it was built) on a bounded in-memory queue; one
+writer thread takes lines off the queue in order, in batches, renders them
+(L{svc.audit.jsonl.render_line}: JSON encoding is off the emitting thread,
+usually the reactor) and appends each batch with a single C{write} to a file
+opened C{O_APPEND} (mode 0600, the log is unredacted). Lines therefore
+appear in the order L{emit} accepted them, and a batch from this process is
+never interleaved with another appender's lines.
 
 Overflow: when the queue holds C{max_queued_lines} lines (the disk is
 stalled), C{emit} blocks its caller up to C{put_timeout} seconds for room;
 if none appears the line is dropped, counted in L{JsonlAuditSink.dropped},
 and a warning is logged (once per run of drops). Lines that fail to be
-written (C{OSError}) are counted the same way. Nothing is dropped silently.
+written (C{OSError}) or rendered are counted the same way. Nothing is
+dropped silently.
 
 Batching: lines never wake a busy writer. While lines keep coming, the
 writer looks at the queue every C{batch_delay} seconds (default 5 ms) and
@@ -84,7 +86,10 @@ class _Stop:
     done: Callable[[], None]
 
 
-_Item = bytes | _Reopen | _Stop
+_Line = bytes | AuditEvent
+"""A rendered line, or an event the writer renders."""
+
+_Item = _Line | _Reopen | _Stop
 
 
 def _open_append(path: Path) -> int:
@@ -176,16 +181,19 @@ class JsonlAuditSink:
 
     def emit(self, event: AuditEvent) -> bool:
         """
-        Queue C{event}'s line; thread-safe. C{True} once queued; C{False}
-        when the line was dropped (see the module docstring).
+        Queue C{event}'s line (rendered by the writer); thread-safe. C{True}
+        once queued; C{False} when the line was dropped (see the module
+        docstring).
         """
-        return self.emit_line(render_line(event))
+        return self._queue(event)
 
     def emit_line(self, line: str) -> bool:
         """Queue one already rendered line (ending in a newline)."""
         if not line.endswith("\n") or "\n" in line[:-1]:
             raise ValueError("an audit line is exactly one newline-terminated line")
-        data = line.encode("utf-8")
+        return self._queue(line.encode("utf-8"))
+
+    def _queue(self, data: _Line) -> bool:
         with self._condition:
             if self._accepting and self._queued_lines >= self._max_queued:
                 self._condition.wait_for(
@@ -264,7 +272,7 @@ class JsonlAuditSink:
                 total=self._dropped,
             )
 
-    def _take(self) -> tuple[list[bytes], _Reopen | _Stop | None]:
+    def _take(self) -> tuple[list[_Line], _Reopen | _Stop | None]:
         with self._condition:
             delay = self._batch_delay
             if self._items:
@@ -284,11 +292,11 @@ class JsonlAuditSink:
                 self._empty_polls = 0
                 if delay > 0 and self._controls == 0 and len(self._items) < self._batch_lines:
                     self._condition.wait_for(lambda: self._controls > 0, timeout=delay)
-            lines: list[bytes] = []
+            lines: list[_Line] = []
             control: _Reopen | _Stop | None = None
             while self._items and len(lines) < self._batch_lines:
                 item = self._items.popleft()
-                if isinstance(item, bytes):
+                if isinstance(item, (bytes, AuditEvent)):
                     lines.append(item)
                 else:
                     control = item
@@ -311,8 +319,23 @@ class JsonlAuditSink:
                 control.done()
                 return
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _render(self, lines: list[_Line]) -> list[bytes]:
+        rendered: list[bytes] = []
+        for line in lines:
+            if isinstance(line, bytes):
+                rendered.append(line)
+                continue
+            try:
+                rendered.append(render_line(line).encode("utf-8"))
+            except Exception:
+                _log.failure("audit log {path}: a line could not be rendered", path=str(self.path))
+                with self._condition:
+                    self._note_dropped(1)
+        return rendered
+
+    def _write(self, queued: list[_Line]) -> None:
         assert self._fd is not None
+        lines = self._render(queued)
         try:
             _write_all(self._fd, b"".join(lines))
             if self._fsync_each_batch:

@@ -68,7 +68,7 @@ from svc.dataplane.session_epochs import SessionEpochs
 from svc.metrics import DataPlaneMetrics, op_label
 from svc.pki.identity import AgentIdentity
 from svc.policy import PathPolicy
-from svc.sessions import SessionRejected, verify_session_id
+from svc.sessions import MountSession, SessionRejected, verify_session_id
 from svc.store.errors import StoreError
 from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder
@@ -187,7 +187,8 @@ class AgentConnection:
         self.visible = VisibleChunks(context.visible_memory)
         self.session_id: str | None = None
         self.closing = False
-        self._seen_sessions: set[str] = set()
+        # Session ids presented here that passed the tag check.
+        self._seen_sessions: dict[str, MountSession] = {}
         self._disk: DiskHandle | None = None
         self._open_lock = DeferredLock()
         self._order = DeferredLock()
@@ -293,12 +294,16 @@ class AgentConnection:
         assert self._disk is not None
         epochs = self._disk.epochs
         try:
-            session = verify_session_id(
-                self._context.session_key,
-                presented,
-                tenant_id=self.identity.tenant_id,
-                agent_id=self.agent_id,
-            )
+            # The tag check is a function of the id, the key and this
+            # connection's identity: an id verified once needs no second HMAC.
+            session = self._seen_sessions.get(presented)
+            if session is None:
+                session = verify_session_id(
+                    self._context.session_key,
+                    presented,
+                    tenant_id=self.identity.tenant_id,
+                    agent_id=self.agent_id,
+                )
             raised = epochs.admit(session)
         except SessionRejected as e:
             self.metrics.count_session_forgery(e.reason.value)
@@ -307,7 +312,7 @@ class AgentConnection:
             )
             raise SessionRefused(e.reason) from None
         if presented not in self._seen_sessions:
-            self._seen_sessions.add(presented)
+            self._seen_sessions[presented] = session
             if not raised:
                 self.metrics.count_session_rebind()
         call.session_id = presented

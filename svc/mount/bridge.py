@@ -14,6 +14,7 @@ Threads and timeouts: ``docs/specifications/mount-runtime.md``.
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -47,11 +48,19 @@ def process_name(pid: int, proc: str = "/proc") -> str | None:
     """The command name of C{pid} (C{/proc/<pid>/comm}), L{None} if unknown."""
     if pid <= 0:
         return None
+    # Three system calls (a Python file object would add fstat, ioctl and
+    # lseek): this runs for most FUSE requests.
     try:
-        with open(f"{proc}/{pid}/comm", "rb") as comm:
-            name = comm.read(64).rstrip(b"\n").decode("utf-8", "replace")
+        fd = os.open(f"{proc}/{pid}/comm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    name = raw.rstrip(b"\n").decode("utf-8", "replace")
     return name or None
 
 
@@ -503,7 +512,7 @@ def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
                 _log.error(
                     "write-back of handle {fh} failed at shutdown: {error}", fh=fh, error=error
                 )
-        await fs.releases_settled()
+        await fs.write_backs_settled()
         return failed
 
     return Deferred.fromCoroutine(syncing())

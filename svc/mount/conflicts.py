@@ -55,7 +55,11 @@ def recovery_fields(
 async def save_copy(
     ctx: FSContext, node: Node, request: CommitRequest, session: str | None
 ) -> str | None:
-    """Commit our content as a conflict copy beside the file (under the lock)."""
+    """
+    Commit our content as a conflict copy beside the file, under a name
+    free here and on the data plane (holding the namespace lock, commits in
+    flight or not: L{svc.mount.namespace_lock}).
+    """
     link = ctx.table.primary_name(node)
     if link is None:
         return None
@@ -64,6 +68,8 @@ async def save_copy(
     for attempt in range(CONFLICT_COPY_ATTEMPTS):
         copy_name = conflict_name(name, session, ctx.now(), attempt)
         copy_rel = join(directory_rel, copy_name)
+        if ctx.table.child(directory, copy_name) is not None:
+            continue  # taken here, perhaps by a new file not yet on the data plane
         if not ctx.policy.check(copy_rel, write=True).allowed:
             return None
         try:

@@ -26,11 +26,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from functools import partial
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
@@ -56,6 +58,14 @@ from svc.mount.writeback import ChunkUploader, rechunk
 
 _log = Logger()
 
+HAND_OFF_MAX_BYTES = 8 << 20
+"""Largest file whose C{close} may return once its commit is sent (a bigger
+file's write-back is mostly its uploads, which a close waits for anyway)."""
+
+HAND_OFF_HEADROOM = 64 << 20
+"""Room under the disk's quota that must remain after every handed-off
+commit for a C{close} to hand off (else it waits, to report C{EDQUOT})."""
+
 
 def _writable(flags: int) -> bool:
     return flags & os.O_ACCMODE != os.O_RDONLY
@@ -67,26 +77,32 @@ class FileOps:
     def __init__(self, context: FSContext, namespace: NamespaceOps) -> None:
         self._ctx = context
         self._namespace = namespace
-        # Releases whose handle is already gone from the table but whose
-        # write-back is still running: shutdown waits for them.
-        self._releasing = 0
-        self._released: list[Deferred[None]] = []
+        # Write-backs still running that nobody waits for: a release's
+        # (its handle is already gone from the table) and a close's whose
+        # commit was sent. Shutdown waits for them.
+        self._unfinished = 0
+        self._settled: list[Deferred[None]] = []
+        # Bytes of the files whose close handed off and whose write-back
+        # still runs; and whether the last one that ended failed.
+        self._handed_off_bytes = 0
+        self._hand_off_failed = False
 
-    def releases_settled(self) -> Deferred[None]:
+    def write_backs_settled(self) -> Deferred[None]:
         """
-        Fires once no release write-back is in flight (at once when none is).
+        Fires once no release's or handed-off close's write-back is running
+        (at once when none is).
         """
         waiter: Deferred[None] = Deferred()
-        if self._releasing == 0:
+        if self._unfinished == 0:
             waiter.callback(None)
         else:
-            self._released.append(waiter)
+            self._settled.append(waiter)
         return waiter
 
-    def _release_finished(self) -> None:
-        self._releasing -= 1
-        if self._releasing == 0:
-            waiters, self._released = self._released, []
+    def _write_back_finished(self) -> None:
+        self._unfinished -= 1
+        if self._unfinished == 0:
+            waiters, self._settled = self._settled, []
             for waiter in waiters:
                 waiter.callback(None)
 
@@ -97,7 +113,8 @@ class FileOps:
     ) -> tuple[OpenResult, Entry]:
         """Create regular file C{name} in C{parent} and open it."""
         ctx = self._ctx
-        async with ctx.namespace_lock:
+        # The name is free (checked below), so no commit in flight is about it.
+        async with ctx.namespace_lock.beside_commits():
             directory = ctx.directory(parent)
             rel = join(ctx.rel_of(directory), audit_name(name))
             with ctx.audit.line(
@@ -430,8 +447,90 @@ class FileOps:
     # Write-back
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:
-        """Write back the file's changes, if any (C{close})."""
-        await self.write_back(self._handle(fh).state, caller)
+        """
+        Write back the file's changes, if any (C{close}). Returns once the
+        commit is sent (with C{durable_close}: once it is answered); see
+        L{_hand_off}.
+        """
+        state = self._handle(fh).state
+        if await self._may_hand_off(state):
+            await self._hand_off(state, caller)
+        else:
+            await self.write_back(state, caller)
+
+    async def _may_hand_off(self, state: FileState) -> bool:
+        """
+        Whether a close of C{state} may return once its commit is sent: not
+        with C{durable_close}, on a read-only mount, for a file over
+        L{HAND_OFF_MAX_BYTES}, after a handed-off write-back failed (until a
+        commit succeeds), or when the disk's quota (the C{statfs} answer, a
+        few seconds old at most) would leave less than L{HAND_OFF_HEADROOM}
+        once every handed-off file is stored; then it waits and reports.
+        """
+        ctx = self._ctx
+        node = ctx.table.get(state.ino)
+        if not (state.dirty or (node is not None and node.pending)):
+            return False  # nothing to commit: no quota to ask about
+        if (
+            ctx.settings.durable_close
+            or ctx.read_only_reason is not None
+            or state.size > HAND_OFF_MAX_BYTES
+            or self._hand_off_failed
+        ):
+            return False
+        if ctx.quota is None:
+            return True
+        try:
+            report = await ctx.quota()
+        except Exception:
+            return False  # no answer: wait for the commit's own
+        if report.quota_bytes is None:
+            return True
+        left = report.quota_bytes - report.used_bytes - self._handed_off_bytes - state.size
+        return left >= HAND_OFF_HEADROOM
+
+    def _hand_off(self, state: FileState, caller: CallerProcess) -> Deferred[None]:
+        """
+        Write back C{state}, firing once its commit is sent, or once the
+        write-back ends if it ends first (nothing to commit, or a failure
+        before sending, which is the result). The rest runs on, holding the
+        file's lock, so the file's next write, flush, fsync and release wait
+        for the answer; a failure then is audited (the C{flush} line), logged,
+        and the file stays dirty, so its next write-back (at the latest its
+        last release) tries again (``mount-consistency.md`` section 2.5).
+        """
+        sent: Deferred[None] = Deferred()
+
+        def on_sent() -> None:
+            if not sent.called:
+                sent.callback(None)
+
+        size = state.size
+
+        def ended(result: Failure | None) -> None:
+            self._write_back_finished()
+            self._handed_off_bytes -= size
+            if not sent.called:  # ended before sending: its result is the flush's
+                if isinstance(result, Failure):
+                    sent.errback(result)
+                else:
+                    sent.callback(None)
+            elif isinstance(result, Failure):
+                self._hand_off_failed = True  # later closes wait, until a commit succeeds
+                if isinstance(result.value, FSError):
+                    _log.warn(
+                        "write-back of inode {ino} failed after its close returned: "
+                        "{error}; its next write-back tries again",
+                        ino=state.ino,
+                        error=result.value,
+                    )
+                else:
+                    _log.failure("write-back of inode {ino} failed", result, ino=state.ino)
+
+        self._unfinished += 1
+        self._handed_off_bytes += size
+        Deferred.fromCoroutine(self.write_back(state, caller, on_sent)).addBoth(ended)
+        return sent
 
     async def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> None:
         """Write back the file's changes, if any."""
@@ -447,11 +546,11 @@ class FileOps:
         handle = ctx.files.release(fh)
         if handle is None:
             raise FSError(errno.EBADF, f"no open file {fh}")
-        self._releasing += 1
+        self._unfinished += 1
         try:
             await self._release_state(handle.state, caller)
         finally:
-            self._release_finished()
+            self._write_back_finished()
 
     async def _release_state(self, state: FileState, caller: CallerProcess) -> None:
         ctx = self._ctx
@@ -523,8 +622,16 @@ class FileOps:
                 parent.complete = False  # the name may be taken on the data plane
                 ctx.invalidate_entry(parent_ino, name.encode("utf-8"))
 
-    async def write_back(self, state: FileState, caller: CallerProcess) -> None:
-        """Commit C{state}'s changes; see the module docstring."""
+    async def write_back(
+        self,
+        state: FileState,
+        caller: CallerProcess,
+        on_sent: Callable[[], None] | None = None,
+    ) -> None:
+        """
+        Commit C{state}'s changes; see the module docstring. C{on_sent} is
+        called once the commit is sent (not when there is nothing to send).
+        """
         ctx = self._ctx
         async with state.lock:
             node = ctx.table.get(state.ino)
@@ -536,7 +643,7 @@ class FileOps:
                 ctx.check_write(rel)
                 uploader = self._uploader(session)
                 try:
-                    await self._commit_changes(node, state, line, uploader, session)
+                    await self._commit_changes(node, state, line, uploader, session, on_sent)
                 finally:
                     await uploader.drain()
 
@@ -547,8 +654,15 @@ class FileOps:
         line: AuditLine,
         uploader: ChunkUploader,
         session: str | None,
+        on_sent: Callable[[], None] | None,
     ) -> None:
-        """Rechunk, upload and commit C{state} (under its lock); see L{write_back}."""
+        """
+        Rechunk, upload and commit C{state} (under its lock); see
+        L{write_back}. The commit is sent under the namespace lock, and
+        answered without it (L{svc.mount.namespace_lock}): operations that
+        may touch this file wait until the inode table is updated from the
+        answer.
+        """
         ctx = self._ctx
         behind, state.write_behind = state.write_behind, None
         sent_behind = await behind.stop() if behind is not None else 0
@@ -560,7 +674,7 @@ class FileOps:
         if len(chunks) > MANIFEST_CHUNK_LIMIT:
             raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
         line.size = state.size
-        async with ctx.namespace_lock:
+        async with ctx.namespace_lock.beside_commits():
             rel = ctx.table.path_of(node)
             if rel is None:
                 return  # unlinked meanwhile
@@ -576,8 +690,9 @@ class FileOps:
                 uid=node.attributes.uid,
                 gid=node.attributes.gid,
             )
-            try:
-                outcome = await commit(
+            # Runs up to its first wait: the first manifest_put is sent.
+            answer = Deferred.fromCoroutine(
+                commit(
                     ctx.remote,
                     request,
                     session_id=session,
@@ -585,15 +700,40 @@ class FileOps:
                     read=state.read,
                     max_retries=ctx.settings.max_cas_retries,
                 )
-            except RemoteFailure as failure:
-                raise ctx.write_failed(failure) from None
-            copy = None
-            if isinstance(outcome, Conflict):
-                copy = await save_copy(ctx, node, request, session)
+            )
+            settled = ctx.namespace_lock.commit_sent()
+        try:
+            if on_sent is not None:
+                on_sent()
+            await self._answered(node, state, line, uploader, request, rel, sent_behind, answer)
+        finally:
+            settled()
+
+    async def _answered(
+        self,
+        node: Node,
+        state: FileState,
+        line: AuditLine,
+        uploader: ChunkUploader,
+        request: CommitRequest,
+        rel: str,
+        sent_behind: int,
+        answer: Deferred[Committed | Conflict],
+    ) -> None:
+        """The commit of C{request} at C{rel} is sent: handle its C{answer}."""
+        ctx = self._ctx
+        try:
+            outcome = await answer
+        except RemoteFailure as failure:
+            raise ctx.write_failed(failure) from None
+        copy = None
+        if isinstance(outcome, Conflict):
+            async with ctx.namespace_lock.beside_commits():
+                copy = await save_copy(ctx, node, request, line.session_id)
         chunks_new = uploader.uploaded + sent_behind
         line.extra.update(
             chunks_new=chunks_new,
-            chunks_reused=max(0, len(chunks) - chunks_new),
+            chunks_reused=max(0, len(request.chunks) - chunks_new),
             cas_retries=outcome.cas_retries,
         )
         if isinstance(outcome, Committed):
@@ -633,6 +773,7 @@ class FileOps:
         node.chunks = request.chunks
         node.chunks_version = outcome.version
         node.kernel_version = outcome.version  # the kernel cached what it wrote
+        self._hand_off_failed = False
         done = state.committed(outcome.version, request.chunks)
         if done is not None:
             await done

@@ -283,6 +283,9 @@ class MountFS:
         """Close a file handle (the last one writes back and drops the spill file)."""
         return Deferred.fromCoroutine(self._files.release(fh, caller))
 
-    def releases_settled(self) -> Deferred[None]:
-        """Fires once no release's write-back is still running (for shutdown)."""
-        return self._files.releases_settled()
+    def write_backs_settled(self) -> Deferred[None]:
+        """
+        Fires once no write-back a call stopped waiting for is still running:
+        a release's, or a close's whose commit was sent (for shutdown).
+        """
+        return self._files.write_backs_settled()

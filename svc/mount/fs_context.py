@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
@@ -21,6 +21,7 @@ from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
 from svc.mount.client_audit import ClientAudit
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.inodes import InodeTable, Node
+from svc.mount.namespace_lock import NamespaceLock
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
@@ -50,6 +51,10 @@ class FSSettings:
     """Files whose write-behind may run at once (0 turns write-behind off)."""
     write_behind_lead_bytes: int = DEFAULT_LEAD_BYTES
     """How far a new file must extend past a write-behind cut's window before the cut."""
+    durable_close: bool = False
+    """Whether C{close} (FUSE C{flush}) waits for its commit's answer; by default it
+    returns once the commit is sent, and C{fsync} is the durability point
+    (``docs/specifications/mount-consistency.md`` section 2.5)."""
 
 
 DEFAULT_SETTINGS = FSSettings()
@@ -126,7 +131,7 @@ class FSContext:
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)
-        self.namespace_lock = DeferredLock()
+        self.namespace_lock = NamespaceLock()
         self.read_only_reason: str | None = None
         self._table: InodeTable | None = None
 

@@ -6,8 +6,9 @@ few data-plane requests, keeps the inode table in step, and writes its
 audit line (``docs/specifications/mount-fs.md``).
 
 Operations that change names run one at a time (the context's namespace
-lock, also taken by write-back commits), so a path computed from the inode
-table is still the server's path when the request arrives.
+lock, also taken to send write-back commits, and waiting for their answers:
+L{svc.mount.namespace_lock}), so a path computed from the inode table is still
+the server's path when the request arrives.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ environment variables, overridden by C{twist svc-mount} options.
 Variables (see ``docs/specifications/mount-runtime.md``): C{SVC_CONTROL_URL},
 C{SVC_ENROLL_TOKEN}, C{SVC_MOUNT_POINT}, C{SVC_POLICY_FILE},
 C{SVC_AUDIT_LOG}, C{SVC_CA_FILE}, C{SVC_CACHE_DIR}, C{SVC_MOUNT_ALLOW_OTHER},
-C{SVC_MOUNT_FORCE}, C{SVC_FUSE_WORKERS}.
+C{SVC_MOUNT_FORCE}, C{SVC_FUSE_WORKERS}, C{SVC_DURABLE_CLOSE}.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class MountSettings:
     ca_file: Path | None = None
     allow_other: bool = False
     force: bool = False
+    durable_close: bool = False
+    """Every C{close} waits for its commit's answer (L{svc.mount.fs.FSSettings})."""
     workers: int = DEFAULT_WORKERS
     timeouts: BridgeTimeouts = BridgeTimeouts()
 
@@ -127,5 +129,6 @@ def settings_from(
         ca_file=optional_path("SVC_CA_FILE"),
         allow_other=_flag(merged.get("SVC_MOUNT_ALLOW_OTHER", "")),
         force=_flag(merged.get("SVC_MOUNT_FORCE", "")),
+        durable_close=_flag(merged.get("SVC_DURABLE_CLOSE", "")),
         workers=workers,
     )

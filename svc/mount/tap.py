@@ -31,7 +31,7 @@ from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
-from svc.mount.fs import MountFS
+from svc.mount.fs import FSSettings, MountFS
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
@@ -74,6 +74,11 @@ class Options(usage.Options):
     optFlags = [
         ["allow-other", None, "Let other users use the mount ($SVC_MOUNT_ALLOW_OTHER)."],
         ["force", None, "Take the mount lease over from another enrollment ($SVC_MOUNT_FORCE)."],
+        [
+            "durable-close",
+            None,
+            "Make every close wait for its commit's answer ($SVC_DURABLE_CLOSE).",
+        ],
     ]
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
@@ -90,6 +95,8 @@ class Options(usage.Options):
             overrides["SVC_MOUNT_ALLOW_OTHER"] = "1"
         if self["force"]:
             overrides["SVC_MOUNT_FORCE"] = "1"
+        if self["durable-close"]:
+            overrides["SVC_DURABLE_CLOSE"] = "1"
         try:
             self.settings = settings_from(self._environ, overrides)
         except SettingsError as error:
@@ -238,6 +245,7 @@ class MountService(Service):
             invalidate=invalidator(),
             invalidate_entry=entry_invalidator(),
             quota=QuotaSource(remote.statfs, reactor),
+            settings=FSSettings(durable_close=settings.durable_close),
         )
         await self._fs.start()
         # The owner's reverts and other connections of this agent: forget

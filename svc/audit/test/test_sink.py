@@ -18,7 +18,9 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.audit import sink as sink_module
 from svc.audit.events import AuditEvent, CallerProcess, client_event
+from svc.audit.jsonl import render_line
 from svc.audit.sink import AuditLogService, JsonlAuditSink
 
 WAIT = 30.0
@@ -235,6 +237,31 @@ class SinkTests(SynchronousTestCase):
         sink.emit(event(1))
         self.stop(sink, reactor)
         self.assertEqual((sink.written, sink.dropped), (0, 1))
+
+    def test_rendered_by_the_writer(self) -> None:
+        """
+        Events are rendered on the writer thread; one that cannot be
+        rendered is counted as dropped, the lines around it are written.
+        """
+        rendered_on: set[str] = set()
+
+        def render(event: AuditEvent) -> str:
+            rendered_on.add(threading.current_thread().name)
+            if event.size == 2:
+                raise ValueError("cannot render")
+            return real_render(event)
+
+        real_render = render_line
+        self.patch(sink_module, "render_line", render)
+        sink, reactor, path = self.make()
+        sink.start()
+        for n in (1, 2, 3):
+            sink.emit(event(n))
+        self.stop(sink, reactor)
+        self.assertEqual([line["size"] for line in read_lines(path)], [1, 3])
+        self.assertEqual((sink.written, sink.dropped), (2, 1))
+        self.assertEqual(rendered_on, {f"audit-writer:{path}"})
+        self.flushLoggedErrors(ValueError)
 
     def test_one_line_only(self) -> None:
         """emit_line refuses text that is not exactly one terminated line."""

@@ -375,7 +375,7 @@ class ShutdownFS:
         answer = self.answers[fh]
         return fail(answer) if answer is not None else succeed(None)
 
-    def releases_settled(self) -> Deferred[None]:
+    def write_backs_settled(self) -> Deferred[None]:
         return self.settled
 
 

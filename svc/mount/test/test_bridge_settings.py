@@ -29,7 +29,19 @@ class SettingsTests(SynchronousTestCase):
         self.assertEqual(settings.control_url, "http://control")
         self.assertEqual(settings.mount_point, Path("/mnt/agent"))
         self.assertFalse(settings.allow_other)
+        self.assertFalse(settings.durable_close)
         self.assertNotIn("secret-token", repr(settings))
+
+    def test_durable_close(self) -> None:
+        """SVC_DURABLE_CLOSE turns durable closes on, as --durable-close does."""
+        self.assertTrue(settings_from({**ENV, "SVC_DURABLE_CLOSE": "yes"}).durable_close)
+        self.assertFalse(settings_from({**ENV, "SVC_DURABLE_CLOSE": "0"}).durable_close)
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        options = Options(environ=dict(ENV))
+        options.parseOptions(["--mount-point", str(elsewhere), "--durable-close"])
+        assert options.settings is not None
+        self.assertTrue(options.settings.durable_close)
 
     def test_default_cache_root(self) -> None:
         """Without SVC_CACHE_DIR the cache is the spec's $XDG_CACHE_HOME/svc, else ~/.cache/svc."""

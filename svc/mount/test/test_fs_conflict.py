@@ -2,8 +2,9 @@
 Tests for the compare-and-swap resolution rule of L{svc.mount.fs.MountFS}
 (``docs/specifications/mount-consistency.md``): compatible changes are
 retried; incompatible ones keep the other writer's version at the path,
-save ours as a conflict copy, fail the flush with ESTALE and fill the
-C{recovery_*} audit fields.
+save ours as a conflict copy, fail the write-back with ESTALE (reported by
+C{fsync} here; a close that handed its commit off is pinned in
+L{svc.mount.test.test_fs_close}) and fill the C{recovery_*} audit fields.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class ConflictTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))
 
     def flush_errno(self) -> int:
-        return self.mount.errno(self.mount.fs.flush(self.opened.fh, CALLER))
+        return self.mount.errno(self.mount.fs.fsync(self.opened.fh, False, CALLER))
 
     def copies(self) -> list[str]:
         return [name for name in self.fixture.mount().names("") if ".conflict-" in name]

@@ -185,7 +185,9 @@ class PendingCreateTests(SynchronousTestCase):
         self.mount.ok(engine.set_agent_grant(location_of(AGENT), AGENT.agent_id, 10))
         opened = create(self.mount, "d/big")
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"x" * 100, CALLER))
-        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EDQUOT)
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.fsync(opened.fh, False, CALLER)), errno.EDQUOT
+        )
         release = self.mount.fs.release(opened.fh, CALLER)
         self.assertEqual(self.mount.errno(release), errno.EDQUOT)
         self.assertEqual(self.mount.names("d"), ["big"])
@@ -231,8 +233,8 @@ class PendingCreateTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"ours", CALLER))
         other = self.fixture.mount()
         other.write_file("d/f", b"theirs")
-        flushed = self.mount.fs.flush(opened.fh, CALLER)
-        self.assertEqual(self.mount.errno(flushed), errno.ESTALE)
+        synced = self.mount.fs.fsync(opened.fh, False, CALLER)
+        self.assertEqual(self.mount.errno(synced), errno.ESTALE)
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
         names = self.fixture.mount().names("d")
         self.assertEqual(len(names), 2)

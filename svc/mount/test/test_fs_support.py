@@ -2,14 +2,15 @@
 Shared fixture for the mount client's filesystem core tests: a real
 data-plane service (L{ServiceFixture}: the storage engine on a temporary
 directory, inline workers, a clock at wall time) reached through
-L{LocalConnection}, an in-memory chunk source that fetches with
-C{chunk_get}, and L{MountFS} instances over it with recorded audit lines.
-No tests of its own.
+L{LocalConnection} (whose answers a test may hold back: L{HeldAnswers}),
+an in-memory chunk source that fetches with C{chunk_get}, and L{MountFS}
+instances over it with recorded audit lines. No tests of its own.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,8 +19,9 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent, CallerProcess
+from svc.dataplane.client import Reply
 from svc.dataplane.test.test_service_support import ServiceFixture, identity
-from svc.mount.attributes import Entry
+from svc.mount.attributes import Entry, QuotaReport
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs import FSSettings, MountFS
 from svc.mount.inodes import ROOT_INODE
@@ -73,6 +75,50 @@ class MemoryChunkSource:
         self.chunks[chunk_hash] = bytes(data)
 
 
+class HeldAnswers:
+    """
+    A connection whose answers to the ops named in L{hold} are kept back
+    until L{release}: the request has run on the server, the mount has not
+    heard back yet (a commit in flight).
+    """
+
+    def __init__(self, connection: LocalConnection) -> None:
+        self._connection = connection
+        self._ops: frozenset[str] = frozenset()
+        self._held: list[tuple[Deferred[Reply], Deferred[Reply]]] = []
+
+    @property
+    def held(self) -> int:
+        """Answers kept back now."""
+        return len(self._held)
+
+    def hold(self, *ops: str) -> None:
+        """Keep back the answers of C{ops} from now on."""
+        self._ops = frozenset(ops)
+
+    def release(self) -> None:
+        """Stop holding; deliver every answer kept back, in order."""
+        self._ops = frozenset()
+        held, self._held = self._held, []
+        for answer, waiter in held:
+            answer.chainDeferred(waiter)
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object],
+        raw: bytes | memoryview = b"",
+        *,
+        timeout: float | None = None,
+    ) -> Deferred[Reply]:
+        answer = self._connection.call(op, payload, raw, timeout=timeout)
+        if op not in self._ops:
+            return answer
+        waiter: Deferred[Reply] = Deferred()
+        self._held.append((answer, waiter))
+        return waiter
+
+
 class Mount:
     """One L{MountFS} on its own connection, with helpers that unwrap results."""
 
@@ -84,11 +130,13 @@ class Mount:
         policy: PathPolicy,
         who: AgentIdentity,
         settings: FSSettings,
+        quota: Callable[[], Deferred[QuotaReport]] | None = None,
     ) -> None:
         self.fixture = fixture
         case = fixture.case
         self.connection = LocalConnection(fixture.service.service, who, fixture.connection_id())
-        self.remote = Remote(self.connection)
+        self.answers = HeldAnswers(self.connection)
+        self.remote = Remote(self.answers)
         self.chunks = MemoryChunkSource(self.remote)
         self.audit: list[AuditEvent] = []
         self.invalidated: list[int] = []
@@ -107,6 +155,7 @@ class Mount:
             invalidate=self.invalidated.append,
             invalidate_entry=lambda parent, name: self.invalidated_entries.append((parent, name)),
             settings=settings,
+            quota=quota,
         )
         self.ok(self.fs.start())
 
@@ -218,6 +267,7 @@ class FSFixture:
         policy: PathPolicy = UNRESTRICTED,
         who: AgentIdentity = AGENT,
         settings: FSSettings | None = None,
+        quota: Callable[[], Deferred[QuotaReport]] | None = None,
     ) -> Mount:
         """A new started L{MountFS} on a new connection (session at C{epoch})."""
         return Mount(
@@ -226,4 +276,5 @@ class FSFixture:
             policy=policy,
             who=who,
             settings=settings or FSSettings(),
+            quota=quota,
         )

@@ -68,7 +68,7 @@ class OutsideChangeTests(SynchronousTestCase):
         self.assertEqual(self.mount.names("d"), [])
 
     def test_open_changes_are_kept_as_a_conflict_copy(self) -> None:
-        """A file open and written here keeps the program's bytes: its flush conflicts."""
+        """A file open and written here keeps the program's bytes: its write-back conflicts."""
         opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"MINE", CALLER))
         self.other.put_file("d/f", b"their version", expected_version=1, session_id=self.theirs)
@@ -78,7 +78,8 @@ class OutsideChangeTests(SynchronousTestCase):
             len(b"version one"),
             "the open file's own size",
         )
-        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.ESTALE)
+        synced = self.mount.fs.fsync(opened.fh, False, CALLER)
+        self.assertEqual(self.mount.errno(synced), errno.ESTALE)
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
         [copy] = [name for name in self.mount.names("d") if ".conflict-" in name]
         self.assertEqual(self.mount.read_file(f"d/{copy}"), b"MINEion one")

@@ -1,0 +1,100 @@
+"""
+The mount's namespace lock, aware of commits in flight.
+
+Operations that change names run one at a time, so a path computed from the
+inode table is still the server's path when the request arrives. A
+write-back's commit is sent under the lock, but its answer is awaited
+without it (``docs/specifications/mount-consistency.md`` section 2.5): the
+data plane runs one connection's namespace requests in arrival order
+(``dataplane-ops.md`` section 7), so any request sent after the commit sees
+it. Until the answer, though, the mount's own picture of the file (a new
+file still I{pending}, its data-plane inode, its version) is not yet
+updated; so an operation that may touch such a file waits until no commit
+is in flight:
+
+ - C{async with lock:} holds the lock with no commit in flight (every
+   namespace change, a listing);
+ - C{async with lock.beside_commits():} holds the lock while commits may be
+   in flight: only for work that cannot touch a file whose commit is in
+   flight (creating a new file, whose name is free; sending a commit; saving
+   a conflict copy under a fresh name);
+ - L{NamespaceLock.commit_sent} counts a commit in flight until the returned
+   callable is called (once the mount's picture is updated from its answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+from twisted.internet.defer import Deferred, DeferredLock
+
+
+class NamespaceLock:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._lock = DeferredLock()
+        self._in_flight = 0
+        self._idle: list[Deferred[None]] = []
+
+    @property
+    def locked(self) -> bool:
+        """Whether some operation holds the lock (either way)."""
+        return bool(self._lock.locked)
+
+    @property
+    def commits_in_flight(self) -> int:
+        """Commits sent whose answers are not handled yet."""
+        return self._in_flight
+
+    def beside_commits(self) -> DeferredLock:
+        """The lock alone: C{async with} it holds it, commits in flight or not."""
+        return self._lock
+
+    def commits_settled(self) -> Deferred[None]:
+        """Fires once no commit is in flight (at once when none is)."""
+        idle: Deferred[None] = Deferred()
+        if self._in_flight == 0:
+            idle.callback(None)
+        else:
+            self._idle.append(idle)
+        return idle
+
+    def commit_sent(self) -> Callable[[], None]:
+        """
+        Count one more commit in flight; the returned callable (idempotent)
+        counts it settled.
+        """
+        self._in_flight += 1
+        settled = False
+
+        def settle() -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                idle, self._idle = self._idle, []
+                for waiter in idle:
+                    waiter.callback(None)
+
+        return settle
+
+    async def __aenter__(self) -> NamespaceLock:
+        while True:
+            await self.commits_settled()
+            await self._lock.acquire()
+            if self._in_flight == 0:
+                return self
+            # A commit was sent while this waited for the lock.
+            self._lock.release()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._lock.release()

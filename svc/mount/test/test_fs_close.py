@@ -1,0 +1,225 @@
+"""
+Tests for C{close} (FUSE C{flush}) handing its commit off
+(``docs/specifications/mount-consistency.md`` section 2.5): it returns once
+the commit is sent, the answer is handled behind it, and the cases where it
+waits instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount import files
+from svc.mount.attributes import OpenResult, QuotaReport
+from svc.mount.fs import FSSettings
+from svc.mount.inodes import ROOT_INODE
+from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+
+
+def create(mount: Mount, name: str, data: bytes) -> OpenResult:
+    """Create C{name} in the root, write C{data}; its open handle."""
+    opened, _entry = mount.ok(
+        mount.fs.create(ROOT_INODE, name.encode(), 0o644, os.O_WRONLY, CALLER)
+    )
+    mount.ok(mount.fs.write(opened.fh, 0, data, CALLER))
+    return opened
+
+
+class HandOffTests(SynchronousTestCase):
+    """A close returns once its commit is sent; later requests wait as needed."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.answers = self.mount.answers
+
+    def test_close_returns_once_the_commit_is_sent(self) -> None:
+        """
+        The flush fires before the answer; the file's release and shutdown's
+        wait do not; the answer then completes the flush line.
+        """
+        opened = create(self.mount, "f", b"content")
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        self.assertEqual(self.answers.held, 1)
+        self.assertEqual(self.fixture.mount().read_file("f"), b"content", "sent: on the server")
+        self.assertEqual(self.mount.events("flush"), [])
+        released = self.mount.fs.release(opened.fh, CALLER)
+        settled = self.mount.fs.write_backs_settled()
+        self.assertNoResult(released)
+        self.assertNoResult(settled)
+        self.answers.release()
+        self.mount.ok(released)
+        self.mount.ok(settled)
+        [line] = self.mount.events("flush")
+        self.assertTrue(line.allowed)
+        self.assertIsInstance(line.get("version_new"), int)
+        self.assertEqual(self.mount.read_file("f"), b"content")
+
+    def test_fsync_waits_for_the_answer(self) -> None:
+        """C{fsync} is the durability point: it fires only with the answer."""
+        opened = create(self.mount, "f", b"content")
+        self.answers.hold("manifest_put")
+        synced = self.mount.fs.fsync(opened.fh, False, CALLER)
+        self.assertNoResult(synced)
+        self.answers.release()
+        self.mount.ok(synced)
+
+    def test_durable_close_waits_for_the_answer(self) -> None:
+        """With C{durable_close}, a close fires only with the answer."""
+        mount = self.fixture.mount(settings=FSSettings(durable_close=True))
+        opened = create(mount, "f", b"content")
+        mount.answers.hold("manifest_put")
+        flushed = mount.fs.flush(opened.fh, CALLER)
+        self.assertNoResult(flushed)
+        mount.answers.release()
+        mount.ok(flushed)
+
+    def test_a_large_file_waits(self) -> None:
+        """A file over HAND_OFF_MAX_BYTES: the close waits for its commit."""
+        self.patch(files, "HAND_OFF_MAX_BYTES", 6)
+        small = create(self.mount, "small", b"123456")
+        large = create(self.mount, "large", b"1234567")
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(small.fh, CALLER))
+        flushed = self.mount.fs.flush(large.fh, CALLER)
+        self.assertNoResult(flushed)
+        self.answers.release()
+        self.mount.ok(flushed)
+
+    def test_namespace_changes_wait_for_commits_in_flight(self) -> None:
+        """
+        A rename of the file waits for its commit's answer, and then acts
+        on the server; creating another file does not wait.
+        """
+        opened = create(self.mount, "a", b"first")
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        renamed = self.mount.fs.rename(ROOT_INODE, b"a", ROOT_INODE, b"b", CALLER)
+        self.assertNoResult(renamed)
+        other = create(self.mount, "c", b"other")
+        self.answers.release()
+        self.mount.ok(renamed)
+        self.mount.ok(self.mount.fs.flush(other.fh, CALLER))
+        for fh in (opened.fh, other.fh):
+            self.mount.ok(self.mount.fs.release(fh, CALLER))
+        fresh = self.fixture.mount()
+        self.assertEqual(sorted(fresh.names("")), ["b", "c"])
+        self.assertEqual(fresh.read_file("b"), b"first")
+
+    def test_unlink_of_a_file_in_flight_removes_it_on_the_server(self) -> None:
+        """A new file removed while its first commit is in flight is gone everywhere."""
+        opened = create(self.mount, "a", b"first")
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        removed = self.mount.fs.unlink(ROOT_INODE, b"a", CALLER)
+        self.assertNoResult(removed)
+        self.answers.release()
+        self.mount.ok(removed)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().names(""), [])
+        self.assertEqual(self.mount.names(""), [])
+
+
+class HandOffFailureTests(SynchronousTestCase):
+    """A write-back that fails after its close returned."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.entry = self.mount.write_file("f", b"version one")
+        self.opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))
+
+    def test_conflict_is_audited_and_copied(self) -> None:
+        """
+        The close returned; the conflict found behind it keeps both
+        versions and writes the flush line with the recovery fields.
+        """
+        theirs = self.fixture.session(1)
+        other = self.fixture.service.agent()
+        other.put_file("f", b"their version", expected_version=2, session_id=theirs)
+        self.mount.ok(self.mount.fs.flush(self.opened.fh, CALLER))
+        line = self.mount.events("flush")[-1]
+        self.assertFalse(line.allowed)
+        self.assertEqual(line.get("recovery_kind"), "cas_conflict")
+        self.mount.ok(self.mount.fs.release(self.opened.fh, CALLER))
+        fresh = self.fixture.mount()
+        [copy] = [name for name in fresh.names("") if ".conflict-" in name]
+        self.assertEqual(fresh.read_file(copy), b"MINEion one")
+        self.assertEqual(fresh.read_file("f"), b"their version")
+
+    def test_later_closes_wait_until_a_commit_succeeds(self) -> None:
+        """After a failure behind a close, closes wait (and report) until one commits."""
+        other = self.fixture.service.agent()
+        other.put_file("f", b"their version", expected_version=2)
+        self.mount.ok(self.mount.fs.flush(self.opened.fh, CALLER))
+        self.mount.ok(self.mount.fs.release(self.opened.fh, CALLER))
+        answers = self.mount.answers
+        waiting = create(self.mount, "g", b"g")
+        answers.hold("manifest_put")
+        flushed = self.mount.fs.flush(waiting.fh, CALLER)
+        self.assertNoResult(flushed)
+        answers.release()
+        self.mount.ok(flushed)
+        handed = create(self.mount, "h", b"h")
+        answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(handed.fh, CALLER))
+        answers.release()
+
+
+class QuotaTests(SynchronousTestCase):
+    """A close hands off only with room to spare under the disk's quota."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+
+    def flush_fires_at_once(self, quota: object) -> bool:
+        mount = self.fixture.mount(quota=lambda: quota)  # type: ignore[arg-type,return-value]
+        opened = create(mount, "f", b"content")
+        mount.answers.hold("manifest_put")
+        flushed = mount.fs.flush(opened.fh, CALLER)
+        at_once = flushed.called
+        mount.answers.release()
+        mount.ok(flushed)
+        return at_once
+
+    def test_room_to_spare(self) -> None:
+        """HAND_OFF_HEADROOM left after the file: the close hands off."""
+        used = 1000
+        room = QuotaReport(used + files.HAND_OFF_HEADROOM + len(b"content"), used)
+        self.assertTrue(self.flush_fires_at_once(succeed(room)))
+
+    def test_no_quota(self) -> None:
+        """A disk without a quota: the close hands off."""
+        self.assertTrue(self.flush_fires_at_once(succeed(QuotaReport(None, 5))))
+
+    def test_little_room(self) -> None:
+        """Less than HAND_OFF_HEADROOM left: the close waits, to report EDQUOT."""
+        used = 1000
+        tight = QuotaReport(used + files.HAND_OFF_HEADROOM + len(b"content") - 1, used)
+        self.assertFalse(self.flush_fires_at_once(succeed(tight)))
+
+    def test_nothing_to_commit_asks_nothing(self) -> None:
+        """Closing a file with nothing to commit does not ask for the quota."""
+        asked: list[None] = []
+
+        def quota() -> Deferred[QuotaReport]:
+            asked.append(None)
+            return succeed(QuotaReport(None, 0))
+
+        mount = self.fixture.mount(quota=quota)
+        entry = mount.write_file("f", b"content")
+        asked.clear()
+        opened = mount.ok(mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        mount.ok(mount.fs.flush(opened.fh, CALLER))
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(asked, [])
+
+    def test_quota_unknown(self) -> None:
+        """The quota cannot be had: the close waits."""
+        self.assertFalse(self.flush_fires_at_once(fail(OSError(errno.EIO, "no answer"))))

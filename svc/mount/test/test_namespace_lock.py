@@ -1,0 +1,94 @@
+"""Tests for L{svc.mount.namespace_lock.NamespaceLock}."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.namespace_lock import NamespaceLock
+
+
+def hold(lock: NamespaceLock, *, beside: bool = False) -> tuple[Deferred[None], Deferred[None]]:
+    """Take C{lock} in a coroutine: (fires once held, fire it to let go)."""
+    held: Deferred[None] = Deferred()
+    letting_go: Deferred[None] = Deferred()
+
+    async def holding() -> None:
+        if beside:
+            async with lock.beside_commits():
+                held.callback(None)
+                await letting_go
+        else:
+            async with lock:
+                held.callback(None)
+                await letting_go
+
+    Deferred.fromCoroutine(holding())
+    return held, letting_go
+
+
+class NamespaceLockTests(SynchronousTestCase):
+    """The lock waits for commits in flight unless taken beside them."""
+
+    def test_taken_at_once_with_nothing_in_flight(self) -> None:
+        """No commit in flight, lock free: held at once."""
+        lock = NamespaceLock()
+        held, letting_go = hold(lock)
+        self.successResultOf(held)
+        self.assertTrue(lock.locked)
+        letting_go.callback(None)
+        self.assertFalse(lock.locked)
+
+    def test_waits_for_commits_in_flight(self) -> None:
+        """Held only once every commit sent has settled."""
+        lock = NamespaceLock()
+        first, second = lock.commit_sent(), lock.commit_sent()
+        held, _ = hold(lock)
+        self.assertNoResult(held)
+        first()
+        self.assertNoResult(held)
+        second()
+        self.successResultOf(held)
+
+    def test_beside_commits_does_not_wait(self) -> None:
+        """Taken beside commits: held with a commit in flight."""
+        lock = NamespaceLock()
+        lock.commit_sent()
+        held, _ = hold(lock, beside=True)
+        self.successResultOf(held)
+
+    def test_commit_sent_while_waiting_for_the_lock(self) -> None:
+        """
+        A commit sent (beside) while an operation waited for the lock makes
+        it wait for that commit too.
+        """
+        lock = NamespaceLock()
+        sender, let_sender_go = hold(lock, beside=True)
+        self.successResultOf(sender)
+        held, _ = hold(lock)
+        settle = lock.commit_sent()
+        let_sender_go.callback(None)
+        self.assertNoResult(held)
+        self.assertFalse(lock.locked)
+        settle()
+        self.successResultOf(held)
+
+    def test_settling_twice_counts_once(self) -> None:
+        """The settle callable is idempotent."""
+        lock = NamespaceLock()
+        settle = lock.commit_sent()
+        lock.commit_sent()
+        settle()
+        settle()
+        self.assertEqual(lock.commits_in_flight, 1)
+        self.assertNoResult(lock.commits_settled())
+
+    def test_commits_settled(self) -> None:
+        """Fires at once with nothing in flight, else when the last settles."""
+        lock = NamespaceLock()
+        self.successResultOf(lock.commits_settled())
+        settle = lock.commit_sent()
+        settled = lock.commits_settled()
+        self.assertNoResult(settled)
+        settle()
+        self.successResultOf(settled)
