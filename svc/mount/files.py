@@ -674,7 +674,7 @@ class FileOps:
         if len(chunks) > MANIFEST_CHUNK_LIMIT:
             raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
         line.size = state.size
-        async with ctx.namespace_lock.beside_commits():
+        async with ctx.namespace_lock.sending_commit():
             rel = ctx.table.path_of(node)
             if rel is None:
                 return  # unlinked meanwhile

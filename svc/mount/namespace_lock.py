@@ -14,17 +14,23 @@ is in flight:
 
  - C{async with lock:} holds the lock with no commit in flight (every
    namespace change, a listing);
+ - C{async with lock.sending_commit():} holds the lock to send a commit
+   (then counted with L{NamespaceLock.commit_sent} until the returned
+   callable is called, once the mount's picture is updated from its
+   answer). It first waits while an operation waits for the commits in
+   flight to settle, so a steady stream of closes cannot keep a namespace
+   change waiting;
  - C{async with lock.beside_commits():} holds the lock while commits may be
-   in flight: only for work that cannot touch a file whose commit is in
-   flight (creating a new file, whose name is free; sending a commit; saving
-   a conflict copy under a fresh name);
- - L{NamespaceLock.commit_sent} counts a commit in flight until the returned
-   callable is called (once the mount's picture is updated from its answer).
+   in flight, without that wait: only for work that cannot touch a file
+   whose commit is in flight and must not wait for one (creating a new file,
+   whose name is free; saving a conflict copy under a fresh name, which a
+   commit in flight does itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from types import TracebackType
 
 from twisted.internet.defer import Deferred, DeferredLock
@@ -37,6 +43,8 @@ class NamespaceLock:
         self._lock = DeferredLock()
         self._in_flight = 0
         self._idle: list[Deferred[None]] = []
+        self._exclusive_waiting = 0
+        self._senders: list[Deferred[None]] = []
 
     @property
     def locked(self) -> bool:
@@ -51,6 +59,16 @@ class NamespaceLock:
     def beside_commits(self) -> DeferredLock:
         """The lock alone: C{async with} it holds it, commits in flight or not."""
         return self._lock
+
+    @asynccontextmanager
+    async def sending_commit(self) -> AsyncIterator[None]:
+        """Hold the lock to send a commit, after any operation already waiting."""
+        while self._exclusive_waiting:
+            turn: Deferred[None] = Deferred()
+            self._senders.append(turn)
+            await turn
+        async with self._lock:
+            yield
 
     def commits_settled(self) -> Deferred[None]:
         """Fires once no commit is in flight (at once when none is)."""
@@ -83,13 +101,21 @@ class NamespaceLock:
         return settle
 
     async def __aenter__(self) -> NamespaceLock:
-        while True:
-            await self.commits_settled()
-            await self._lock.acquire()
-            if self._in_flight == 0:
-                return self
-            # A commit was sent while this waited for the lock.
-            self._lock.release()
+        self._exclusive_waiting += 1
+        try:
+            while True:
+                await self.commits_settled()
+                await self._lock.acquire()
+                if self._in_flight == 0:
+                    return self
+                # A commit was sent while this waited for the lock.
+                self._lock.release()
+        finally:
+            self._exclusive_waiting -= 1
+            if self._exclusive_waiting == 0:
+                senders, self._senders = self._senders, []
+                for turn in senders:
+                    turn.callback(None)
 
     async def __aexit__(
         self,

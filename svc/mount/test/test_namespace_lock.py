@@ -8,7 +8,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.mount.namespace_lock import NamespaceLock
 
 
-def hold(lock: NamespaceLock, *, beside: bool = False) -> tuple[Deferred[None], Deferred[None]]:
+def hold(
+    lock: NamespaceLock, *, beside: bool = False, sending: bool = False
+) -> tuple[Deferred[None], Deferred[None]]:
     """Take C{lock} in a coroutine: (fires once held, fire it to let go)."""
     held: Deferred[None] = Deferred()
     letting_go: Deferred[None] = Deferred()
@@ -16,6 +18,10 @@ def hold(lock: NamespaceLock, *, beside: bool = False) -> tuple[Deferred[None], 
     async def holding() -> None:
         if beside:
             async with lock.beside_commits():
+                held.callback(None)
+                await letting_go
+        elif sending:
+            async with lock.sending_commit():
                 held.callback(None)
                 await letting_go
         else:
@@ -92,3 +98,37 @@ class NamespaceLockTests(SynchronousTestCase):
         self.assertNoResult(settled)
         settle()
         self.successResultOf(settled)
+
+    def test_sending_does_not_wait_for_commits_in_flight(self) -> None:
+        """Sending a commit needs only the lock, commits in flight or not."""
+        lock = NamespaceLock()
+        lock.commit_sent()
+        held, _ = hold(lock, sending=True)
+        self.successResultOf(held)
+
+    def test_a_waiting_change_goes_before_new_commits(self) -> None:
+        """
+        While an operation waits for the commits in flight, a new commit is
+        not sent (a stream of closes cannot starve it); it is sent after.
+        """
+        lock = NamespaceLock()
+        settle = lock.commit_sent()
+        change, let_change_go = hold(lock)
+        sender, _ = hold(lock, sending=True)
+        self.assertNoResult(change)
+        self.assertNoResult(sender)
+        self.assertFalse(lock.locked)
+        settle()
+        self.successResultOf(change)
+        self.assertNoResult(sender)
+        let_change_go.callback(None)
+        self.successResultOf(sender)
+
+    def test_beside_commits_does_not_wait_for_a_waiting_change(self) -> None:
+        """Work beside commits (a conflict copy of a commit in flight) is not held back."""
+        lock = NamespaceLock()
+        lock.commit_sent()
+        change, _ = hold(lock)
+        beside, _ = hold(lock, beside=True)
+        self.assertNoResult(change)
+        self.successResultOf(beside)
