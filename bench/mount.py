@@ -35,6 +35,7 @@ MIB = 1 << 20
 SMALL_FILES = 2000
 SMALL_SIZE = 4096
 MOUNT_TIMEOUT = 60.0
+WARM_READS = 5
 
 
 def _say(message: str) -> None:
@@ -130,7 +131,9 @@ def run_target(
     drop_caches()
     cold_prepare()
     cold_s = seq_read(big, size)
-    warm_s = min(seq_read(big, size), seq_read(big, size))
+    # From the page cache a 1 GiB read takes tens of milliseconds, so a single
+    # one is mostly noise on a shared VM: the best of WARM_READS.
+    warm_s = min(seq_read(big, size) for _ in range(WARM_READS))
     small = small_files(directory / "small")
     mb = size / 1e6
     return {
