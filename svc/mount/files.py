@@ -32,13 +32,13 @@ from functools import partial
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
 from svc.chunking import MAX_CHUNK_SIZE
 from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
 from svc.mount.client_audit import AuditLine
+from svc.mount.close_hand_off import HandOffs
 from svc.mount.commit import (
     CommitRequest,
     Committed,
@@ -58,14 +58,6 @@ from svc.mount.writeback import ChunkUploader, rechunk
 
 _log = Logger()
 
-HAND_OFF_MAX_BYTES = 8 << 20
-"""Largest file whose C{close} may return once its commit is sent (a bigger
-file's write-back is mostly its uploads, which a close waits for anyway)."""
-
-HAND_OFF_HEADROOM = 64 << 20
-"""Room under the disk's quota that must remain after every handed-off
-commit for a C{close} to hand off (else it waits, to report C{EDQUOT})."""
-
 
 def _writable(flags: int) -> bool:
     return flags & os.O_ACCMODE != os.O_RDONLY
@@ -77,34 +69,18 @@ class FileOps:
     def __init__(self, context: FSContext, namespace: NamespaceOps) -> None:
         self._ctx = context
         self._namespace = namespace
-        # Write-backs still running that nobody waits for: a release's
-        # (its handle is already gone from the table) and a close's whose
-        # commit was sent. Shutdown waits for them.
-        self._unfinished = 0
-        self._settled: list[Deferred[None]] = []
-        # Bytes of the files whose close handed off and whose write-back
-        # still runs; and whether the last one that ended failed.
-        self._handed_off_bytes = 0
-        self._hand_off_failed = False
+        # Closes that hand their commit off, and the write-backs nobody
+        # waits for (theirs and releases'), which shutdown waits for.
+        self._hand_offs = HandOffs(
+            durable_close=context.settings.durable_close, quota=context.quota
+        )
 
     def write_backs_settled(self) -> Deferred[None]:
         """
         Fires once no release's or handed-off close's write-back is running
         (at once when none is).
         """
-        waiter: Deferred[None] = Deferred()
-        if self._unfinished == 0:
-            waiter.callback(None)
-        else:
-            self._settled.append(waiter)
-        return waiter
-
-    def _write_back_finished(self) -> None:
-        self._unfinished -= 1
-        if self._unfinished == 0:
-            waiters, self._settled = self._settled, []
-            for waiter in waiters:
-                waiter.callback(None)
+        return self._hand_offs.settled()
 
     # Opening
 
@@ -449,88 +425,21 @@ class FileOps:
     async def flush(self, fh: int, caller: CallerProcess) -> None:
         """
         Write back the file's changes, if any (C{close}). Returns once the
-        commit is sent (with C{durable_close}: once it is answered); see
-        L{_hand_off}.
-        """
-        state = self._handle(fh).state
-        if await self._may_hand_off(state):
-            await self._hand_off(state, caller)
-        else:
-            await self.write_back(state, caller)
-
-    async def _may_hand_off(self, state: FileState) -> bool:
-        """
-        Whether a close of C{state} may return once its commit is sent: not
-        with C{durable_close}, on a read-only mount, for a file over
-        L{HAND_OFF_MAX_BYTES}, after a handed-off write-back failed (until a
-        commit succeeds), or when the disk's quota (the C{statfs} answer, a
-        few seconds old at most) would leave less than L{HAND_OFF_HEADROOM}
-        once every handed-off file is stored; then it waits and reports.
+        commit is sent when L{HandOffs.allowed} says so, else once it is
+        answered (``mount-consistency.md`` section 2.5).
         """
         ctx = self._ctx
+        state = self._handle(fh).state
         node = ctx.table.get(state.ino)
-        if not (state.dirty or (node is not None and node.pending)):
-            return False  # nothing to commit: no quota to ask about
-        if (
-            ctx.settings.durable_close
-            or ctx.read_only_reason is not None
-            or state.size > HAND_OFF_MAX_BYTES
-            or self._hand_off_failed
+        due = state.dirty or (node is not None and node.pending)
+        if due and await self._hand_offs.allowed(
+            state.size, read_only=ctx.read_only_reason is not None
         ):
-            return False
-        if ctx.quota is None:
-            return True
-        try:
-            report = await ctx.quota()
-        except Exception:
-            return False  # no answer: wait for the commit's own
-        if report.quota_bytes is None:
-            return True
-        left = report.quota_bytes - report.used_bytes - self._handed_off_bytes - state.size
-        return left >= HAND_OFF_HEADROOM
-
-    def _hand_off(self, state: FileState, caller: CallerProcess) -> Deferred[None]:
-        """
-        Write back C{state}, firing once its commit is sent, or once the
-        write-back ends if it ends first (nothing to commit, or a failure
-        before sending, which is the result). The rest runs on, holding the
-        file's lock, so the file's next write, flush, fsync and release wait
-        for the answer; a failure then is audited (the C{flush} line), logged,
-        and the file stays dirty, so its next write-back (at the latest its
-        last release) tries again (``mount-consistency.md`` section 2.5).
-        """
-        sent: Deferred[None] = Deferred()
-
-        def on_sent() -> None:
-            if not sent.called:
-                sent.callback(None)
-
-        size = state.size
-
-        def ended(result: Failure | None) -> None:
-            self._write_back_finished()
-            self._handed_off_bytes -= size
-            if not sent.called:  # ended before sending: its result is the flush's
-                if isinstance(result, Failure):
-                    sent.errback(result)
-                else:
-                    sent.callback(None)
-            elif isinstance(result, Failure):
-                self._hand_off_failed = True  # later closes wait, until a commit succeeds
-                if isinstance(result.value, FSError):
-                    _log.warn(
-                        "write-back of inode {ino} failed after its close returned: "
-                        "{error}; its next write-back tries again",
-                        ino=state.ino,
-                        error=result.value,
-                    )
-                else:
-                    _log.failure("write-back of inode {ino} failed", result, ino=state.ino)
-
-        self._unfinished += 1
-        self._handed_off_bytes += size
-        Deferred.fromCoroutine(self.write_back(state, caller, on_sent)).addBoth(ended)
-        return sent
+            await self._hand_offs.hand_off(
+                state.ino, state.size, partial(self.write_back, state, caller)
+            )
+        else:
+            await self.write_back(state, caller)
 
     async def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> None:
         """Write back the file's changes, if any."""
@@ -546,11 +455,11 @@ class FileOps:
         handle = ctx.files.release(fh)
         if handle is None:
             raise FSError(errno.EBADF, f"no open file {fh}")
-        self._unfinished += 1
+        self._hand_offs.started()
         try:
             await self._release_state(handle.state, caller)
         finally:
-            self._write_back_finished()
+            self._hand_offs.finished()
 
     async def _release_state(self, state: FileState, caller: CallerProcess) -> None:
         ctx = self._ctx
@@ -773,7 +682,7 @@ class FileOps:
         node.chunks = request.chunks
         node.chunks_version = outcome.version
         node.kernel_version = outcome.version  # the kernel cached what it wrote
-        self._hand_off_failed = False
+        self._hand_offs.committed()
         done = state.committed(outcome.version, request.chunks)
         if done is not None:
             await done

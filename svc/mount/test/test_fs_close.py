@@ -13,7 +13,7 @@ import os
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount import files
+from svc.mount import close_hand_off
 from svc.mount.attributes import OpenResult, QuotaReport
 from svc.mount.fs import FSSettings
 from svc.mount.inodes import ROOT_INODE
@@ -81,7 +81,7 @@ class HandOffTests(SynchronousTestCase):
 
     def test_a_large_file_waits(self) -> None:
         """A file over HAND_OFF_MAX_BYTES: the close waits for its commit."""
-        self.patch(files, "HAND_OFF_MAX_BYTES", 6)
+        self.patch(close_hand_off, "HAND_OFF_MAX_BYTES", 6)
         small = create(self.mount, "small", b"123456")
         large = create(self.mount, "large", b"1234567")
         self.answers.hold("manifest_put")
@@ -191,7 +191,7 @@ class QuotaTests(SynchronousTestCase):
     def test_room_to_spare(self) -> None:
         """HAND_OFF_HEADROOM left after the file: the close hands off."""
         used = 1000
-        room = QuotaReport(used + files.HAND_OFF_HEADROOM + len(b"content"), used)
+        room = QuotaReport(used + close_hand_off.HAND_OFF_HEADROOM + len(b"content"), used)
         self.assertTrue(self.flush_fires_at_once(succeed(room)))
 
     def test_no_quota(self) -> None:
@@ -201,7 +201,7 @@ class QuotaTests(SynchronousTestCase):
     def test_little_room(self) -> None:
         """Less than HAND_OFF_HEADROOM left: the close waits, to report EDQUOT."""
         used = 1000
-        tight = QuotaReport(used + files.HAND_OFF_HEADROOM + len(b"content") - 1, used)
+        tight = QuotaReport(used + close_hand_off.HAND_OFF_HEADROOM + len(b"content") - 1, used)
         self.assertFalse(self.flush_fires_at_once(succeed(tight)))
 
     def test_nothing_to_commit_asks_nothing(self) -> None:
