@@ -17,6 +17,7 @@ import attrs
 
 from svc.config import ConfigError
 from svc.mount.cache_policy import cache_root_from_environ
+from svc.mount.fs_context import FSSettings
 
 # The spec's default audit_log, written by the mount client and the server alike.
 DEFAULT_AUDIT_LOG = "./audit.log"
@@ -59,6 +60,11 @@ class MountSettings:
     """Every C{close} waits for its commit's answer (L{svc.mount.fs.FSSettings})."""
     workers: int = DEFAULT_WORKERS
     timeouts: BridgeTimeouts = BridgeTimeouts()
+
+    @property
+    def fs_settings(self) -> FSSettings:
+        """The filesystem core's tunables these settings choose."""
+        return FSSettings(durable_close=self.durable_close)
 
     @property
     def spill_dir(self) -> Path:

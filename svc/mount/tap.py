@@ -31,7 +31,7 @@ from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
-from svc.mount.fs import FSSettings, MountFS
+from svc.mount.fs import MountFS
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
@@ -245,7 +245,7 @@ class MountService(Service):
             invalidate=invalidator(),
             invalidate_entry=entry_invalidator(),
             quota=QuotaSource(remote.statfs, reactor),
-            settings=FSSettings(durable_close=settings.durable_close),
+            settings=settings.fs_settings,
         )
         await self._fs.start()
         # The owner's reverts and other connections of this agent: forget

@@ -34,8 +34,10 @@ class SettingsTests(SynchronousTestCase):
 
     def test_durable_close(self) -> None:
         """SVC_DURABLE_CLOSE turns durable closes on, as --durable-close does."""
-        self.assertTrue(settings_from({**ENV, "SVC_DURABLE_CLOSE": "yes"}).durable_close)
-        self.assertFalse(settings_from({**ENV, "SVC_DURABLE_CLOSE": "0"}).durable_close)
+        durable = settings_from({**ENV, "SVC_DURABLE_CLOSE": "yes"})
+        self.assertTrue(durable.durable_close)
+        self.assertTrue(durable.fs_settings.durable_close)
+        self.assertFalse(settings_from({**ENV, "SVC_DURABLE_CLOSE": "0"}).fs_settings.durable_close)
         elsewhere = Path(self.mktemp())
         elsewhere.mkdir()
         options = Options(environ=dict(ENV))
