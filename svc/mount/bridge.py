@@ -468,7 +468,13 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
             self._call.post(finish, stored)
 
     def flush(self, fh: int) -> None:
-        """Write back on close of a descriptor."""
+        """
+        Write back on close of a descriptor; answered here, without the
+        reactor, when there is nothing to write back (a read-only open's
+        close, most often).
+        """
+        if self._fs.nothing_to_flush(fh):
+            return
         self._writeback("flush", self._fs.flush, fh, self._owner(fh))
 
     def fsync(self, fh: int, datasync: bool) -> None:

@@ -422,6 +422,24 @@ class FileOps:
 
     # Write-back
 
+    def nothing_to_flush(self, fh: int) -> bool:
+        """
+        Any thread: whether a flush of C{fh} now would find nothing to
+        commit and nothing in progress (a clean file, not pending, its lock
+        free: no write, write-back or write grant), so the FUSE thread may
+        answer it without the reactor. A write that starts after this look
+        is later than the close, whose flush it needs no more than any later
+        write does. A flush with nothing to commit writes no audit line.
+        """
+        handle = self._ctx.files.handle(fh)
+        if handle is None:
+            return False  # the reactor answers EBADF
+        state = handle.state
+        if state.lock.locked or state.dirty:
+            return False
+        node = self._ctx.table.get(state.ino)
+        return node is not None and not node.pending
+
     async def flush(self, fh: int, caller: CallerProcess) -> None:
         """
         Write back the file's changes, if any (C{close}). Returns once the

@@ -271,6 +271,13 @@ class MountFS:
         """
         return self._files.take_write_grant(fh)
 
+    def nothing_to_flush(self, fh: int) -> bool:
+        """
+        Any thread: a flush of C{fh} would do nothing now
+        (L{svc.mount.files.FileOps.nothing_to_flush}).
+        """
+        return self._files.nothing_to_flush(fh)
+
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""
         return Deferred.fromCoroutine(self._files.flush(fh, caller))

@@ -87,7 +87,7 @@ class SpillRecorder:
         self.events.append(("store", offset, data))
 
 
-SYNCHRONOUS = {"take_write_grant"}
+SYNCHRONOUS = {"take_write_grant", "nothing_to_flush"}
 """MountFS methods called from the FUSE thread directly (not through the reactor)."""
 
 
@@ -216,8 +216,16 @@ class BridgeTests(SynchronousTestCase):
             [("open", 0.05), ("flush", 7.0), ("fsync", 7.0), ("release", 7.0), ("setattr", 7.0)],
         )
         self.assertEqual(self.fs.calls[-1][1][1], AttributeChanges(size=0))
-        flush_caller = self.fs.calls[1][1][1]
+        [flush] = [args for name, args in self.fs.calls if name == "flush"]
+        flush_caller = flush[1]
         self.assertEqual(flush_caller.pid, os.getpid())
+
+    def test_flush_with_nothing_to_write_back_stays_on_the_fuse_thread(self) -> None:
+        """A flush the filesystem says has nothing to do is answered without the reactor."""
+        self.fs.answers["nothing_to_flush"] = True
+        self.bridge.flush(9)
+        self.assertEqual(self.caller.timeouts, [])
+        self.assertEqual([name for name, _ in self.fs.calls], ["nothing_to_flush"])
 
     def test_setattr_fields(self) -> None:
         """Only the fields llfuse marks are asked to change; mode loses its type bits."""

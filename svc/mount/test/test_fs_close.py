@@ -125,6 +125,40 @@ class HandOffTests(SynchronousTestCase):
         self.assertEqual(self.mount.names(""), [])
 
 
+class NothingToFlushTests(SynchronousTestCase):
+    """When the FUSE thread may answer a flush itself."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.fs = self.mount.fs
+
+    def test_a_clean_file(self) -> None:
+        """A file opened and only read: nothing to flush."""
+        entry = self.mount.write_file("f", b"content")
+        opened = self.mount.ok(self.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertTrue(self.fs.nothing_to_flush(opened.fh))
+
+    def test_written_pending_or_in_flight(self) -> None:
+        """A write, a new file not committed, a commit in flight: the reactor flushes."""
+        self.mount.names("")  # a listed directory: a new file in it is pending
+        created, _entry = self.mount.ok(
+            self.fs.create(ROOT_INODE, b"new", 0o644, os.O_WRONLY, CALLER)
+        )
+        self.assertFalse(self.fs.nothing_to_flush(created.fh), "pending")
+        self.mount.ok(self.fs.write(created.fh, 0, b"x", CALLER))
+        self.assertFalse(self.fs.nothing_to_flush(created.fh), "written")
+        self.mount.answers.hold("manifest_put")
+        self.mount.ok(self.fs.flush(created.fh, CALLER))
+        self.assertFalse(self.fs.nothing_to_flush(created.fh), "in flight")
+        self.mount.answers.release()
+        self.assertTrue(self.fs.nothing_to_flush(created.fh), "committed")
+
+    def test_unknown_handle(self) -> None:
+        """A handle that is not open: the reactor answers (EBADF)."""
+        self.assertFalse(self.fs.nothing_to_flush(12345))
+
+
 class HandOffFailureTests(SynchronousTestCase):
     """A write-back that fails after its close returned."""
 
