@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 
 from svc.mount.attributes import QuotaReport
 from svc.mount.errors import FSError
+from svc.mount.in_flight import InFlight
 
 _log = Logger()
 
@@ -51,8 +52,7 @@ class HandOffs:
         """
         self._durable_close = durable_close
         self._quota = quota
-        self._unfinished = 0
-        self._settled: list[Deferred[None]] = []
+        self._unfinished = InFlight()
         self._bytes = 0  # sizes of the files handed off and still running
         self._failed = False  # a handed-off write-back failed since the last commit
 
@@ -60,24 +60,15 @@ class HandOffs:
 
     def started(self) -> None:
         """A write-back nobody will wait for began (a release's)."""
-        self._unfinished += 1
+        self._unfinished.add()
 
     def finished(self) -> None:
         """One that L{started} ended."""
-        self._unfinished -= 1
-        if self._unfinished == 0:
-            waiters, self._settled = self._settled, []
-            for waiter in waiters:
-                waiter.callback(None)
+        self._unfinished.done()
 
     def settled(self) -> Deferred[None]:
         """Fires once none is running (at once when none is)."""
-        waiter: Deferred[None] = Deferred()
-        if self._unfinished == 0:
-            waiter.callback(None)
-        else:
-            self._settled.append(waiter)
-        return waiter
+        return self._unfinished.settled()
 
     # Closes
 

@@ -35,16 +35,16 @@ from types import TracebackType
 
 from twisted.internet.defer import Deferred, DeferredLock
 
+from svc.mount.in_flight import InFlight
+
 
 class NamespaceLock:
     """See the module docstring."""
 
     def __init__(self) -> None:
         self._lock = DeferredLock()
-        self._in_flight = 0
-        self._idle: list[Deferred[None]] = []
-        self._exclusive_waiting = 0
-        self._senders: list[Deferred[None]] = []
+        self._commits = InFlight()
+        self._exclusive_waiting = InFlight()
 
     @property
     def locked(self) -> bool:
@@ -54,7 +54,7 @@ class NamespaceLock:
     @property
     def commits_in_flight(self) -> int:
         """Commits sent whose answers are not handled yet."""
-        return self._in_flight
+        return self._commits.count
 
     def beside_commits(self) -> DeferredLock:
         """The lock alone: C{async with} it holds it, commits in flight or not."""
@@ -63,59 +63,43 @@ class NamespaceLock:
     @asynccontextmanager
     async def sending_commit(self) -> AsyncIterator[None]:
         """Hold the lock to send a commit, after any operation already waiting."""
-        while self._exclusive_waiting:
-            turn: Deferred[None] = Deferred()
-            self._senders.append(turn)
-            await turn
+        while self._exclusive_waiting.count:
+            await self._exclusive_waiting.settled()
         async with self._lock:
             yield
 
     def commits_settled(self) -> Deferred[None]:
         """Fires once no commit is in flight (at once when none is)."""
-        idle: Deferred[None] = Deferred()
-        if self._in_flight == 0:
-            idle.callback(None)
-        else:
-            self._idle.append(idle)
-        return idle
+        return self._commits.settled()
 
     def commit_sent(self) -> Callable[[], None]:
         """
         Count one more commit in flight; the returned callable (idempotent)
         counts it settled.
         """
-        self._in_flight += 1
+        self._commits.add()
         settled = False
 
         def settle() -> None:
             nonlocal settled
-            if settled:
-                return
-            settled = True
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                idle, self._idle = self._idle, []
-                for waiter in idle:
-                    waiter.callback(None)
+            if not settled:
+                settled = True
+                self._commits.done()
 
         return settle
 
     async def __aenter__(self) -> NamespaceLock:
-        self._exclusive_waiting += 1
+        self._exclusive_waiting.add()
         try:
             while True:
                 await self.commits_settled()
                 await self._lock.acquire()
-                if self._in_flight == 0:
+                if self._commits.count == 0:
                     return self
                 # A commit was sent while this waited for the lock.
                 self._lock.release()
         finally:
-            self._exclusive_waiting -= 1
-            if self._exclusive_waiting == 0:
-                senders, self._senders = self._senders, []
-                for turn in senders:
-                    turn.callback(None)
+            self._exclusive_waiting.done()
 
     async def __aexit__(
         self,

@@ -1,0 +1,31 @@
+"""Tests for L{svc.mount.in_flight.InFlight}."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.in_flight import InFlight
+
+
+class InFlightTests(SynchronousTestCase):
+    """A count, and waiters for zero."""
+
+    def test_settled_at_once_when_idle(self) -> None:
+        """Nothing under way: settled fires at once."""
+        self.successResultOf(InFlight().settled())
+
+    def test_settled_when_the_last_ends(self) -> None:
+        """Waiters fire when the count drops to zero, not before."""
+        tally = InFlight()
+        tally.add()
+        tally.add()
+        waiter = tally.settled()
+        tally.done()
+        self.assertNoResult(waiter)
+        self.assertEqual(tally.count, 1)
+        tally.done()
+        self.successResultOf(waiter)
+
+    def test_done_without_add(self) -> None:
+        """More done than add is a bug, refused."""
+        self.assertRaises(ValueError, InFlight().done)
