@@ -201,6 +201,21 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         result: T = self._call.call(self._timeouts.writeback_seconds, what, f, *args)
         return result
 
+    def _here(self, f: Callable[..., T | None], *args: Any) -> T | None:
+        """
+        C{f(*args)}, a C{MountFS} method that answers on this FUSE thread
+        when it can: its answer, or L{None} for the reactor to answer. Its
+        C{FSError} is the C{FUSEError}; anything else (a bug) is logged and
+        leaves the call to the reactor, never escaping the handler.
+        """
+        try:
+            return f(*args)
+        except FSError as error:
+            raise llfuse.FUSEError(error.errno) from None
+        except Exception:
+            _log.failure("answering {f} on the FUSE thread failed", f=f)
+            return None
+
     def _attributes(self, entry: Entry) -> llfuse.EntryAttributes:
         attributes = entry.attributes
         out = llfuse.EntryAttributes()
@@ -233,15 +248,21 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
 
     def lookup(self, parent_inode: int, name: bytes, ctx: Any = None) -> llfuse.EntryAttributes:
         """
-        A name in a directory. A name that does not exist is answered as a
+        A name in a directory: answered here, without the reactor, when the
+        inode table knows the answer (a file or directory it holds, or a name
+        a wholly known directory does not hold: the next name a program
+        creates, most often). A name that does not exist is answered as a
         negative entry the kernel keeps for C{entry_seconds}, as it keeps
         positive ones: under the exclusive mount lease this mount's answer
         is authoritative, names it creates replace the negative entry in
         the kernel, and names others create arrive as a C{changed} push that
         invalidates it (``docs/specifications/mount-runtime.md`` section 2).
         """
+        caller = caller_of(ctx)
         try:
-            entry = self._op("lookup", self._fs.lookup, parent_inode, name, caller_of(ctx))
+            entry = self._here(self._fs.known_lookup, parent_inode, name, caller)
+            if entry is None:
+                entry = self._op("lookup", self._fs.lookup, parent_inode, name, caller)
         except llfuse.FUSEError as error:
             if error.errno != errno.ENOENT:
                 raise
@@ -256,8 +277,14 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         return out
 
     def getattr(self, inode: int, ctx: Any = None) -> llfuse.EntryAttributes:
-        """An inode's attributes."""
-        attributes = self._op("getattr", self._fs.getattr, inode, caller_of(ctx))
+        """
+        An inode's attributes: answered here, without the reactor, when the
+        inode table holds them (a directory's after a create in it, which
+        the kernel asks for before the next name is looked up there).
+        """
+        attributes = self._here(self._fs.known_attributes, inode)
+        if attributes is None:
+            attributes = self._op("getattr", self._fs.getattr, inode, caller_of(ctx))
         return self._attributes(Entry(inode, attributes))
 
     def setattr(
@@ -473,7 +500,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         reactor, when there is nothing to write back (a read-only open's
         close, most often).
         """
-        if self._fs.nothing_to_flush(fh):
+        if self._here(self._fs.nothing_to_flush, fh):
             return
         self._writeback("flush", self._fs.flush, fh, self._owner(fh))
 

@@ -19,6 +19,15 @@ each operation changes it before submitting its disk step, and the serial
 worker applies the disk steps in the same order, so the table, the files
 and the index agree without locks. Lookups that miss never touch the worker.
 
+Writes: L{ChunkCache.put} writes one chunk per disk step, for a caller
+that waits (a fetched chunk is returned once it is verified and stored).
+L{ChunkCache.put_soon}, for the chunks the mount uploads, which nobody
+waits for, gathers them into one disk step per batch (at most
+L{BATCH_DELAY_SECONDS} later), so closing many small files costs one worker
+call and one index transaction per batch instead of per file. Every other
+disk step writes the waiting batch first, so disk steps still follow the
+table's order.
+
 Recency: a hit moves the chunk to the most-recently-used end of the table
 at once; the index row's C{last_used_ms} is written later, in one batch,
 C{recency_flush_seconds} after the first unflushed hit (and at
@@ -34,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -74,8 +83,19 @@ __all__ = [
     "cache_root_from_environ",
 ]
 
+T = TypeVar("T")
+
 RECENCY_FLUSH_SECONDS: Final = 30.0
 """Default delay between the first unflushed hit and the batch that records it."""
+
+BATCH_DELAY_SECONDS: Final = 0.05
+"""How long a chunk given to L{ChunkCache.put_soon} waits for others to share its disk step."""
+
+BATCH_MAX_CHUNKS: Final = 64
+"""A batch of L{ChunkCache.put_soon} chunks is written at once when it holds this many..."""
+
+BATCH_MAX_BYTES: Final = 1 << 20
+"""... or this many bytes."""
 
 
 class TimerCall(Protocol):
@@ -159,6 +179,9 @@ class ChunkCache:
         self._fetches: dict[str, list[Deferred[bytes]]] = {}
         self._used: set[str] = set()
         self._flush_call: TimerCall | None = None
+        self._batch: list[tuple[CacheSlot, bytes | memoryview]] = []
+        self._batch_bytes = 0
+        self._batch_call: TimerCall | None = None
         self._closed = False
 
     @classmethod
@@ -237,8 +260,9 @@ class ChunkCache:
         if not slot.ready:
             waiter: Deferred[bytes | None] = Deferred()
             self._put_waiters.setdefault(slot, []).append(waiter)
+            self._write_batch()  # it may be waiting there: written now
             return waiter
-        reading = self._worker.submit(lambda: self._disk.read(name, slot.size))
+        reading = self._submit(lambda: self._disk.read(name, slot.size))
         return reading.addCallback(self._read_done, slot)
 
     def _read_done(self, result: ReadResult, slot: CacheSlot) -> bytes | None:
@@ -326,14 +350,10 @@ class ChunkCache:
             return fail()
         size = len(data)
         if name in self._table or not self._limits.admits(size):
-            return self._worker.submit(lambda: self._disk.verify(name, data))
-        target = self._limits.eviction_target(self._table.bytes_used, size)
-        if target is not None:
-            self._evict(target, EvictionReason.HIGH_WATER)
-        now_ms = _ms(self._clock.seconds())
-        slot = CacheSlot(name, size, now_ms, ready=False)
-        self._table.add(slot)
-        writing = self._worker.submit(lambda: self._disk.write(name, data, now_ms))
+            return self._submit(lambda: self._disk.verify(name, data))
+        slot = self._new_slot(name, size)
+        now_ms = slot.last_used_ms
+        writing = self._submit(lambda: self._disk.write(name, data, now_ms))
 
         def written(stored: bool) -> None:
             slot.ready = True
@@ -347,6 +367,82 @@ class ChunkCache:
             return failure
 
         return writing.addCallbacks(written, refused)
+
+    def put_soon(self, chunk_hash: str, data: bytes | memoryview) -> None:
+        """
+        Cache C{data} as chunk C{chunk_hash} as L{put} does, for a chunk
+        nobody waits for (one the mount just uploaded), sharing one disk
+        step (one worker call, one index transaction) with the others put
+        this way within L{BATCH_DELAY_SECONDS}, or fewer once
+        L{BATCH_MAX_CHUNKS} or L{BATCH_MAX_BYTES} wait. Meanwhile the chunk
+        counts as held; a L{get} of it, and any other disk step, writes the
+        batch at once. Failures (a mismatch, a bad name included) are
+        logged; a chunk already held, or larger than the budget, is skipped,
+        and nothing is cached once the cache is closed.
+        """
+        if self._closed:
+            return
+        try:
+            name = check_chunk_hash(chunk_hash)
+            if not isinstance(data, bytes) and not (
+                isinstance(data, memoryview) and is_immutable(data)
+            ):
+                raise TypeError(f"chunk data must be immutable bytes, got {type(data).__name__}")
+        except (ValueError, TypeError) as err:
+            self.log.warn("Chunk cache refused {hash}: {error}", hash=chunk_hash, error=str(err))
+            return
+        size = len(data)
+        if name in self._table or not self._limits.admits(size):
+            return
+        slot = self._new_slot(name, size)
+        self._batch.append((slot, data))
+        self._batch_bytes += size
+        if len(self._batch) >= BATCH_MAX_CHUNKS or self._batch_bytes >= BATCH_MAX_BYTES:
+            self._write_batch()
+        elif self._batch_call is None:
+            self._batch_call = self._clock.callLater(BATCH_DELAY_SECONDS, self._write_batch)
+
+    def _new_slot(self, name: str, size: int) -> CacheSlot:
+        """A slot for a chunk about to be written, room made for it first."""
+        target = self._limits.eviction_target(self._table.bytes_used, size)
+        if target is not None:
+            self._evict(target, EvictionReason.HIGH_WATER)
+        slot = CacheSlot(name, size, _ms(self._clock.seconds()), ready=False)
+        self._table.add(slot)
+        return slot
+
+    def _submit(self, step: Callable[[], T]) -> Deferred[T]:
+        """
+        Submit a disk step, after the waiting batch's, so disk steps keep
+        the order in which the table changed.
+        """
+        self._write_batch()
+        return self._worker.submit(step)
+
+    def _write_batch(self) -> None:
+        """Submit the disk step that writes the chunks L{put_soon} left waiting."""
+        if self._batch_call is not None and self._batch_call.active():
+            self._batch_call.cancel()
+        self._batch_call = None
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if not batch:
+            return
+        chunks = [(slot.hash, data, slot.last_used_ms) for slot, data in batch]
+
+        def written(stored: list[bool]) -> None:
+            for (slot, data), ok in zip(batch, stored, strict=True):
+                slot.ready = True
+                if not ok:
+                    self._table.remove(slot)
+                self._wake_put_waiters(slot, data if ok else None)
+
+        def failed(failure: Failure) -> None:
+            self.log.failure("Chunk cache could not write a batch", failure)
+            for slot, _data in batch:
+                self._table.remove(slot)
+                self._wake_put_waiters(slot, None)
+
+        self._worker.submit(lambda: self._disk.write_many(chunks)).addCallbacks(written, failed)
 
     def _wake_put_waiters(self, slot: CacheSlot, data: bytes | memoryview | None) -> None:
         waiters = self._put_waiters.pop(slot, [])
@@ -369,7 +465,7 @@ class ChunkCache:
             return succeed(None)
         self._table.remove(slot)
         self._used.discard(name)
-        return self._worker.submit(lambda: self._disk.delete([name]))
+        return self._submit(lambda: self._disk.delete([name]))
 
     # Eviction ----------------------------------------------------------------
 
@@ -416,7 +512,7 @@ class ChunkCache:
             )
             return run
 
-        return self._worker.submit(lambda: self._disk.delete(names)).addCallback(deleted)
+        return self._submit(lambda: self._disk.delete(names)).addCallback(deleted)
 
     # Recency and lifetime ----------------------------------------------------
 
@@ -438,7 +534,7 @@ class ChunkCache:
         self._flush_call = None
         uses = self._recent_uses()
         if uses:
-            self._worker.submit(lambda: self._disk.record_use(uses)).addErrback(
+            self._submit(lambda: self._disk.record_use(uses)).addErrback(
                 lambda failure: self.log.failure("Chunk cache recency flush failed", failure)
             )
 
@@ -462,7 +558,7 @@ class ChunkCache:
             finally:
                 self._disk.close()
 
-        return self._worker.submit(closing)
+        return self._submit(closing)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -356,6 +356,37 @@ class CacheDisk:
         verify; false, with nothing left behind, if the disk or index failed.
         """
         self.verify(name, data)
+        if not self._write_file(name, data):
+            return False
+        return self._record([(name, len(data), now_ms)])
+
+    def write_many(self, chunks: Sequence[tuple[str, bytes | memoryview, int]]) -> list[bool]:
+        """
+        L{write} of several C{(name, data, now_ms)} chunks, their rows
+        recorded in one index transaction: whether each is stored. A chunk
+        that does not verify, or whose file cannot be written, is not
+        (logged); if the index fails, none is (their files are removed).
+        """
+        written: list[bool] = []
+        for name, data, _now_ms in chunks:
+            try:
+                self.verify(name, data)
+            except ChunkBytesMismatch as err:
+                _log.warn("Chunk cache refused {hash}: {error}", hash=name, error=str(err))
+                written.append(False)
+                continue
+            written.append(self._write_file(name, data))
+        rows = [
+            (name, len(data), now_ms)
+            for (name, data, now_ms), ok in zip(chunks, written, strict=True)
+            if ok
+        ]
+        if rows and not self._record(rows):
+            return [False] * len(chunks)
+        return written
+
+    def _write_file(self, name: str, data: bytes | memoryview) -> bool:
+        """Chunk C{name}'s file (temporary name, then rename); false, nothing left, on failure."""
         shard = name[:SHARD_HEX_LENGTH]
         final = self._path(name)
         temp = final.with_name(f"{TEMP_PREFIX}{name}.{secrets.token_hex(8)}")
@@ -363,21 +394,41 @@ class CacheDisk:
             if shard not in self._shards:
                 os.makedirs(final.parent, DIR_MODE, exist_ok=True)
                 self._shards.add(shard)
-            fd = self._writer.create(str(temp), _OPEN_TEMP, FILE_MODE)
+            fd = self._writer.create(str(temp), _OPEN_TEMP, FILE_MODE, len(data))
             try:
                 self._writer.write_all(fd, data)
             finally:
                 os.close(fd)
             os.replace(temp, final)
-            self._db.execute(
-                "INSERT OR REPLACE INTO chunks (hash, size, last_used_ms) VALUES (?, ?, ?)",
-                (name, len(data), now_ms),
-            )
-        except (OSError, sqlite3.Error) as err:
+        except OSError as err:
             _log.warn("Chunk cache could not store {hash}: {error}", hash=name, error=str(err))
             for path in (temp, final):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
+            return False
+        return True
+
+    def _record(self, rows: Sequence[tuple[str, int, int]]) -> bool:
+        """
+        Insert the C{(hash, size, last_used_ms)} rows in one transaction;
+        false, with their files removed, if the index failed.
+        """
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO chunks (hash, size, last_used_ms) VALUES (?, ?, ?)",
+                    rows,
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            _log.warn("Chunk cache index insert failed: {error}", error=str(err))
+            for name, _size, _ms in rows:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._path(name))
             return False
         return True
 

@@ -161,6 +161,20 @@ class MountFS:
         """The entry of C{name} in directory C{parent}."""
         return Deferred.fromCoroutine(self._namespace.lookup(parent, name, caller))
 
+    def known_lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry | None:
+        """
+        Any thread: C{lookup}'s answer when it can be given without the
+        reactor (L{svc.mount.namespace.NamespaceOps.known_lookup}).
+        """
+        return self._namespace.known_lookup(parent, name, caller)
+
+    def known_attributes(self, ino: int) -> Attributes | None:
+        """
+        Any thread: C{ino}'s attributes when they can be answered without
+        the reactor (L{svc.mount.namespace.NamespaceOps.known_attributes}).
+        """
+        return self._namespace.known_attributes(ino)
+
     def getattr(self, ino: int, caller: CallerProcess) -> Deferred[Attributes]:
         """The attributes of C{ino}."""
         return Deferred.fromCoroutine(self._namespace.getattr(ino, caller))

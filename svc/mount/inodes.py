@@ -17,13 +17,22 @@ the mount's own operations change it; operations that change attributes the
 client does not compute (a parent's mtime after a removal, a link count)
 mark them I{stale}, to be fetched again when next needed. A create's
 effect on its directory is computed (L{Node.entry_added}).
+
+The table is changed on the reactor thread only. FUSE threads may read it
+(L{svc.mount.namespace.NamespaceOps.known_attributes}): single lookups and
+attribute values (frozen) are read whole, and a path, which is read from
+several links, is formed under the names guard, which every change of
+names holds (L{path_from_any_thread}).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
+import threading
 from collections.abc import Callable, Iterable
+from typing import Concatenate, ParamSpec, TypeVar
 
 import attrs
 
@@ -33,6 +42,22 @@ from svc.mount.errors import FSError
 
 ROOT_INODE = 1
 """The FUSE inode number of the mount root (llfuse's C{ROOT_INODE})."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _changes_names(
+    method: Callable[Concatenate[InodeTable, P], R],
+) -> Callable[Concatenate[InodeTable, P], R]:
+    """A method that changes names: it holds the table's names guard throughout."""
+
+    def guarded(self: InodeTable, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._names_guard:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(guarded, method)
+    return guarded
 
 
 @attrs.define(eq=False)
@@ -118,6 +143,12 @@ class InodeTable:
         learnt, moved or dropped, a node forgotten): a path checked at one
         generation still holds while it is unchanged. Read from any thread.
         """
+        self._names_guard = threading.RLock()
+        """
+        Held by every change of names (one reactor step, never across a
+        wait) and by L{path_from_any_thread}, so a reader on another thread
+        never sees a change half made.
+        """
         self.root = Node(ROOT_INODE, root)
         self._nodes[ROOT_INODE] = self.root
         self._by_server[root.server_inode] = ROOT_INODE
@@ -165,6 +196,12 @@ class InodeTable:
             parts.append(name)
         raise FSError(errno.ELOOP, "directory cycle in the inode table")
 
+    def path_from_any_thread(self, node: Node) -> str | None:
+        """L{path_of}, from a thread other than the reactor's."""
+        with self._names_guard:
+            return self.path_of(node)
+
+    @_changes_names
     def learn(self, parent: Node, name: str, attributes: Attributes) -> Node:
         """
         Record that C{parent} has child C{name} with C{attributes}: the
@@ -194,6 +231,7 @@ class InodeTable:
         parent.children[name] = node.ino
         return node
 
+    @_changes_names
     def add_pending(self, parent: Node, name: str, attributes: Attributes) -> Node:
         """
         A new regular file C{name} in C{parent}, known only to this mount
@@ -224,6 +262,7 @@ class InodeTable:
                 return True
         return False
 
+    @_changes_names
     def unlink(self, parent: Node, name: str) -> Node | None:
         """
         C{name} left C{parent}: the node it named (its link count lowered),
@@ -245,6 +284,7 @@ class InodeTable:
             self.discard_if_unused(node)
         return node
 
+    @_changes_names
     def forget_name(self, parent: Node, name: str) -> Node | None:
         """
         Stop caching the name C{name} of C{parent} without saying it went
@@ -265,6 +305,7 @@ class InodeTable:
         self.discard_if_unused(node)
         return node
 
+    @_changes_names
     def move(self, parent: Node, name: str, new_parent: Node, new_name: str) -> Node | None:
         """
         C{parent/name} was renamed to C{new_parent/new_name} (replacing what
@@ -291,6 +332,7 @@ class InodeTable:
         node.stale = True  # ctime
         return node
 
+    @_changes_names
     def set_listing(self, directory: Node, entries: Iterable[tuple[str, Attributes]]) -> None:
         """
         The whole listing of C{directory}: learn every entry, drop cached
@@ -313,8 +355,23 @@ class InodeTable:
 
     def looked_up(self, node: Node) -> None:
         """The kernel received C{node} in an entry: one more lookup."""
-        node.lookups += 1
+        with self._names_guard:  # FUSE threads count lookups too
+            node.lookups += 1
 
+    def count_lookup_from_any_thread(self, parent: Node, name: str, child: Node) -> bool:
+        """
+        From a thread other than the reactor's: if C{child} is still the
+        known child C{name} of C{parent}, count one more lookup of it
+        (L{looked_up}), so it cannot be dropped before the kernel hears of
+        it, and say so.
+        """
+        with self._names_guard:
+            if self.child(parent, name) is not child:
+                return False
+            child.lookups += 1
+            return True
+
+    @_changes_names
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped C{count} lookups of C{ino}."""
         self.generation += 1
@@ -324,6 +381,7 @@ class InodeTable:
         node.lookups = max(0, node.lookups - count)
         self.discard_if_unused(node)
 
+    @_changes_names
     def discard_if_unused(self, node: Node) -> None:
         """
         Drop an unlinked node the kernel no longer references and no handle
@@ -341,6 +399,7 @@ class InodeTable:
             if not node.pending and self._by_server.get(node.attributes.server_inode) == node.ino:
                 del self._by_server[node.attributes.server_inode]
 
+    @_changes_names
     def _remove_link(self, node: Node, parent_ino: int, name: str) -> None:
         self.generation += 1
         node.names.discard((parent_ino, name))

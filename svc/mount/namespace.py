@@ -115,6 +115,71 @@ class NamespaceOps:
             line.size = attributes.size
             return Entry(child.ino, attributes)
 
+    def known_lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry | None:
+        """
+        Any thread: what L{lookup} would answer with no I/O, when it would,
+        with its audit line: the child's entry (counted as looked up) when
+        the inode table knows it, its attributes are not stale and no open
+        file holds them; C{FSError(ENOENT)} when a complete directory does
+        not hold the name. Otherwise L{None}, and the reactor answers: C{.}
+        and C{..}, a name that is not UTF-8, a directory not wholly known,
+        a path the policy refuses (its refusal is audited there).
+        """
+        ctx = self._ctx
+        directory = ctx.table.get(parent)
+        if name in (b".", b"..") or directory is None or directory.kind is not FileKind.DIR:
+            return None
+        try:
+            decoded = decode_name(name)
+        except FSError:
+            return None
+        directory_rel = ctx.table.path_from_any_thread(directory)
+        if directory_rel is None:
+            return None
+        rel = join(directory_rel, audit_name(name))
+        if not ctx.policy.check_traverse(rel).allowed:
+            return None
+        child = ctx.table.child(directory, decoded)
+        if child is None:
+            if not directory.complete:
+                return None
+            with ctx.audit.line(EventName.LOOKUP, rel, caller, ordinary=frozenset({errno.ENOENT})):
+                raise FSError(errno.ENOENT, f"no {rel!r}")
+        if child.stale or ctx.files.state(child.ino) is not None:
+            return None
+        if child.kind is not FileKind.DIR and not ctx.policy.check(rel, write=False).allowed:
+            return None
+        attributes = child.attributes
+        if not ctx.table.count_lookup_from_any_thread(directory, decoded, child):
+            return None  # the name changed meanwhile
+        ctx.audit.simple(EventName.LOOKUP, rel, caller, size=attributes.size)
+        return Entry(child.ino, attributes)
+
+    def known_attributes(self, ino: int) -> Attributes | None:
+        """
+        Any thread: what L{getattr} of C{ino} would answer with no I/O, when
+        it would: the inode is known, its attributes are not stale, no open
+        file holds its size and mtime (the reactor's), it has a name and the
+        policy lets it be read. Otherwise L{None}, and the reactor answers
+        (fetching, or with the error). An answer read while the reactor
+        changes the inode is the one a getattr just before or after the
+        change would give.
+        """
+        ctx = self._ctx
+        node = ctx.table.get(ino)
+        if node is None or node.stale or ctx.files.state(ino) is not None:
+            return None
+        attributes = node.attributes
+        rel = ctx.table.path_from_any_thread(node)
+        if rel is None:
+            return None
+        directory = attributes.kind is FileKind.DIR
+        policy = ctx.policy
+        decision = policy.check_traverse(rel) if directory else policy.check(rel, write=False)
+        if not decision.allowed or node.stale:
+            return None
+        return attributes
+
     async def getattr(self, ino: int, caller: CallerProcess) -> Attributes:
         """The attributes of C{ino} (from the cache unless stale)."""
         ctx = self._ctx

@@ -149,6 +149,7 @@ class MountService(Service):
         self._audit: AuditLogService | None = None
         self._worker: Any = None
         self._spill_worker: Any = None
+        self._cache_worker: Any = None
         self.ready: Deferred[None] = Deferred()
 
     def _emit(self, event: AuditEvent) -> None:
@@ -189,6 +190,9 @@ class MountService(Service):
         # Spill I/O on threads of its own: an application's write is a short
         # pwrite that must not wait behind the write-behind's chunking.
         self._spill_worker = ThreadWorker(reactor, "svc-mount-spill", threads=2)
+        # The chunk cache's disk steps run one at a time, in submission order
+        # (its index connection and its table-before-disk ordering need it).
+        self._cache_worker = ThreadWorker(reactor, "svc-mount-cache", threads=1)
 
         self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
         control = self._control
@@ -219,7 +223,7 @@ class MountService(Service):
         await self._dataplane.start()
         remote = Remote(self._dataplane)
         self._cache = await ChunkCache.open(
-            settings.chunk_dir, self._worker, reactor, emit=self._emit
+            settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
         )
         cache = self._cache
 
@@ -229,7 +233,8 @@ class MountService(Service):
                 return fetched
 
             def put(self, chunk_hash: str, data: bytes | memoryview, /) -> object:
-                return cache.put(chunk_hash, data)
+                cache.put_soon(chunk_hash, data)  # just uploaded: nobody waits
+                return None
 
         self._fs = MountFS(
             remote=remote,

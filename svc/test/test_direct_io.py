@@ -13,7 +13,13 @@ import stat
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.buffer_pool import BufferPool
-from svc.direct_io import ALIGNMENT, SCRATCH_SIZE, DirectReader, DirectWriter
+from svc.direct_io import (
+    ALIGNMENT,
+    DIRECT_MIN_BYTES,
+    SCRATCH_SIZE,
+    DirectReader,
+    DirectWriter,
+)
 
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
@@ -77,6 +83,31 @@ class DirectWriterTests(SynchronousTestCase):
             self.assertTrue(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
         finally:
             os.close(fd)
+
+    def test_small_file_through_the_page_cache(self) -> None:
+        """
+        A file said to hold fewer than DIRECT_MIN_BYTES is opened without
+        O_DIRECT (and written exactly); one of that size or more, or of
+        unknown size, with it.
+        """
+        directory = self.mktemp()
+        os.mkdir(directory)
+        writer = DirectWriter()
+        for size, direct in [
+            (DIRECT_MIN_BYTES - 1, False),
+            (DIRECT_MIN_BYTES, True),
+            (None, True),
+        ]:
+            path = os.path.join(directory, f"f-{size}")
+            fd = writer.create(path, FLAGS, 0o600, size)
+            data = _pattern(size or 10)
+            try:
+                self.assertEqual(bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT), direct, size)
+                writer.write_all(fd, data)
+            finally:
+                os.close(fd)
+            self._assert_exact(path, data)
+        self.assertTrue(writer.direct)
 
     def test_unaligned_view(self) -> None:
         """A view starting at an odd address of a larger buffer is copied, not passed as is."""

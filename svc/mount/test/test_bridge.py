@@ -87,7 +87,7 @@ class SpillRecorder:
         self.events.append(("store", offset, data))
 
 
-SYNCHRONOUS = {"take_write_grant", "nothing_to_flush"}
+SYNCHRONOUS = {"take_write_grant", "nothing_to_flush", "known_attributes", "known_lookup"}
 """MountFS methods called from the FUSE thread directly (not through the reactor)."""
 
 
@@ -103,6 +103,8 @@ class RecordingFS:
             self.calls.append((name, args))
             answer = self.answers.get(name)
             if name in SYNCHRONOUS:
+                if isinstance(answer, BaseException):
+                    raise answer
                 return answer
             if isinstance(answer, BaseException):
                 return fail(answer)
@@ -158,7 +160,8 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual(out.st_mode, stat.S_IFREG | 0o640)
         self.assertEqual((out.st_size, out.st_uid, out.st_gid), (10, 1, 2))
         self.assertEqual((out.entry_timeout, out.attr_timeout), (11, 13))
-        name, args = self.fs.calls[0]
+        self.assertEqual([name for name, _ in self.fs.calls], ["known_lookup", "lookup"])
+        name, args = self.fs.calls[1]
         self.assertEqual((name, args[:2]), ("lookup", (1, b"name")))
         self.assertEqual(args[2].pid, os.getpid())
 
@@ -226,6 +229,43 @@ class BridgeTests(SynchronousTestCase):
         self.bridge.flush(9)
         self.assertEqual(self.caller.timeouts, [])
         self.assertEqual([name for name, _ in self.fs.calls], ["nothing_to_flush"])
+
+    def test_known_attributes_stay_on_the_fuse_thread(self) -> None:
+        """
+        getattr is answered without the reactor when the filesystem knows
+        the attributes, and asks the reactor when it does not.
+        """
+        self.fs.answers["known_attributes"] = attributes(FileKind.DIR, size=4096)
+        out = self.bridge.getattr(3, None)
+        self.assertEqual((out.st_ino, out.st_mode, out.st_size), (3, stat.S_IFDIR | 0o640, 4096))
+        self.assertEqual(self.caller.timeouts, [])
+        self.fs.answers["known_attributes"] = None
+        self.fs.answers["getattr"] = attributes(size=7)
+        self.assertEqual(self.bridge.getattr(4, None).st_size, 7)
+        self.assertEqual(self.caller.timeouts, [("getattr", 0.05)])
+
+    def test_known_lookups_stay_on_the_fuse_thread(self) -> None:
+        """
+        lookup is answered without the reactor when the filesystem knows
+        the child, or knows the name is missing (a cached negative entry).
+        """
+        self.fs.answers["known_lookup"] = Entry(5, attributes())
+        self.assertEqual(self.bridge.lookup(1, b"known", Context(os.getpid())).st_ino, 5)
+        self.fs.answers["known_lookup"] = FSError(errno.ENOENT, "no such name")
+        out = self.bridge.lookup(1, b"missing", Context(os.getpid()))
+        self.assertEqual((out.st_ino, out.entry_timeout), (0, 11))
+        self.assertEqual(self.caller.timeouts, [])
+        name, args = self.fs.calls[0]
+        self.assertEqual((name, args[:2]), ("known_lookup", (1, b"known")))
+        self.assertEqual(args[2].pid, os.getpid())
+
+    def test_a_bug_answering_here_leaves_the_call_to_the_reactor(self) -> None:
+        """An unexpected exception of a FUSE-thread answer is logged; the reactor answers."""
+        self.fs.answers["known_attributes"] = RuntimeError("bug")
+        self.fs.answers["getattr"] = attributes(size=7)
+        self.assertEqual(self.bridge.getattr(4, None).st_size, 7)
+        self.assertEqual(self.caller.timeouts, [("getattr", 0.05)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_setattr_fields(self) -> None:
         """Only the fields llfuse marks are asked to change; mode loses its type bits."""

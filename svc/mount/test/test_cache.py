@@ -11,7 +11,14 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.names import EventName
-from svc.mount.cache import RECENCY_FLUSH_SECONDS, CacheClosed, ChunkBytesMismatch
+from svc.mount.cache import (
+    BATCH_DELAY_SECONDS,
+    BATCH_MAX_BYTES,
+    BATCH_MAX_CHUNKS,
+    RECENCY_FLUSH_SECONDS,
+    CacheClosed,
+    ChunkBytesMismatch,
+)
 from svc.mount.test.test_cache_support import QueuedWorker, chunk, open_cache
 from svc.testing.worker import ImmediateWorker
 
@@ -368,3 +375,95 @@ class RecencyFlushTests(SynchronousTestCase):
         self.successResultOf(opened.cache.close())
         self.assertEqual(opened.clock.getDelayedCalls(), [])
         self.assertEqual(opened.index_rows()[name][1], 7000)
+
+
+class PutSoonTests(SynchronousTestCase):
+    """
+    L{ChunkCache.put_soon} gathers the chunks the mount uploads into one
+    disk step per batch, without breaking the table's order.
+    """
+
+    def test_batch_written_after_the_delay_in_one_step(self) -> None:
+        """Chunks put within the delay are written by one worker call, then read back."""
+        worker = ImmediateWorker()
+        opened = open_cache(self, worker=worker)
+        chunks = [chunk(seed) for seed in range(5)]
+        calls = worker.calls
+        for name, data in chunks:
+            opened.cache.put_soon(name, data)
+        self.assertEqual(worker.calls, calls)
+        self.assertEqual(
+            opened.cache.contains([name for name, _ in chunks]), {n for n, _ in chunks}
+        )
+        self.assertEqual(opened.index_rows(), {})
+        opened.clock.advance(BATCH_DELAY_SECONDS)
+        self.assertEqual(worker.calls, calls + 1)
+        self.assertEqual(opened.clock.getDelayedCalls(), [])
+        self.assertEqual(sorted(opened.index_rows()), sorted(name for name, _ in chunks))
+        for name, data in chunks:
+            self.assertEqual(opened.file_of(name).read_bytes(), data)
+            self.assertEqual(self.successResultOf(opened.cache.get(name)), data)
+
+    def test_full_batch_written_at_once(self) -> None:
+        """A batch reaching its chunk or byte limit is written without waiting."""
+        worker = ImmediateWorker()
+        opened = open_cache(self, worker=worker)
+        for seed in range(BATCH_MAX_CHUNKS):
+            opened.cache.put_soon(*chunk(seed))
+        self.assertEqual(len(opened.index_rows()), BATCH_MAX_CHUNKS)
+        big_name, big = chunk(1000, BATCH_MAX_BYTES)
+        opened.cache.put_soon(big_name, big)
+        self.assertIn(big_name, opened.index_rows())
+        self.assertEqual(opened.clock.getDelayedCalls(), [])
+
+    def test_get_of_a_waiting_chunk_writes_the_batch(self) -> None:
+        """A get of a chunk still waiting writes the batch at once and answers its bytes."""
+        worker = QueuedWorker()
+        opened = open_cache(self, worker=worker)
+        name, data = chunk(1)
+        opened.cache.put_soon(name, data)
+        getting = opened.cache.get(name)
+        self.assertNoResult(getting)
+        worker.run_all()
+        self.assertEqual(self.successResultOf(getting), data)
+        self.assertEqual(opened.clock.getDelayedCalls(), [])
+
+    def test_discard_of_a_waiting_chunk_follows_its_write(self) -> None:
+        """
+        A discard of a chunk still waiting removes it for good: its write is
+        submitted first, so no file or row is left behind.
+        """
+        worker = QueuedWorker()
+        opened = open_cache(self, worker=worker)
+        name, data = chunk(1)
+        opened.cache.put_soon(name, data)
+        discarding = opened.cache.discard(name)
+        worker.run_all()
+        self.successResultOf(discarding)
+        self.assertFalse(opened.file_of(name).exists())
+        self.assertEqual(opened.index_rows(), {})
+        self.assertEqual(opened.cache.contains([name]), frozenset())
+        self.assertEqual(opened.cache.usage().bytes_used, 0)
+
+    def test_refused_chunk_is_dropped_and_the_rest_stored(self) -> None:
+        """Bytes that do not match their name are not cached; the batch's others are."""
+        opened = open_cache(self)
+        (good, data), (bad, _) = chunk(1), chunk(2)
+        opened.cache.put_soon(bad, chunk(3)[1])
+        opened.cache.put_soon(good, data)
+        opened.clock.advance(BATCH_DELAY_SECONDS)
+        self.assertEqual(opened.cache.contains([good, bad]), frozenset({good}))
+        self.assertEqual(sorted(opened.index_rows()), [good])
+        self.assertFalse(opened.file_of(bad).exists())
+
+    def test_close_writes_the_waiting_batch(self) -> None:
+        """Closing writes the chunks still waiting and leaves no delayed call behind."""
+        opened = open_cache(self)
+        name, data = chunk(1)
+        opened.cache.put_soon(name, data)
+        self.successResultOf(opened.cache.close())
+        self.assertEqual(opened.clock.getDelayedCalls(), [])
+        self.assertEqual(opened.file_of(name).read_bytes(), data)
+        self.assertIn(name, opened.index_rows())
+        opened.cache.put_soon(*chunk(2))  # closed: nothing happens
+        self.assertEqual(len(opened.index_rows()), 1)

@@ -1,0 +1,193 @@
+"""
+Tests for L{svc.mount.fs.MountFS.known_attributes} and
+L{svc.mount.fs.MountFS.known_lookup}: the C{getattr} and C{lookup} answers a
+FUSE thread gives without the reactor, and the ones it leaves to it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import attrs
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.audit.events import AuditEvent
+from svc.mount.errors import FSError
+from svc.mount.fs import ROOT_INODE
+from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+from svc.policy import PathPolicy
+
+
+class KnownAttributesTests(SynchronousTestCase):
+    """What the inode table can answer alone, and what it cannot."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+
+    def test_directory_after_a_create_in_it(self) -> None:
+        """
+        A directory's attributes after a create in it (the kernel asks
+        before its next lookup there) are getattr's, with no request.
+        """
+        mount = self.fixture.mount()
+        directory = mount.ok(mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        mount.write_file("d/f", b"data")
+        requests = len(mount.connection.calls)
+        known = mount.fs.known_attributes(directory.ino)
+        self.assertEqual(len(mount.connection.calls), requests)
+        self.assertIsNotNone(known)
+        self.assertEqual(known, mount.ok(mount.fs.getattr(directory.ino, CALLER)))
+
+    def test_closed_file(self) -> None:
+        """A file no handle holds is answered from the table: its committed size."""
+        mount = self.fixture.mount()
+        entry = mount.write_file("f", b"12345")
+        known = mount.fs.known_attributes(entry.ino)
+        assert known is not None
+        self.assertEqual(known.size, 5)
+        self.assertEqual(known, mount.ok(mount.fs.getattr(entry.ino, CALLER)))
+
+    def test_open_file_is_left_to_the_reactor(self) -> None:
+        """While a handle is open its size and mtime are the open state's: no answer."""
+        mount = self.fixture.mount()
+        entry = mount.write_file("f", b"12345")
+        opened = mount.ok(mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
+        mount.ok(mount.fs.write(opened.fh, 5, b"678", CALLER))
+        self.assertIsNone(mount.fs.known_attributes(entry.ino))
+        self.assertEqual(mount.ok(mount.fs.getattr(entry.ino, CALLER)).size, 8)
+        mount.ok(mount.fs.flush(opened.fh, CALLER))
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+        known = mount.fs.known_attributes(entry.ino)
+        assert known is not None
+        self.assertEqual(known.size, 8)
+
+    def test_stale_is_left_to_the_reactor(self) -> None:
+        """Stale attributes are not answered; the reactor's getattr fetches them."""
+        mount = self.fixture.mount()
+        directory = mount.ok(mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        mount.write_file("d/f", b"data")
+        mount.ok(mount.fs.unlink(directory.ino, b"f", CALLER))  # the parent goes stale
+        self.assertIsNone(mount.fs.known_attributes(directory.ino))
+        fetched = mount.ok(mount.fs.getattr(directory.ino, CALLER))
+        self.assertEqual(mount.fs.known_attributes(directory.ino), fetched)
+
+    def test_unknown_inode_is_left_to_the_reactor(self) -> None:
+        """An inode the table does not know: no answer (the reactor says ENOENT)."""
+        mount = self.fixture.mount()
+        self.assertIsNone(mount.fs.known_attributes(9999))
+        self.assertEqual(mount.errno(mount.fs.getattr(9999, CALLER)), errno.ENOENT)
+
+    def test_policy_refusal_is_left_to_the_reactor(self) -> None:
+        """
+        A file whose path the policy refuses now (its directory was renamed
+        into a denied place) is not answered; the reactor refuses it.
+        """
+        mount = self.fixture.mount(policy=PathPolicy(deny=["locked/*"]))
+        mount.ok(mount.fs.mkdir(ROOT_INODE, b"open", 0o755, CALLER))
+        entry = mount.write_file("open/f", b"data")
+        self.assertIsNotNone(mount.fs.known_attributes(entry.ino))
+        mount.ok(mount.fs.rename(ROOT_INODE, b"open", ROOT_INODE, b"locked", CALLER))
+        self.assertIsNone(mount.fs.known_attributes(entry.ino))
+        self.assertEqual(mount.errno(mount.fs.getattr(entry.ino, CALLER)), errno.EACCES)
+
+
+def _without_ts(event: AuditEvent) -> AuditEvent:
+    return attrs.evolve(event, ts=0.0)
+
+
+class KnownLookupTests(SynchronousTestCase):
+    """
+    Lookups answered from the inode table give the reactor's answer and
+    audit line; the rest are left to the reactor.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.directory = self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.file = self.mount.write_file("d/f", b"12345")
+
+    def _lines(self, mount: Mount) -> list[AuditEvent]:
+        return [_without_ts(event) for event in mount.events("lookup")]
+
+    def test_missing_name_in_a_wholly_known_directory(self) -> None:
+        """
+        A name a directory this mount created does not hold is ENOENT at
+        once, with the reactor's audit line and no request.
+        """
+        mount = self.mount
+        requests = len(mount.connection.calls)
+        failure = self.assertRaises(
+            FSError, mount.fs.known_lookup, self.directory.ino, b"next", CALLER
+        )
+        self.assertEqual(failure.errno, errno.ENOENT)
+        self.assertEqual(len(mount.connection.calls), requests)
+        fast = self._lines(mount)[-1]
+        self.assertEqual(
+            mount.errno(mount.fs.lookup(self.directory.ino, b"next", CALLER)), errno.ENOENT
+        )
+        self.assertEqual(self._lines(mount)[-1], fast)
+        self.assertEqual((fast.path, fast.allowed, fast.size), ("/d/next", True, None))
+
+    def test_known_child(self) -> None:
+        """A known child is the reactor's entry and audit line, and counts as looked up."""
+        mount = self.mount
+        table = mount.fs._ctx.table
+        node = table.require(self.file.ino)
+        lookups = node.lookups
+        entry = mount.fs.known_lookup(self.directory.ino, b"f", CALLER)
+        self.assertEqual(node.lookups, lookups + 1)
+        fast = self._lines(mount)[-1]
+        self.assertEqual(entry, mount.ok(mount.fs.lookup(self.directory.ino, b"f", CALLER)))
+        self.assertEqual(self._lines(mount)[-1], fast)
+        self.assertEqual((fast.path, fast.allowed, fast.size), ("/d/f", True, 5))
+        self.assertEqual(node.lookups, lookups + 2)
+
+    def test_counted_lookup_keeps_an_unlinked_inode(self) -> None:
+        """
+        The lookup a FUSE thread counted keeps the inode after its name goes,
+        until the kernel forgets it, as the reactor's count does.
+        """
+        mount = self.mount
+        table = mount.fs._ctx.table
+        mount.fs.forget([(self.file.ino, table.require(self.file.ino).lookups)])
+        entry = mount.fs.known_lookup(self.directory.ino, b"f", CALLER)
+        assert entry is not None
+        mount.ok(mount.fs.unlink(self.directory.ino, b"f", CALLER))
+        self.assertIsNotNone(table.get(entry.ino))
+        mount.fs.forget([(entry.ino, 1)])
+        self.assertIsNone(table.get(entry.ino))
+
+    def test_left_to_the_reactor(self) -> None:
+        """
+        Dot names, a name in a directory not wholly known, a stale child,
+        an open file and an unknown directory get no answer here, and
+        write no line.
+        """
+        mount = self.mount
+        fs = mount.fs
+        lines = len(self._lines(mount))
+        self.assertIsNone(fs.known_lookup(self.directory.ino, b"..", CALLER))
+        self.assertIsNone(fs.known_lookup(9999, b"x", CALLER))
+        other = self.fixture.mount()  # knows nothing of d: not wholly known
+        other_directory = other.lookup_path("d")
+        self.assertIsNone(other.fs.known_lookup(other_directory.ino, b"new", CALLER))
+        opened = mount.ok(fs.open(self.file.ino, os.O_WRONLY, CALLER))
+        self.assertIsNone(fs.known_lookup(self.directory.ino, b"f", CALLER))
+        mount.ok(fs.release(opened.fh, CALLER))
+        fs._ctx.table.require(self.file.ino).stale = True
+        self.assertIsNone(fs.known_lookup(self.directory.ino, b"f", CALLER))
+        self.assertEqual(len(self._lines(mount)), lines)
+
+    def test_policy_refusal_is_left_to_the_reactor(self) -> None:
+        """A refused name is not answered here; the reactor refuses and audits it."""
+        mount = self.fixture.mount(policy=PathPolicy(deny=["d/secret*"]))
+        directory = mount.lookup_path("d")
+        mount.names("d")  # wholly known now
+        lines = len(mount.events("lookup"))
+        self.assertIsNone(mount.fs.known_lookup(directory.ino, b"secret.txt", CALLER))
+        self.assertEqual(len(mount.events("lookup")), lines)
+        refused = mount.fs.lookup(directory.ino, b"secret.txt", CALLER)
+        self.assertEqual(mount.errno(refused), errno.EACCES)
+        self.assertFalse(mount.events("lookup")[-1].allowed)

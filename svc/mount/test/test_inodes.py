@@ -1,0 +1,117 @@
+"""
+Tests for L{svc.mount.inodes.InodeTable}: the names guard that lets a FUSE
+thread form a path while the reactor changes names.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.attributes import Attributes, FileKind
+from svc.mount.inodes import InodeTable, Node
+
+
+def attributes(server_inode: int, kind: FileKind = FileKind.FILE) -> Attributes:
+    return Attributes(
+        server_inode=server_inode,
+        kind=kind,
+        mode=0o755,
+        uid=0,
+        gid=0,
+        size=0,
+        mtime_ns=1,
+        atime_ns=1,
+        ctime_ns=1,
+        version=1,
+        nlink=2 if kind is FileKind.DIR else 1,
+    )
+
+
+class RecordingGuard:
+    """Stands in for the names guard: how deep it is held, and how often it was taken."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+        self.taken += 1
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.depth -= 1
+
+
+class GuardedNames(set[tuple[int, str]]):
+    """A node's names that fail the test when changed without the guard held."""
+
+    guard: RecordingGuard
+
+    def add(self, element: tuple[int, str]) -> None:
+        assert self.guard.depth > 0, "a name added without the names guard"
+        super().add(element)
+
+    def discard(self, element: object) -> None:
+        assert self.guard.depth > 0, "a name dropped without the names guard"
+        super().discard(element)
+
+
+class NamesGuardTests(SynchronousTestCase):
+    """Every change of names holds the names guard; readers off the reactor take it."""
+
+    def setUp(self) -> None:
+        self.table = InodeTable(attributes(1, FileKind.DIR))
+        self.guard = RecordingGuard()
+        self.table._names_guard = self.guard  # type: ignore[assignment]
+        GuardedNames.guard = self.guard
+
+    def _guarded(self, node: Node) -> Node:
+        node.names = GuardedNames(node.names)
+        return node
+
+    def test_every_change_of_names_holds_the_guard(self) -> None:
+        """
+        Learning, creating, moving, unlinking, forgetting and listing
+        change names only with the guard held, and leave it free.
+        """
+        table, root = self.table, self.table.root
+        directory = self._guarded(table.learn(root, "d", attributes(2, FileKind.DIR)))
+        directory.complete = True
+        first = self._guarded(table.learn(directory, "a", attributes(3)))
+        pending = self._guarded(table.add_pending(directory, "p", attributes(0)))
+        table.move(directory, "a", root, "b")
+        table.unlink(directory, "p")
+        table.forget_name(root, "b")
+        table.set_listing(directory, [("c", attributes(4))])
+        table.forget(first.ino, 1)
+        table.discard_if_unused(pending)
+        self.assertEqual(self.guard.depth, 0)
+        self.assertGreaterEqual(self.guard.taken, 8)
+        self.assertEqual(table.path_of(directory), "d")
+
+    def test_path_from_any_thread_takes_the_guard(self) -> None:
+        """A path formed for another thread is formed under the guard."""
+        directory = self.table.learn(self.table.root, "d", attributes(2, FileKind.DIR))
+        child = self.table.learn(directory, "f", attributes(3))
+        taken = self.guard.taken
+        self.assertEqual(self.table.path_from_any_thread(child), "d/f")
+        self.assertEqual(self.guard.taken, taken + 1)
+        self.table.unlink(directory, "f")
+        self.assertIsNone(self.table.path_from_any_thread(child))
+
+    def test_the_real_guard_is_reentrant(self) -> None:
+        """A change that makes others (a listing learns and unlinks) does not deadlock."""
+        table = InodeTable(attributes(1, FileKind.DIR))
+        directory = table.learn(table.root, "d", attributes(2, FileKind.DIR))
+        table.learn(directory, "old", attributes(3))
+        table.set_listing(directory, [("new", attributes(4))])
+        self.assertEqual(sorted(directory.children), ["new"])
+        table.learn(table.root, "e", attributes(2, FileKind.DIR))  # the directory, moved
+        self.assertEqual(table.path_from_any_thread(directory), "e")
