@@ -2,21 +2,22 @@
 Running blocking work (disk, SQLite, hashing large buffers) off the reactor.
 
 Logic objects take an L{IWorker} rather than reaching for a global thread
-pool. The real one, L{ThreadWorker}, runs calls on a Twisted
-L{ThreadPool} and delivers results on the reactor thread. A worker created
+pool. The real one, L{ThreadWorker}, runs calls on threads of its own and
+delivers results on the reactor thread. A worker created
 with one thread is also how a SQLite database gets its single writer thread.
 Tests use L{svc.testing.worker.ImmediateWorker}, which runs calls inline.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorCore, IReactorFromThreads
-from twisted.internet.threads import deferToThreadPool
-from twisted.python.threadpool import ThreadPool
+from twisted.python.failure import Failure
 
 T = TypeVar("T")
 
@@ -34,38 +35,85 @@ class IWorker(Protocol):
 
 class ThreadWorker:
     """
-    An L{IWorker} backed by a L{ThreadPool} of ``threads`` threads.
+    An L{IWorker} running calls on ``threads`` threads of its own (named
+    ``<name>-<n>``), taking them from one queue in submission order.
 
     With ``threads=1`` every call runs on the same thread, in submission
     order, which is what a SQLite connection needs. When the reactor provides
-    L{IReactorCore}, the pool is stopped during reactor shutdown (after queued
-    work finishes), as Twisted does for its own pool, so a stopping process
-    is never kept alive by idle worker threads.
+    L{IReactorCore}, the threads are stopped during reactor shutdown (after
+    queued work finishes), as Twisted does for its own pool, so a stopping
+    process is never kept alive by idle worker threads.
+
+    Why not Twisted's C{ThreadPool} and C{deferToThreadPool}: their context
+    tracking, worker coordination and per-call wrapping cost about 85 us of
+    CPU per call on these machines, against about 45 us for a queue and
+    C{callFromThread}; the data plane makes two such calls for every small
+    file a mount commits, and the mount one per batch of cached chunks.
     """
 
     def __init__(self, reactor: IReactorFromThreads, name: str, threads: int = 1) -> None:
+        if threads < 1:
+            raise ValueError(f"a worker needs at least one thread, not {threads}")
         self._reactor = reactor
-        self._pool = ThreadPool(minthreads=threads, maxthreads=threads, name=name)
-        self._started = False
+        self._name = name
+        self._threads = threads
+        self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+        self._running: list[threading.Thread] = []
+        self._trigger_added = False
 
     def start(self) -> None:
         """
         Start the threads; idempotent.
         """
-        if not self._started:
-            self._pool.start()
-            self._started = True
-            if IReactorCore.providedBy(self._reactor):
-                self._reactor.addSystemEventTrigger("during", "shutdown", self.stop)
+        if self._running:
+            return
+        self._running = [
+            threading.Thread(target=self._work, name=f"{self._name}-{index}", daemon=True)
+            for index in range(self._threads)
+        ]
+        for thread in self._running:
+            thread.start()
+        if not self._trigger_added and IReactorCore.providedBy(self._reactor):
+            self._trigger_added = True
+            self._reactor.addSystemEventTrigger("during", "shutdown", self.stop)
 
     def stop(self) -> None:
         """
         Wait for queued work to finish and stop the threads; idempotent.
         """
-        if self._started:
-            self._pool.stop()
-            self._started = False
+        running, self._running = self._running, []
+        for _thread in running:
+            self._queue.put(None)
+        for thread in running:
+            thread.join()
 
     def submit(self, fn: Callable[[], T]) -> Deferred[T]:
         self.start()
-        return deferToThreadPool(self._reactor, self._pool, fn)
+        result: Deferred[T] = Deferred()
+        self._queue.put(_Task(fn, result))
+        return result
+
+    def _work(self) -> None:
+        """One thread: run tasks until a stop marker, delivering each result on the reactor."""
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            try:
+                value = task.fn()
+            except BaseException:
+                failure = Failure()  # type: ignore[no-untyped-call]
+                self._reactor.callFromThread(task.result.errback, failure)
+            else:
+                self._reactor.callFromThread(task.result.callback, value)
+            del task  # hold no reference to the last call's result while idle
+
+
+class _Task:
+    """One submitted call and the L{Deferred} that gets its outcome."""
+
+    __slots__ = ("fn", "result")
+
+    def __init__(self, fn: Callable[[], Any], result: Deferred[Any]) -> None:
+        self.fn = fn
+        self.result = result

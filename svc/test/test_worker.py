@@ -75,3 +75,45 @@ class ThreadWorkerTests(TestCase):
 
         d: Deferred[None] = self.assertFailure(worker.submit(boom), ValueError)
         return d
+
+    def test_stop_waits_for_queued_work(self) -> Deferred[None]:
+        """stop returns once every call submitted before it has run; their results follow."""
+        worker = ThreadWorker(reactor, "test-worker-stop", threads=2)
+        ran: list[int] = []
+        release = threading.Event()
+
+        def first() -> int:
+            release.wait(10)
+            ran.append(0)
+            return 0
+
+        def later(i: int) -> int:
+            ran.append(i)
+            return i
+
+        ds: list[Deferred[int]] = [worker.submit(first)]
+        ds += [worker.submit(lambda i=i: later(i)) for i in range(1, 6)]  # type: ignore[misc]
+        release.set()
+        worker.stop()
+        self.assertEqual(sorted(ran), list(range(6)))
+        self.assertEqual(
+            [t.name for t in threading.enumerate() if "test-worker-stop" in t.name], []
+        )
+        return gatherResults(ds).addCallback(
+            lambda results: self.assertEqual(results, list(range(6)))
+        )
+
+    def test_threads_named_and_restartable(self) -> Deferred[None]:
+        """Calls run on threads named after the worker; a stopped worker starts again."""
+        worker = ThreadWorker(reactor, "test-worker-named", threads=1)
+        self.addCleanup(worker.stop)
+        first = worker.submit(lambda: threading.current_thread().name)
+        worker.stop()
+        second = worker.submit(lambda: threading.current_thread().name)
+        return gatherResults([first, second]).addCallback(
+            lambda names: self.assertEqual(names, ["test-worker-named-0"] * 2)
+        )
+
+    def test_no_threads_refused(self) -> None:
+        """A worker of no threads would never run anything: refused at once."""
+        self.assertRaises(ValueError, ThreadWorker, reactor, "none", threads=0)
