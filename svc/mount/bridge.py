@@ -453,7 +453,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         data = bytes(buf)
         grant = self._fs.take_write_grant(fh)
         if grant is not None:
-            if grant.usable:
+            if grant.usable and grant.accepts(off, len(data)):
                 self._store(lambda: grant.store(off, data), partial(grant.finish, off, data))
                 return len(data)
             self._call.post(grant.give_back)  # queued before the start below
@@ -509,13 +509,29 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         self._writeback("fsync", self._fs.fsync, fh, bool(datasync), self._owner(fh))
 
     def release(self, fh: int) -> None:
-        """Close a file handle."""
-        owner = self._owner(fh)
-        try:
-            self._writeback("release", self._fs.release, fh, owner)
-        finally:
+        """
+        Close a file handle, without waiting: the release is posted to the
+        reactor, which runs it after every call posted before (the handle's
+        writes and flushes), and answered at once. Nobody waits for the
+        answer (C{close(2)} returned after the flush, and the kernel ignores
+        a release's errors), but a FUSE thread waiting here for the commit
+        of a handed-off close held one of the few threads every other
+        request needs. The handle counts as open (L{open_handles}) until the
+        release has run, so a shutdown writes it back meanwhile.
+        """
+        self._call.post(self._release_on_reactor, fh, self._owner(fh))
+
+    def _release_on_reactor(self, fh: int, owner: CallerProcess) -> None:
+        def released(result: object) -> None:
             with self._owners_lock:
                 self._owners.pop(fh, None)
+            if isinstance(result, Failure):
+                if isinstance(result.value, FSError):
+                    _log.warn("release of file {fh} failed: {error}", fh=fh, error=result.value)
+                else:
+                    _log.failure("release of file {fh} failed", result, fh=fh)
+
+        self._fs.release(fh, owner).addBoth(released)
 
     # Shutdown (reactor thread)
 

@@ -28,6 +28,12 @@ HAND_OFF_MAX_BYTES = 8 << 20
 """Largest file whose C{close} may return once its commit is sent (a bigger
 file's write-back is mostly its uploads, which a close waits for anyway)."""
 
+HAND_OFF_MAX_FILES = 64
+"""Most handed-off commits unanswered at once: a close beyond waits for its own."""
+
+HAND_OFF_MAX_IN_FLIGHT_BYTES = 64 << 20
+"""Most bytes of handed-off files unanswered at once (their spills stay until answered)."""
+
 HAND_OFF_HEADROOM = 64 << 20
 """Room under the disk's quota that must remain after every handed-off
 commit for a C{close} to hand off (else it waits, to report C{EDQUOT})."""
@@ -54,6 +60,8 @@ class HandOffs:
         self._quota = quota
         self._unfinished = InFlight()
         self._bytes = 0  # sizes of the files handed off and still running
+        self._files = 0  # how many those are
+        self._waiting_for_room: list[Deferred[None]] = []
         self._failed = False  # a handed-off write-back failed since the last commit
 
     # Write-backs nobody waits for
@@ -86,8 +94,18 @@ class HandOffs:
         few seconds old at most) would leave less than L{HAND_OFF_HEADROOM}
         once every handed-off file is stored, or cannot be had. Then the
         close waits and reports.
+
+        While L{HAND_OFF_MAX_FILES} handed-off commits, or
+        L{HAND_OFF_MAX_IN_FLIGHT_BYTES} of their files, are unanswered, it
+        first waits until one is answered: what is in flight stays bounded
+        (each file keeps its spill until then), and the close waits for the
+        oldest commit, not for its own behind all the others.
         """
-        if self._durable_close or read_only or size > HAND_OFF_MAX_BYTES or self._failed:
+        if self._durable_close or read_only or size > HAND_OFF_MAX_BYTES:
+            return False
+        while not self._failed and self._full(size):
+            await self._room()
+        if self._failed:
             return False
         if self._quota is None:
             return True
@@ -99,6 +117,18 @@ class HandOffs:
             return True
         left = report.quota_bytes - report.used_bytes - self._bytes - size
         return left >= HAND_OFF_HEADROOM
+
+    def _full(self, size: int) -> bool:
+        """Whether handing off one more file of C{size} bytes would pass the bounds."""
+        return self._files >= HAND_OFF_MAX_FILES or (
+            self._files > 0 and self._bytes + size > HAND_OFF_MAX_IN_FLIGHT_BYTES
+        )
+
+    def _room(self) -> Deferred[None]:
+        """Fires once a handed-off write-back ends (room for another, perhaps)."""
+        waiter: Deferred[None] = Deferred()
+        self._waiting_for_room.append(waiter)
+        return waiter
 
     def hand_off(self, ino: int, size: int, write_back: WriteBack) -> Deferred[None]:
         """
@@ -120,6 +150,7 @@ class HandOffs:
         def ended(result: Failure | None) -> None:
             self.finished()
             self._bytes -= size
+            self._files -= 1
             if not sent.called:  # ended before sending: its result is the close's
                 if isinstance(result, Failure):
                     sent.errback(result)
@@ -136,11 +167,16 @@ class HandOffs:
                     )
                 else:
                     _log.failure("write-back of inode {ino} failed", result, ino=ino)
+            # Last, so a close waiting for room sees this one's failure.
+            waiting, self._waiting_for_room = self._waiting_for_room, []
+            for waiter in waiting:
+                waiter.callback(None)
 
         async def running() -> None:
             await write_back(on_sent)
 
         self.started()
         self._bytes += size
+        self._files += 1
         Deferred.fromCoroutine(running()).addBoth(ended)
         return sent

@@ -114,7 +114,26 @@ class FileOps:
         handle = ctx.files.open(state, _writable(flags))
         node.kernel_version = state.version
         ctx.table.looked_up(node)
+        if handle.writable:
+            self._offer_first_grant(state)
         return OpenResult(handle.fh, keep_cache=False), Entry(node.ino, ctx.attributes(node))
+
+    def _offer_first_grant(self, state: FileState) -> None:
+        """
+        Leave a new file's first write a L{WriteGrant} into an in-memory
+        spill, so it skips the reactor as later writes do (when the memory
+        budget allows; otherwise the first write starts on the reactor).
+        """
+        if self._ctx.read_only_reason is not None or state.lock.locked:
+            return
+        if not state.ensure_memory_spill():
+            return
+        state.lock.acquire()  # free: taken at once
+        grant = state.write_grant(self._ctx.table.generation, partial(self._after_write, state))
+        if grant is None:
+            state.lock.release()
+            return
+        state.offer_grant(grant)
 
     def _new_file(self, mode: int, caller: CallerProcess) -> Attributes:
         """The attributes of a pending file until its first commit."""
@@ -277,9 +296,8 @@ class FileOps:
         except BaseException:
             state.lock.release()
             raise
-        if pending is None:
-            state.lock.release()
-            self._write_behind(state)
+        if pending is None:  # stored in memory
+            self._after_write(state, True)
             return len(data)
         return self._locked_write(state, pending)
 

@@ -163,9 +163,10 @@ class FileLock(DeferredLock):
 class WriteGrant:
     """
     The right to store the next write of a file straight into its spill
-    file, from a FUSE thread, without first asking the reactor. A grant
-    holds the file's lock (and keeps its spill file open) from the moment
-    a stored write hands it over until it is used or given back, so the
+    (a file, or memory below its limit: L{accepts}), from a FUSE thread,
+    without first asking the reactor. A grant holds the file's lock (and
+    keeps its spill open) from the moment a stored write, or the create of
+    a new file, hands it over until it is used or given back, so the
     reactor's view is the same as for a write in progress: flush, fsync,
     truncate, the write-back and other writes wait for it, and asking for
     the lock gives an unused grant back (L{FileLock}). Taking it is the
@@ -178,7 +179,7 @@ class WriteGrant:
 
     def __init__(
         self,
-        spill: SpillFile,
+        spill: Spill,
         generation: int,
         used: Callable[[int, bytes, bool], None],
         give_back: Callable[[], None],
@@ -190,8 +191,18 @@ class WriteGrant:
         self._give_back = give_back
         self._ended = False
 
+    def accepts(self, offset: int, length: int) -> bool:
+        """
+        Whether a write of C{length} bytes at C{offset} can be stored with
+        this grant: always in a spill file; in a memory spill, below its
+        limit only (a larger one goes to the reactor, which moves the bytes
+        to a spill file).
+        """
+        spill = self._spill
+        return not isinstance(spill, MemorySpill) or spill.fits(offset + length)
+
     def store(self, offset: int, data: bytes) -> None:
-        """C{pwrite} C{data} at C{offset} (blocking; any thread)."""
+        """Store C{data} at C{offset} (a C{pwrite}, blocking; any thread)."""
         self._spill.write(offset, data)
 
     def finish(self, offset: int, data: bytes, stored: bool) -> None:
@@ -500,12 +511,12 @@ class FileState:
 
     def write_grant(self, generation: int, after: Callable[[bool], None]) -> WriteGrant | None:
         """
-        A grant to store the next write straight into the spill file, for
-        a caller that holds the lock and hands it over (C{None} if the
-        bytes are not in a spill file on disk). C{after(stored)} runs on
-        the reactor once the grant is used, holding the lock.
+        A grant to store the next write straight into the spill (a file on
+        disk, or memory), for a caller that holds the lock and hands it over
+        (C{None} if there is no spill yet). C{after(stored)} runs on the
+        reactor once the grant is used, holding the lock.
         """
-        held = self._hold_disk_spill()
+        held = self._hold_spill()
         if held is None:
             return None
         handle, spill = held
@@ -539,6 +550,27 @@ class FileState:
         grant = self.take_grant()
         if grant is not None:
             grant.give_back()
+
+    def ensure_memory_spill(self) -> bool:
+        """
+        Give a file with no spill yet an in-memory one, so its first write
+        can take a grant (L{write_grant}); whether it has a spill now (the
+        memory budget may be spent).
+        """
+        if self._spill is None:
+            memory = self._spill_dir.in_memory(1)
+            if memory is None:
+                return False
+            self._spill = SpillHandle(memory, self._worker)
+        return True
+
+    def _hold_spill(self) -> tuple[SpillHandle, Spill] | None:
+        """The spill, kept until L{_release_spill}; C{None} if none."""
+        handle = self._spill
+        if handle is None:
+            return None
+        handle.acquire()
+        return handle, handle.spill
 
     def _hold_disk_spill(self) -> tuple[SpillHandle, SpillFile] | None:
         """The spill file on disk, kept open until L{_release_spill}; C{None} if none."""

@@ -31,6 +31,7 @@ from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name, syn
 from svc.mount.errors import FSError
 from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.settings import BridgeTimeouts
+from svc.mount.spill import MemoryBudget, MemorySpill
 
 
 class ImmediateReactor:
@@ -203,7 +204,7 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual(self.fuse_errno(lambda: self.bridge.statfs(None)), errno.EIO)
 
     def test_writeback_calls_wait_longer(self) -> None:
-        """flush, fsync, release and a truncation use the write-back timeout."""
+        """flush, fsync and a truncation use the write-back timeout (release does not wait)."""
         self.fs.answers["open"] = type("R", (), {"fh": 9, "keep_cache": False})()
         self.fs.answers["setattr"] = attributes(size=0)
         self.assertEqual(self.bridge.open(4, os.O_RDWR, Context(os.getpid())), 9)
@@ -216,12 +217,39 @@ class BridgeTests(SynchronousTestCase):
         self.bridge.setattr(4, attr, fields, None, None)
         self.assertEqual(
             self.caller.timeouts,
-            [("open", 0.05), ("flush", 7.0), ("fsync", 7.0), ("release", 7.0), ("setattr", 7.0)],
+            [("open", 0.05), ("flush", 7.0), ("fsync", 7.0), ("setattr", 7.0)],
         )
         self.assertEqual(self.fs.calls[-1][1][1], AttributeChanges(size=0))
         [flush] = [args for name, args in self.fs.calls if name == "flush"]
         flush_caller = flush[1]
         self.assertEqual(flush_caller.pid, os.getpid())
+
+    def test_release_is_posted_without_waiting(self) -> None:
+        """
+        release answers at once; the handle counts as open until the
+        reactor has run it.
+        """
+        self.fs.answers["open"] = type("R", (), {"fh": 9, "keep_cache": False})()
+        self.bridge.open(4, os.O_RDWR, Context(os.getpid()))
+        self.reactor.dropping = True  # the reactor never gets to it
+        self.bridge.release(9)
+        self.assertEqual(self.caller.timeouts[-1:], [("open", 0.05)])
+        self.assertIn(9, self.bridge.open_handles())
+        self.assertNotIn("release", [name for name, _ in self.fs.calls])
+        self.reactor.dropping = False
+        self.bridge.release(9)
+        self.assertEqual([name for name, _ in self.fs.calls][-1], "release")
+        self.assertNotIn(9, self.bridge.open_handles())
+
+    def test_release_failures_are_logged(self) -> None:
+        """A release that fails is logged (a bug as a failure); the handle is gone either way."""
+        self.fs.answers["release"] = FSError(errno.EIO, "write-back failed")
+        self.bridge.release(3)
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.fs.answers["release"] = RuntimeError("bug")
+        self.bridge.release(4)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(self.bridge.open_handles(), {})
 
     def test_flush_with_nothing_to_write_back_stays_on_the_fuse_thread(self) -> None:
         """A flush the filesystem says has nothing to do is answered without the reactor."""
@@ -368,6 +396,26 @@ class BridgeTests(SynchronousTestCase):
 
         self.fs.answers["start_write"] = start
         self.assertEqual(self.bridge.write(4, 0, b"x"), 1)
+        self.assertEqual(events, ["given back", "start"])
+
+    def test_grant_that_cannot_hold_the_write_is_given_back(self) -> None:
+        """A usable grant into a memory spill too small for the write goes back first."""
+        events: list[object] = []
+        grant = WriteGrant(
+            MemorySpill(4, MemoryBudget(4)),
+            0,
+            lambda offset, data, stored: events.append("finish"),
+            lambda: events.append("given back"),
+        )
+        grant.usable = True
+        self.fs.answers["take_write_grant"] = grant
+
+        def start(*args: object) -> Deferred[int]:
+            events.append("start")
+            return succeed(5)
+
+        self.fs.answers["start_write"] = start
+        self.assertEqual(self.bridge.write(4, 0, b"12345"), 5)
         self.assertEqual(events, ["given back", "start"])
 
     def test_store_bug_is_eio(self) -> None:

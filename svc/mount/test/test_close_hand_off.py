@@ -9,7 +9,13 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import QuotaReport
-from svc.mount.close_hand_off import HAND_OFF_HEADROOM, HandOffs
+from svc.mount.close_hand_off import (
+    HAND_OFF_HEADROOM,
+    HAND_OFF_MAX_BYTES,
+    HAND_OFF_MAX_FILES,
+    HAND_OFF_MAX_IN_FLIGHT_BYTES,
+    HandOffs,
+)
 from svc.mount.errors import FSError
 
 
@@ -95,3 +101,49 @@ class HandOffTests(SynchronousTestCase):
         self.assertFalse(
             self.successResultOf(Deferred.fromCoroutine(self.hand_offs.allowed(1, read_only=True)))
         )
+
+
+class InFlightBoundTests(SynchronousTestCase):
+    """Closes past the bound wait for the oldest commit in flight, then hand off."""
+
+    def setUp(self) -> None:
+        self.hand_offs = HandOffs(durable_close=False, quota=None)
+
+    def asking(self, size: int = 10) -> Deferred[bool]:
+        return Deferred.fromCoroutine(self.hand_offs.allowed(size, read_only=False))
+
+    def fill(self, count: int, size: int = 10) -> list[StandIn]:
+        write_backs = []
+        for ino in range(count):
+            write_back = StandIn()
+            self.assertTrue(self.successResultOf(self.asking(size)))
+            closed = self.hand_offs.hand_off(ino, size, write_back)
+            write_back.send()
+            self.successResultOf(closed)
+            write_backs.append(write_back)
+        return write_backs
+
+    def test_file_count_bound(self) -> None:
+        """At the count bound a close waits; one answer lets it hand off."""
+        write_backs = self.fill(HAND_OFF_MAX_FILES)
+        asked = self.asking()
+        self.assertNoResult(asked)
+        write_backs[0].done.callback(None)
+        self.assertTrue(self.successResultOf(asked))
+
+    def test_byte_bound(self) -> None:
+        """Past the in-flight bytes a close waits too."""
+        count = HAND_OFF_MAX_IN_FLIGHT_BYTES // HAND_OFF_MAX_BYTES
+        self.assertLess(count, HAND_OFF_MAX_FILES)
+        write_backs = self.fill(count, HAND_OFF_MAX_BYTES)
+        asked = self.asking(1)
+        self.assertNoResult(asked)
+        write_backs[-1].done.callback(None)
+        self.assertTrue(self.successResultOf(asked))
+
+    def test_a_failure_while_waiting_makes_the_close_wait_for_its_own(self) -> None:
+        """An answer that is a failure: the waiting close no longer hands off."""
+        write_backs = self.fill(HAND_OFF_MAX_FILES)
+        asked = self.asking()
+        write_backs[0].done.errback(FSError(errno.EIO, "connection lost"))
+        self.assertFalse(self.successResultOf(asked))

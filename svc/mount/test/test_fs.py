@@ -12,6 +12,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
 from svc.mount.attributes import AttributeChanges
+from svc.mount.fs_context import FSSettings
 from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
@@ -300,6 +301,76 @@ class WriteGrantTests(SynchronousTestCase):
         self.assertIsNone(self.fs.take_write_grant(self.fh))
         self.assertEqual(self.read(0, 4), self.data[:4])
         self.mount.ok(self.fs.release(self.fh, CALLER))
+
+
+class FirstWriteGrantTests(SynchronousTestCase):
+    """
+    A new file's first write, and each later write a memory spill holds,
+    can be stored through a grant without asking the reactor.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.fs = self.mount.fs
+
+    def create(self, name: bytes = b"new") -> int:
+        opened, _entry = self.mount.ok(
+            self.fs.create(1, name, 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        )
+        fh: int = opened.fh
+        return fh
+
+    def test_new_file_writes_through_grants_into_memory(self) -> None:
+        """
+        The create leaves a grant; each write through one leaves the next;
+        the bytes are the file's once finished, and committed by the close.
+        """
+        fh = self.create()
+        for offset, text in ((0, b"hello "), (6, b"world")):
+            grant = self.fs.take_write_grant(fh)
+            assert grant is not None
+            self.assertTrue(grant.usable and grant.accepts(offset, len(text)))
+            grant.store(offset, text)
+            grant.finish(offset, text, True)
+        self.assertEqual(self.mount.ok(self.fs.read(fh, 0, 100, CALLER)), b"hello world")
+        self.mount.ok(self.fs.flush(fh, CALLER))
+        self.mount.ok(self.fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("new"), b"hello world")
+        self.assertEqual(list(self.mount.spill_dir.glob("*")), [])
+
+    def test_write_beyond_memory_goes_to_the_reactor(self) -> None:
+        """
+        A write a memory spill cannot hold is not accepted: the grant goes
+        back and the reactor moves the bytes to a spill file.
+        """
+        fh = self.create()
+        grant = self.fs.take_write_grant(fh)
+        assert grant is not None
+        big = pseudo_random("big", 2 * MiB)
+        self.assertFalse(grant.accepts(0, len(big)))
+        grant.give_back()
+        self.assertEqual(self.mount.ok(self.fs.write(fh, 0, big, CALLER)), len(big))
+        self.mount.ok(self.fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("new"), big)
+
+    def test_created_without_writing(self) -> None:
+        """A file created and closed unwritten is committed empty; its grant is given back."""
+        fh = self.create()
+        self.mount.ok(self.fs.flush(fh, CALLER))
+        self.assertIsNone(self.fs.take_write_grant(fh))
+        self.mount.ok(self.fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("new"), b"")
+
+    def test_no_grant_when_memory_is_spent(self) -> None:
+        """With no memory budget left, the first write starts on the reactor."""
+        fixture = FSFixture(self)
+        mount = fixture.mount(settings=FSSettings(memory_spill_bytes=0))
+        opened, _entry = mount.ok(mount.fs.create(1, b"n", 0o644, os.O_WRONLY | os.O_CREAT, CALLER))
+        self.assertIsNone(mount.fs.take_write_grant(opened.fh))
+        self.assertEqual(mount.ok(mount.fs.write(opened.fh, 0, b"abc", CALLER)), 3)
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(fixture.mount().read_file("n"), b"abc")
 
 
 class TruncateTests(SynchronousTestCase):
