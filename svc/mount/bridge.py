@@ -103,7 +103,10 @@ class ReactorCaller:
             after the timeout (nobody else will see it).
         @raise llfuse.FUSEError: C{FSError.errno}; EIO on timeout or a bug.
         """
-        done = threading.Event()
+        # A plain lock as the signal: held here, released by the reactor
+        # when the answer is in (cheaper than an Event's condition).
+        done = threading.Lock()
+        done.acquire()
         box: list[object] = []
         guard = threading.Lock()
         abandoned = False
@@ -112,7 +115,7 @@ class ReactorCaller:
             with guard:
                 if not abandoned:
                     box.append(result)
-                    done.set()
+                    done.release()
                     return
             if late is not None and not isinstance(result, Failure):
                 late(result)
@@ -122,10 +125,10 @@ class ReactorCaller:
 
         self._reactor.callFromThread(run)
         with self._released():
-            answered = done.wait(timeout)
+            answered = done.acquire(timeout=timeout)
         if not answered:
             with guard:
-                answered = done.is_set()
+                answered = bool(box)
                 abandoned = not answered
         if not answered:
             _log.error("{what} got no answer within {timeout}s: EIO", what=what, timeout=timeout)
