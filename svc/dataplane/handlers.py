@@ -59,7 +59,7 @@ from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
 from svc.store.lease_values import LeaseGrant, LeaseReason
 from svc.store.manifest_paths import child_path
-from svc.store.manifest_values import DirectoryEntry, FileKind
+from svc.store.manifest_values import DirectoryEntry, FileKind, RemoveResult
 from svc.wire.errno import WireErrno
 from svc.wire.ops import Op
 
@@ -188,7 +188,7 @@ async def _manifest_delete(
         request.path, writer=conn.writer(call), holder=conn.holder()
     )
     _count_journal(conn, "delete", result.journal_seq)
-    return empty_outcome()
+    return _removed(result)
 
 
 async def _dir_remove(
@@ -200,7 +200,15 @@ async def _dir_remove(
     storage = await conn.storage()
     result = await storage.dir_remove(request.path, writer=conn.writer(call))
     _count_journal(conn, "rmdir", result.journal_seq)
-    return empty_outcome()
+    return _removed(result)
+
+
+def _removed(result: RemoveResult) -> Outcome:
+    """
+    The answer to a removal: the parent directory's new mtime and ctime
+    (``dataplane-ops.md``), so a client updates its copy without asking.
+    """
+    return Outcome(OpReply({"dir_ctime_ns": result.changed_ns}))
 
 
 async def _dir_create(

@@ -114,6 +114,27 @@ class Node:
             nlink=self.attributes.nlink + (1 if added.kind is FileKind.DIR else 0),
         )
 
+    def entry_removed(self, changed_ns: int | None, *, directory: bool) -> None:
+        """
+        This directory lost a name, and the data plane answered with its new
+        mtime and ctime (C{changed_ns}: it raises its version by one and,
+        for a directory removed, lowers its link count by one;
+        ``dataplane-ops.md`` section 2), so no refetch is needed. A server
+        that does not say makes the attributes stale.
+        """
+        if changed_ns is None:
+            self.stale = True
+            return
+        if self.stale:
+            return
+        self.attributes = attrs.evolve(
+            self.attributes,
+            mtime_ns=changed_ns,
+            ctime_ns=changed_ns,
+            version=self.attributes.version + 1,
+            nlink=self.attributes.nlink - (1 if directory else 0),
+        )
+
     def set_attributes(self, attributes: Attributes) -> None:
         """Fresh attributes from the server (keeps a known symlink target)."""
         if attributes.symlink_target is None and self.attributes.symlink_target is not None:

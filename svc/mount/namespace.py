@@ -316,11 +316,13 @@ class NamespaceOps:
                 path = ctx.server_path(rel)
                 session = ctx.write_session()
                 if directory:
-                    await self.write(ctx.remote.dir_remove(path, session_id=session))
+                    changed = await self.write(ctx.remote.dir_remove(path, session_id=session))
                 else:
-                    await self.write(ctx.remote.manifest_delete(path, session_id=session))
+                    changed = await self.write(
+                        ctx.remote.manifest_delete(path, session_id=session)
+                    )
                 ctx.table.unlink(folder, decoded)
-                folder.stale = True
+                folder.entry_removed(changed, directory=directory)
 
     async def rename(
         self,

@@ -114,6 +114,11 @@ class IChunkSource(Protocol):
         """Remember C{data} as chunk C{chunk_hash} (best effort)."""
 
 
+def _dir_ctime(reply: Reply) -> int | None:
+    """A removal's answer: the parent's new mtime and ctime, if the server says."""
+    return optional_field(reply.payload, "dir_ctime_ns", int)
+
+
 def _with_session(payload: dict[str, object], session_id: str | None) -> dict[str, object]:
     if session_id is not None:
         payload["session_id"] = session_id
@@ -253,10 +258,13 @@ class Remote:
 
         return self._request("manifest_put", payload, parse)
 
-    def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[None]:
-        """Unlink the non-directory C{path}."""
+    def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
+        """
+        Unlink the non-directory C{path}; the parent's new mtime and ctime
+        (L{None} from a server that does not say).
+        """
         return self._request(
-            "manifest_delete", _with_session({"path": path}, session_id), lambda r: None
+            "manifest_delete", _with_session({"path": path}, session_id), _dir_ctime
         )
 
     def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
@@ -280,11 +288,9 @@ class Remote:
         payload = _with_session({"path": path, "mode": mode, "uid": uid, "gid": gid}, session_id)
         return self._request("dir_create", payload, lambda r: parse_attributes(r.payload))
 
-    def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[None]:
-        """Remove the empty directory C{path}."""
-        return self._request(
-            "dir_remove", _with_session({"path": path}, session_id), lambda r: None
-        )
+    def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
+        """Remove the empty directory C{path}; as L{manifest_delete}."""
+        return self._request("dir_remove", _with_session({"path": path}, session_id), _dir_ctime)
 
     def setattr(
         self, path: str, changes: AttributeChanges, *, session_id: str | None

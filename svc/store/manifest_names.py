@@ -93,6 +93,7 @@ def remove_entry(
         size=row.size,
         released_hashes=released,
         journal_seq=0,
+        changed_ns=stamp.now_ns,
     )
 
 
@@ -139,6 +140,7 @@ def _with_seq(result: RemoveResult, seq: int) -> RemoveResult:
         size=result.size,
         released_hashes=result.released_hashes,
         journal_seq=seq,
+        changed_ns=result.changed_ns,
     )
 
 

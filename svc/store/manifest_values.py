@@ -215,7 +215,8 @@ class RemoveResult:
     """
     A committed unlink or rmdir. ``nlink`` is what the inode has left (0:
     the inode is gone); ``released_hashes`` are the chunks no longer
-    referenced anywhere in the top-level directory (candidates for GC).
+    referenced anywhere in the top-level directory (candidates for GC);
+    ``changed_ns`` is the parent directory's new mtime and ctime.
     """
 
     path: str
@@ -225,6 +226,7 @@ class RemoveResult:
     size: int
     released_hashes: frozenset[str]
     journal_seq: int
+    changed_ns: int
 
 
 @attrs.frozen

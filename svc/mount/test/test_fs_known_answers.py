@@ -67,10 +67,29 @@ class KnownAttributesTests(SynchronousTestCase):
         mount = self.fixture.mount()
         directory = mount.ok(mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
         mount.write_file("d/f", b"data")
-        mount.ok(mount.fs.unlink(directory.ino, b"f", CALLER))  # the parent goes stale
+        mount.ok(mount.fs.rename(directory.ino, b"f", directory.ino, b"g", CALLER))  # stale
         self.assertIsNone(mount.fs.known_attributes(directory.ino))
         fetched = mount.ok(mount.fs.getattr(directory.ino, CALLER))
         self.assertEqual(mount.fs.known_attributes(directory.ino), fetched)
+
+    def test_directory_after_a_removal_in_it(self) -> None:
+        """
+        After an unlink and an rmdir, the directory's attributes are computed
+        from the data plane's answer: the server's own, with no request.
+        """
+        mount = self.fixture.mount()
+        directory = mount.ok(mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        mount.ok(mount.fs.mkdir(directory.ino, b"sub", 0o755, CALLER))
+        mount.write_file("d/f", b"data")
+        mount.ok(mount.fs.unlink(directory.ino, b"f", CALLER))
+        mount.ok(mount.fs.rmdir(directory.ino, b"sub", CALLER))
+        requests = len(mount.connection.calls)
+        known = mount.fs.known_attributes(directory.ino)
+        self.assertEqual(len(mount.connection.calls), requests)
+        server = self.fixture.mount().lookup_path("d").attributes
+        self.assertEqual(known, server)
+        assert known is not None
+        self.assertEqual(known.nlink, 2)
 
     def test_unknown_inode_is_left_to_the_reactor(self) -> None:
         """An inode the table does not know: no answer (the reactor says ENOENT)."""
