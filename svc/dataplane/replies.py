@@ -107,8 +107,15 @@ def put_map(result: PutResult) -> Reply:
 
 
 def rename_map(result: RenameResult) -> Reply:
-    """C{manifest_rename}: C{moved} names and whether a destination was C{replaced}."""
-    return {"moved": result.moved_names, "replaced": result.replaced is not None}
+    """
+    C{manifest_rename}: C{moved} names, whether a destination was
+    C{replaced}, and (unless nothing changed) C{dir_ctime_ns}, the parents'
+    new mtime and ctime.
+    """
+    reply: Reply = {"moved": result.moved_names, "replaced": result.replaced is not None}
+    if result.changed_ns is not None:
+        reply["dir_ctime_ns"] = result.changed_ns
+    return reply
 
 
 def statfs_map(usage: QuotaUsage) -> Reply:

@@ -116,11 +116,20 @@ class Node:
 
     def entry_removed(self, changed_ns: int | None, *, directory: bool) -> None:
         """
-        This directory lost a name, and the data plane answered with its new
-        mtime and ctime (C{changed_ns}: it raises its version by one and,
-        for a directory removed, lowers its link count by one;
-        ``dataplane-ops.md`` section 2), so no refetch is needed. A server
-        that does not say makes the attributes stale.
+        This directory lost a name (a directory's, if C{directory}), and the
+        data plane answered with its new mtime and ctime (C{changed_ns}: it
+        raises its version by one and, for a directory removed, lowers its
+        link count by one; ``dataplane-ops.md`` section 2), so no refetch is
+        needed. A server that does not say makes the attributes stale.
+        """
+        self.entries_changed(changed_ns, links=-1 if directory else 0)
+
+    def entries_changed(self, changed_ns: int | None, *, versions: int = 1, links: int = 0) -> None:
+        """
+        This directory's entries changed: mtime and ctime C{changed_ns} (as
+        the data plane answered), version C{versions} higher, link count
+        C{links} more. L{None} (the server did not say) makes the
+        attributes stale; stale attributes stay stale.
         """
         if changed_ns is None:
             self.stale = True
@@ -131,8 +140,8 @@ class Node:
             self.attributes,
             mtime_ns=changed_ns,
             ctime_ns=changed_ns,
-            version=self.attributes.version + 1,
-            nlink=self.attributes.nlink - (1 if directory else 0),
+            version=self.attributes.version + versions,
+            nlink=self.attributes.nlink + links,
         )
 
     def set_attributes(self, attributes: Attributes) -> None:

@@ -37,6 +37,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.open_files import FileState
+from svc.mount.remote_values import RenameResult
 
 T = TypeVar("T")
 
@@ -318,9 +319,7 @@ class NamespaceOps:
                 if directory:
                     changed = await self.write(ctx.remote.dir_remove(path, session_id=session))
                 else:
-                    changed = await self.write(
-                        ctx.remote.manifest_delete(path, session_id=session)
-                    )
+                    changed = await self.write(ctx.remote.manifest_delete(path, session_id=session))
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
 
@@ -357,16 +356,16 @@ class NamespaceOps:
                 for node in (source, target):
                     if node is not None:
                         await self.materialize(node)
-                await self.write(
+                renamed = await self.write(
                     ctx.remote.rename(
                         ctx.server_path(rel),
                         ctx.server_path(to_rel),
                         session_id=ctx.write_session(),
                     )
                 )
+                moved_was_stale = source is None or source.stale
                 ctx.table.move(source_dir, decoded, target_dir, new_decoded)
-                source_dir.stale = True
-                target_dir.stale = True
+                _renamed(source_dir, target_dir, source, target, renamed, moved_was_stale)
 
     async def link(
         self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess
@@ -567,6 +566,39 @@ class NamespaceOps:
         """The kernel dropped lookups: C{(ino, count)} pairs."""
         for ino, count in inodes:
             self._ctx.table.forget(ino, count)
+
+
+def _renamed(
+    source_dir: Node,
+    target_dir: Node,
+    moved: Node | None,
+    target: Node | None,
+    result: RenameResult,
+    moved_was_stale: bool,
+) -> None:
+    """
+    After a rename, the two directories' and the moved node's attributes as
+    the data plane set them (``dataplane-ops.md``, C{manifest_rename}): from
+    the answer's C{dir_ctime_ns} when the moved node, and a replaced
+    target, are known; otherwise they are stale, to be fetched again.
+    """
+    stamp = result.changed_ns
+    if stamp is None or result.moved == 0 or moved is None or (result.replaced and not target):
+        source_dir.stale = True
+        target_dir.stale = True
+        return
+    subdirectory = 1 if moved.kind is FileKind.DIR else 0
+    replaced = 1 if result.replaced else 0
+    replaced_directory = 1 if result.replaced and target and target.kind is FileKind.DIR else 0
+    if source_dir is target_dir:
+        source_dir.entries_changed(stamp, versions=1 + replaced, links=-replaced_directory)
+    else:
+        source_dir.entries_changed(stamp, links=-subdirectory)
+        target_dir.entries_changed(
+            stamp, versions=1 + replaced, links=subdirectory - replaced_directory
+        )
+    if not moved_was_stale:
+        moved.set_attributes(attrs.evolve(moved.attributes, ctime_ns=stamp))
 
 
 def _changed(attributes: Attributes, changes: AttributeChanges) -> Attributes:

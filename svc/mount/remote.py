@@ -272,7 +272,9 @@ class Remote:
 
         def parse(reply: Reply) -> RenameResult:
             return RenameResult(
-                get_field(reply.payload, "moved", int), bool(reply.payload.get("replaced", False))
+                get_field(reply.payload, "moved", int),
+                bool(reply.payload.get("replaced", False)),
+                optional_field(reply.payload, "dir_ctime_ns", int),
             )
 
         return self._request(

@@ -74,10 +74,15 @@ class PutResult:
 
 @attrs.frozen
 class RenameResult:
-    """C{manifest_rename}: names rewritten, and whether a target was replaced."""
+    """
+    C{manifest_rename}: names rewritten, whether a target was replaced, and
+    the parents' new mtime and ctime (L{None}: nothing changed, or a server
+    that does not say).
+    """
 
     moved: int
     replaced: bool
+    changed_ns: int | None = None
 
 
 @attrs.frozen

@@ -329,7 +329,12 @@ def rename(
         replaced=replaced_state,
     )
     return RenameResult(
-        source, destination, moved, None if replaced is None else _with_seq(replaced, seq), seq
+        source,
+        destination,
+        moved,
+        None if replaced is None else _with_seq(replaced, seq),
+        seq,
+        changed_ns=stamp.now_ns,
     )
 
 

@@ -246,7 +246,9 @@ class RenameResult:
     """
     A committed rename. ``moved_names`` counts the names rewritten (1 plus
     the descendants of a directory; 0 for a no-op); ``replaced`` is what was
-    at the destination, if anything. ``journal_seq`` is L{None} for a no-op.
+    at the destination, if anything. ``journal_seq`` is L{None} for a no-op,
+    and so is ``changed_ns``, otherwise the new mtime and ctime of both
+    parent directories and the moved inode's new ctime.
     """
 
     source: str
@@ -254,6 +256,7 @@ class RenameResult:
     moved_names: int
     replaced: RemoveResult | None
     journal_seq: int | None
+    changed_ns: int | None = None
 
 
 @attrs.frozen

@@ -185,11 +185,13 @@ class NamespaceOpsTests(SynchronousTestCase):
     def test_names(self) -> None:
         """rename, link, symlink, readlink, mknod and setattr with their audit paths."""
         self.agent.put_file("f", b"data")
-        self.assertEqual(
-            self.agent.ok("manifest_rename", path="/agent-1/f", to_path="/agent-1/g"),
-            {"moved": 1, "replaced": False},
-        )
+        renamed = self.agent.ok("manifest_rename", path="/agent-1/f", to_path="/agent-1/g")
         self.assertEqual(line(self.fixture.last()), expected("manifest_rename", "/agent-1/f"))
+        stamp = self.agent.ok("head_file", path="/agent-1")["ctime_ns"]
+        self.assertEqual(renamed, {"moved": 1, "replaced": False, "dir_ctime_ns": stamp})
+        self.assertEqual(self.agent.ok("head_file", path="/agent-1/g")["ctime_ns"], stamp)
+        onto_itself = self.agent.ok("manifest_rename", path="/agent-1/g", to_path="/agent-1/g")
+        self.assertEqual(onto_itself, {"moved": 0, "replaced": False})
         linked = self.agent.ok("link", path="/agent-1/g", to_path="/agent-1/h")
         self.assertEqual(linked["nlink"], 2)
         self.assertEqual(line(self.fixture.last()), expected("link", "/agent-1/g"))

@@ -67,7 +67,7 @@ class KnownAttributesTests(SynchronousTestCase):
         mount = self.fixture.mount()
         directory = mount.ok(mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
         mount.write_file("d/f", b"data")
-        mount.ok(mount.fs.rename(directory.ino, b"f", directory.ino, b"g", CALLER))  # stale
+        mount.fs._ctx.table.require(directory.ino).stale = True  # as after an outside change
         self.assertIsNone(mount.fs.known_attributes(directory.ino))
         fetched = mount.ok(mount.fs.getattr(directory.ino, CALLER))
         self.assertEqual(mount.fs.known_attributes(directory.ino), fetched)
@@ -90,6 +90,47 @@ class KnownAttributesTests(SynchronousTestCase):
         self.assertEqual(known, server)
         assert known is not None
         self.assertEqual(known.nlink, 2)
+
+    def test_after_renames(self) -> None:
+        """
+        After renames within a directory and across, over a file, over an
+        empty directory and of a directory, both directories' and the moved
+        node's attributes are the server's, computed with no request.
+        """
+        mount = self.fixture.mount()
+        fs = mount.fs
+        for directory in ("a", "b", "a/d1", "b/d2"):
+            parent, name = mount.parent_of(directory)
+            mount.ok(fs.mkdir(parent, name, 0o755, CALLER))
+        for path in ("a/f1", "a/f2", "a/f4", "b/x"):
+            mount.write_file(path, path.encode())
+        for source, destination in [
+            ("a/f1", "a/g1"),  # within a directory
+            ("a/g1", "a/f2"),  # over a file in it
+            ("a/f2", "b/f3"),  # across
+            ("a/f4", "b/x"),  # across, over a file
+            ("a/d1", "b/d2"),  # a directory across, over an empty one
+            ("b/d2", "a/d3"),  # a directory across
+        ]:
+            old_parent, old_name = mount.parent_of(source)
+            new_parent, new_name = mount.parent_of(destination)
+            mount.ok(fs.rename(old_parent, old_name, new_parent, new_name, CALLER))
+            requests = len(mount.connection.calls)
+            moved = fs._ctx.table.child(fs._ctx.table.require(new_parent), new_name.decode())
+            assert moved is not None
+            known = {
+                "old parent": fs.known_attributes(old_parent),
+                "new parent": fs.known_attributes(new_parent),
+                "moved": fs.known_attributes(moved.ino),
+            }
+            self.assertEqual(len(mount.connection.calls), requests)
+            fresh = self.fixture.mount()
+            server = {
+                "old parent": fresh.lookup_path(source.rpartition("/")[0]).attributes,
+                "new parent": fresh.lookup_path(destination.rpartition("/")[0]).attributes,
+                "moved": fresh.lookup_path(destination).attributes,
+            }
+            self.assertEqual(known, server, f"{source} -> {destination}")
 
     def test_unknown_inode_is_left_to_the_reactor(self) -> None:
         """An inode the table does not know: no answer (the reactor says ENOENT)."""
