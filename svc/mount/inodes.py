@@ -169,9 +169,13 @@ class InodeTable:
         self._pinned = pinned
         self.generation = 0
         """
-        Bumped by every change that may change a node's path (a name
-        learnt, moved or dropped, a node forgotten): a path checked at one
-        generation still holds while it is unchanged. Read from any thread.
+        Bumped by every change that may change the path of a node already
+        named (a name moved or dropped, a directory learnt under another
+        name): a path checked at one generation still holds while it is
+        unchanged. A new name (a file created, a name learnt, a listing) or a
+        node without names dropped changes no existing path, and does not
+        bump it, so a write grant outlives other files being created. Read
+        from any thread.
         """
         self._names_guard = threading.RLock()
         """
@@ -238,7 +242,6 @@ class InodeTable:
         node of that data-plane inode (created or refreshed), linked there.
         A different inode cached under that name loses the name.
         """
-        self.generation += 1
         existing = self.child(parent, name)
         if existing is not None and existing.attributes.server_inode != attributes.server_inode:
             self.unlink(parent, name)
@@ -257,7 +260,10 @@ class InodeTable:
             for old_parent, old_name in list(node.names):
                 if (old_parent, old_name) != (parent.ino, name):
                     self._remove_link(node, old_parent, old_name)
-        node.names.add((parent.ino, name))
+        link = (parent.ino, name)
+        if node.names and link not in node.names:
+            self.generation += 1  # another name: the one its path is formed by may change
+        node.names.add(link)
         parent.children[name] = node.ino
         return node
 
@@ -268,7 +274,6 @@ class InodeTable:
         (L{Node.pending}): a fresh FUSE inode number, no data-plane inode
         (C{attributes.server_inode} is ignored until L{bind}).
         """
-        self.generation += 1
         node = Node(next(self._numbers), attributes, pending=True)
         self._nodes[node.ino] = node
         node.names.add((parent.ino, name))
@@ -369,7 +374,6 @@ class InodeTable:
         names it does not have (except pending files, which the data plane
         does not know yet), and mark the directory complete.
         """
-        self.generation += 1
         seen = set()
         for name, attributes in entries:
             seen.add(name)
@@ -404,7 +408,6 @@ class InodeTable:
     @_changes_names
     def forget(self, ino: int, count: int) -> None:
         """The kernel dropped C{count} lookups of C{ino}."""
-        self.generation += 1
         node = self._nodes.get(ino)
         if node is None:
             return
@@ -417,7 +420,6 @@ class InodeTable:
         Drop an unlinked node the kernel no longer references and no handle
         keeps open. (Named nodes are kept: they are the names cache.)
         """
-        self.generation += 1
         if (
             node.ino != ROOT_INODE
             and not node.names

@@ -275,6 +275,23 @@ class WriteGrantTests(SynchronousTestCase):
         self.assertEqual(self.read(0, 1), b"Y")
         self.mount.ok(self.fs.release(self.fh, CALLER))
 
+    def test_other_files_created_leave_it_usable(self) -> None:
+        """Files and directories created elsewhere change no existing path: still usable."""
+        self.mount.ok(self.fs.mkdir(1, b"dir", 0o755, CALLER))
+        self.mount.write_file("dir/other", b"x")
+        grant = self.take()
+        self.assertTrue(grant.usable)
+        grant.give_back()
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+
+    def test_another_name_makes_it_unusable(self) -> None:
+        """A hard link may change the name the file's path is formed by: not usable."""
+        self.mount.ok(self.fs.link(self.entry.ino, 1, b"a-link", CALLER))
+        grant = self.take()
+        self.assertFalse(grant.usable)
+        grant.give_back()
+        self.mount.ok(self.fs.release(self.fh, CALLER))
+
     def test_read_only_mount_makes_it_unusable(self) -> None:
         """A mount turned read-only: the grant is not usable and the write is refused."""
         self.fs.set_read_only("lease lost")

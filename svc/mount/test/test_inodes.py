@@ -115,3 +115,36 @@ class NamesGuardTests(SynchronousTestCase):
         self.assertEqual(sorted(directory.children), ["new"])
         table.learn(table.root, "e", attributes(2, FileKind.DIR))  # the directory, moved
         self.assertEqual(table.path_from_any_thread(directory), "e")
+
+
+class GenerationTests(SynchronousTestCase):
+    """The generation moves only when an existing path may have changed."""
+
+    def setUp(self) -> None:
+        self.table = InodeTable(attributes(1, FileKind.DIR))
+        self.directory = self.table.learn(self.table.root, "d", attributes(2, FileKind.DIR))
+        self.file = self.table.learn(self.directory, "f", attributes(3))
+
+    def test_new_names_leave_it(self) -> None:
+        """New nodes, a name learnt again, a listing and forgetting unnamed nodes do not move it."""
+        table = self.table
+        before = table.generation
+        table.add_pending(self.directory, "p", attributes(0))
+        table.learn(self.directory, "g", attributes(4))
+        table.learn(self.directory, "f", attributes(3))
+        table.set_listing(self.directory, [("f", attributes(3)), ("g", attributes(4))])
+        table.forget(self.file.ino, 1)
+        self.assertEqual(table.generation, before)
+
+    def test_changed_paths_move_it(self) -> None:
+        """A move, an unlink, another name of a known node and a directory moved do."""
+        table = self.table
+        for change in (
+            lambda: table.learn(table.root, "link", attributes(3)),
+            lambda: table.move(self.directory, "f", table.root, "f2"),
+            lambda: table.learn(table.root, "e", attributes(2, FileKind.DIR)),
+            lambda: table.unlink(table.root, "f2"),
+        ):
+            before = table.generation
+            change()
+            self.assertGreater(table.generation, before)
