@@ -583,13 +583,15 @@ def _renamed(
     target, are known; otherwise they are stale, to be fetched again.
     """
     stamp = result.changed_ns
-    if stamp is None or result.moved == 0 or moved is None or (result.replaced and not target):
+    if stamp is None or result.moved == 0 or moved is None or (result.replaced and target is None):
         source_dir.stale = True
         target_dir.stale = True
         return
     subdirectory = 1 if moved.kind is FileKind.DIR else 0
     replaced = 1 if result.replaced else 0
-    replaced_directory = 1 if result.replaced and target and target.kind is FileKind.DIR else 0
+    replaced_directory = (
+        1 if result.replaced and target is not None and target.kind is FileKind.DIR else 0
+    )
     if source_dir is target_dir:
         source_dir.entries_changed(stamp, versions=1 + replaced, links=-replaced_directory)
     else:
