@@ -413,24 +413,14 @@ class CacheDisk:
         Insert the C{(hash, size, last_used_ms)} rows in one transaction;
         false, with their files removed, if the index failed.
         """
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO chunks (hash, size, last_used_ms) VALUES (?, ?, ?)",
-                    rows,
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as err:
-            _log.warn("Chunk cache index insert failed: {error}", error=str(err))
+        inserted = self._run_batch(
+            "INSERT OR REPLACE INTO chunks (hash, size, last_used_ms) VALUES (?, ?, ?)", rows
+        )
+        if not inserted:
             for name, _size, _ms in rows:
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(name))
-            return False
-        return True
+        return inserted
 
     def delete(self, names: Sequence[str]) -> None:
         """
@@ -453,7 +443,8 @@ class CacheDisk:
             [(ms, name) for name, ms in uses],
         )
 
-    def _run_batch(self, statement: str, rows: Iterable[tuple[object, ...]]) -> None:
+    def _run_batch(self, statement: str, rows: Iterable[tuple[object, ...]]) -> bool:
+        """C{statement} for each of C{rows}, in one transaction; whether it committed."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -465,6 +456,8 @@ class CacheDisk:
         except sqlite3.Error as err:
             # Rows out of step with the files are corrected at next open.
             _log.warn("Chunk cache index update failed: {error}", error=str(err))
+            return False
+        return True
 
     def close(self) -> None:
         """Close the index and release the root's lock."""

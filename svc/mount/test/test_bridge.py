@@ -379,43 +379,41 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual(self.reactor.calls, calls + 1)  # the post only
         self.assertNotIn("start_write", [name for name, _ in self.fs.calls])
 
-    def test_unusable_grant_given_back_before_the_start(self) -> None:
-        """An unusable grant is given back, then the write starts on the reactor as usual."""
+    def _given_back_then_started(
+        self, spill_for: Callable[[list[object]], Any], usable: bool, data: bytes
+    ) -> list[object]:
+        """
+        Write C{data} with a grant into C{spill_for(events)}; the events seen
+        (stores, finishes, give-backs and starts), in order.
+        """
         events: list[object] = []
         grant = WriteGrant(
-            SpillRecorder(events),  # type: ignore[arg-type]
+            spill_for(events),
             0,
             lambda offset, data, stored: events.append("finish"),
             lambda: events.append("given back"),
         )
+        grant.usable = usable
         self.fs.answers["take_write_grant"] = grant
 
         def start(*args: object) -> Deferred[int]:
             events.append("start")
-            return succeed(1)
+            return succeed(len(data))
 
         self.fs.answers["start_write"] = start
-        self.assertEqual(self.bridge.write(4, 0, b"x"), 1)
+        self.assertEqual(self.bridge.write(4, 0, data), len(data))
+        return events
+
+    def test_unusable_grant_given_back_before_the_start(self) -> None:
+        """An unusable grant is given back, then the write starts on the reactor as usual."""
+        events = self._given_back_then_started(SpillRecorder, False, b"x")
         self.assertEqual(events, ["given back", "start"])
 
     def test_grant_that_cannot_hold_the_write_is_given_back(self) -> None:
         """A usable grant into a memory spill too small for the write goes back first."""
-        events: list[object] = []
-        grant = WriteGrant(
-            MemorySpill(4, MemoryBudget(4)),
-            0,
-            lambda offset, data, stored: events.append("finish"),
-            lambda: events.append("given back"),
-        )
-        grant.usable = True
-        self.fs.answers["take_write_grant"] = grant
-
-        def start(*args: object) -> Deferred[int]:
-            events.append("start")
-            return succeed(5)
-
-        self.fs.answers["start_write"] = start
-        self.assertEqual(self.bridge.write(4, 0, b"12345"), 5)
+        memory = MemorySpill(4, MemoryBudget(4))
+        events = self._given_back_then_started(lambda events: memory, True, b"12345")
+        self.assertEqual(memory.allocated(), 0)
         self.assertEqual(events, ["given back", "start"])
 
     def test_store_bug_is_eio(self) -> None:
