@@ -47,7 +47,7 @@ def skip_reason() -> str | None:
 def lstat_tree(root: Path) -> dict[str, tuple[Any, ...]]:
     """
     Every path under C{root} (relative), with what C{os.lstat} shows of it:
-    kind-and-permission mode, size, mtime to the second, and the symlink
+    kind-and-permission mode, size, mtime in nanoseconds, and the symlink
     target, the sorted listing or the BLAKE3 of the bytes.
     """
     found: dict[str, tuple[Any, ...]] = {}
@@ -63,7 +63,7 @@ def lstat_tree(root: Path) -> dict[str, tuple[Any, ...]]:
             else:
                 with open(path, "rb") as handle:
                     content = blake3(handle.read()).hexdigest()
-            found[rel] = (st.st_mode, st.st_size, int(st.st_mtime), content)
+            found[rel] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
     return found
 
 

@@ -95,7 +95,8 @@ def list_map(entries: Iterable[DirectoryEntry], next_after: str | None) -> Reply
 def put_map(result: PutResult) -> Reply:
     """
     C{manifest_put}: C{version} and C{size} after the write, C{created},
-    C{journal_seq}, and the file's C{inode}.
+    C{journal_seq}, the file's C{inode}, and its new C{ctime_ns} (on
+    create also the parent directory's new mtime and ctime).
     """
     return {
         "inode": result.inode,
@@ -103,6 +104,7 @@ def put_map(result: PutResult) -> Reply:
         "size": result.size,
         "created": result.created,
         "journal_seq": result.journal_seq,
+        "ctime_ns": result.ctime_ns,
     }
 
 

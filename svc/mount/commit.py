@@ -72,12 +72,14 @@ class CommitRequest:
 class Committed:
     """
     The content is committed as C{version} after C{cas_retries} retries;
-    C{inode} is the file's data-plane inode number when the server said.
+    C{inode} is the file's data-plane inode number and C{ctime_ns} its new
+    ctime, when the server said.
     """
 
     version: int
     cas_retries: int
     inode: int | None = None
+    ctime_ns: int | None = None
 
 
 @attrs.frozen
@@ -175,7 +177,7 @@ async def commit(
             result = await attempt
         except RemoteFailure:
             raise upload_failure from None
-        return Committed(result.version, retries, result.inode)
+        return Committed(result.version, retries, result.inode, result.ctime_ns)
     while True:
         try:
             result = await attempt
@@ -208,7 +210,7 @@ async def commit(
                 cas_retries=retries,
                 current=current,
             )
-        return Committed(result.version, retries, result.inode)
+        return Committed(result.version, retries, result.inode, result.ctime_ns)
 
 
 async def _current(remote: Remote, path: str) -> Manifest | None:

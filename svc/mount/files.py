@@ -709,7 +709,7 @@ class FileOps:
             size=request.size,
             version=outcome.version,
             mtime_ns=request.mtime_ns,
-            ctime_ns=self._ctx.now_ns(),
+            ctime_ns=self._ctx.now_ns() if outcome.ctime_ns is None else outcome.ctime_ns,
         )
         if node.pending:
             self._created(node, attributes, outcome.inode)
@@ -728,7 +728,12 @@ class FileOps:
         table = self._ctx.table
         link = table.primary_name(node)
         if link is not None:
-            link[0].entry_added(attributes)  # its ctime stands for the server's stamp
+            # The data plane stamped the directory with the file's ctime (the
+            # client's clock stands in for a server that does not say). The
+            # kernel may hold the directory's attributes from before the
+            # commit (a getattr while it was in flight), so it forgets them.
+            link[0].entry_added(attributes)
+            self._ctx.invalidate(link[0].ino)
         if inode is None:  # a server that does not say: unbound, refetched when asked
             node.set_attributes(attributes)
             node.pending = False

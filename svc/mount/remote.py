@@ -254,6 +254,7 @@ class Remote:
                 get_field(reply.payload, "size", int),
                 bool(reply.payload.get("created", False)),
                 optional_field(reply.payload, "inode", int),
+                optional_field(reply.payload, "ctime_ns", int),
             )
 
         return self._request("manifest_put", payload, parse)

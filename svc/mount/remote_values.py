@@ -62,14 +62,17 @@ class ListPage:
 @attrs.frozen
 class PutResult:
     """
-    C{manifest_put}: the version and size after the write, and the file's
-    data-plane inode number (L{None} from a server that does not send it).
+    C{manifest_put}: the version and size after the write, the file's
+    data-plane inode number and its new ctime (each L{None} from a server
+    that does not send it; on create the ctime is also the parent
+    directory's new mtime and ctime).
     """
 
     version: int
     size: int
     created: bool
     inode: int | None = None
+    ctime_ns: int | None = None
 
 
 @attrs.frozen

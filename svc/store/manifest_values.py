@@ -196,7 +196,8 @@ class PutResult:
     A committed C{manifest_put}. ``version`` and ``size`` are post-write;
     ``old_chunks`` is the list it replaced (empty on create);
     ``usage_bytes`` is the unique chunk bytes of the path's top-level
-    directory after the write.
+    directory after the write; ``ctime_ns`` the file's new ctime (on create
+    also its parent directory's new mtime and ctime).
     """
 
     path: str
@@ -208,6 +209,7 @@ class PutResult:
     new_chunks: tuple[ChunkRef, ...]
     usage_bytes: int
     journal_seq: int
+    ctime_ns: int
 
 
 @attrs.frozen

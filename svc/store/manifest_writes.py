@@ -167,6 +167,7 @@ def put(
         new_chunks=new_chunks,
         usage_bytes=usage_after,
         journal_seq=seq,
+        ctime_ns=stamp.now_ns,
     )
 
 

@@ -84,7 +84,14 @@ class NamespaceOpsTests(SynchronousTestCase):
         )
         self.assertEqual(
             put,
-            {"inode": put["inode"], "version": 1, "size": 300, "created": True, "journal_seq": 2},
+            {
+                "inode": put["inode"],
+                "version": 1,
+                "size": 300,
+                "created": True,
+                "journal_seq": 2,
+                "ctime_ns": put["ctime_ns"],
+            },
         )
         self.assertEqual(
             line(self.fixture.last()), expected("manifest_put", "/agent-1/f", size=300, version=1)
@@ -104,6 +111,10 @@ class NamespaceOpsTests(SynchronousTestCase):
         self.assertEqual((head["kind"], head["size"], head["nlink"]), ("file", 300, 1))
         self.assertNotIn("chunks", head)
         self.assertEqual(line(self.fixture.last()), expected("head_file", "/agent-1/f", size=300))
+        parent = self.agent.ok("head_file", path="/agent-1")
+        self.assertEqual(
+            (head["ctime_ns"], parent["mtime_ns"], parent["ctime_ns"]), (put["ctime_ns"],) * 3
+        )
         self.assertEqual(
             self.fixture.sample(
                 "svc_journal_writes_total", op="put", allocation_id="tenant-a/agent-1"

@@ -207,6 +207,7 @@ class PendingCreateTests(SynchronousTestCase):
         """
         engine = self.fixture.service.service.engine
         entry = self.mount.write_file("d/kept", b"committed")
+        self.mount.invalidated.clear()  # the directory, at the first commit
         self.mount.ok(engine.set_agent_grant(location_of(AGENT), AGENT.agent_id, 20))
         opened = self.mount.ok(self.mount.fs.open(entry.ino, os.O_WRONLY, CALLER))
         self.mount.ok(self.mount.fs.write(opened.fh, 9, b"y" * 100, CALLER))
@@ -270,10 +271,28 @@ class DirectoryAttributeTests(SynchronousTestCase):
         )
 
     def test_parent_after_pending_commit(self) -> None:
-        """After a new file's first commit the directory's version and link count match."""
+        """
+        After a new file's first commit the directory's times, version and
+        link count, and the file's ctime, equal the server's (its stamp, not
+        the client's clock), and the kernel is told to forget the
+        directory's attributes it may have cached while the commit was in
+        flight.
+        """
         fs = self.mount.fs
         self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
-        close(self.mount, create(self.mount, "d/f"))
-        local = self.mount.ok(fs.getattr(self.mount.lookup_path("d").ino, CALLER))
-        server = self.fixture.mount().lookup_path("d").attributes
-        self.assertEqual((local.version, local.nlink), (server.version, server.nlink))
+        directory = self.mount.lookup_path("d")
+        opened, entry = self.mount.ok(fs.create(directory.ino, b"f", 0o640, os.O_WRONLY, CALLER))
+        close(self.mount, opened)
+        self.assertIn(directory.ino, self.mount.invalidated)
+        heads = self.mount.count("head_file")
+        local = self.mount.ok(fs.getattr(directory.ino, CALLER))
+        local_file = self.mount.ok(fs.getattr(entry.ino, CALLER))
+        self.assertEqual(self.mount.count("head_file"), heads)
+        fresh = self.fixture.mount()
+        server = fresh.lookup_path("d").attributes
+        server_file = fresh.lookup_path("d/f").attributes
+        self.assertEqual(
+            (local.mtime_ns, local.ctime_ns, local.version, local.nlink),
+            (server.mtime_ns, server.ctime_ns, server.version, server.nlink),
+        )
+        self.assertEqual(local_file.ctime_ns, server_file.ctime_ns)
