@@ -126,6 +126,40 @@ class ToolsRemountTests(MountStackCase):
         )
 
 
+class TimesRemountTests(MountStackCase):
+    """The times a stat shows right after a close are, once committed, the stored ones."""
+
+    def test_stat_during_commit_is_not_kept_by_the_kernel(self) -> None:
+        """
+        A stat of a new file and its directory right after each close (its
+        commit handed off, so likely still in flight) caches attributes in
+        the kernel; once the commits are answered the mount shows the data
+        plane's times, which a fresh-cache remount shows too.
+        """
+        first = self.mount()
+        directory = self.mount_point / "d"
+        directory.mkdir()
+        names = [f"f{index}" for index in range(30)]
+        for name in names:
+            (directory / name).write_bytes(b"x" * 4096)
+            os.lstat(directory / name)
+            os.lstat(directory)
+        _wait_for("every commit", lambda: all(_flushes(first, f"d/{name}") for name in names))
+        time.sleep(1.0)  # the kernel's invalidations are queued to llfuse's own thread
+
+        def times() -> dict[str, tuple[int, int]]:
+            found = {}
+            for path in [directory] + [directory / name for name in names]:
+                st = os.lstat(path)
+                found[path.name] = (st.st_mtime_ns, st.st_ctime_ns)
+            return found
+
+        before = times()
+        self.unmount(first)
+        self.mount()
+        self.assertEqual(times(), before)
+
+
 class DedupTests(MountStackCase):
     """Content-defined chunking deduplicates through the real mount."""
 

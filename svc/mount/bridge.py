@@ -582,6 +582,22 @@ def invalidator() -> Callable[[int], None]:
     return invalidate
 
 
+def attribute_invalidator() -> Callable[[int], None]:
+    """
+    C{MountFS}'s C{forget_attributes}: make the kernel forget an inode's
+    cached attributes (not its pages). llfuse queues the notification to
+    its own thread, so this never blocks the caller.
+    """
+
+    def forget_attributes(ino: int) -> None:
+        try:
+            llfuse.invalidate_inode(ino, attr_only=True)
+        except Exception as error:  # not mounted, or the kernel refused
+            _log.info("could not invalidate attributes of {ino}: {error}", ino=ino, error=error)
+
+    return forget_attributes
+
+
 def entry_invalidator() -> Callable[[int, bytes], None]:
     """C{MountFS}'s C{invalidate_entry}: make the kernel forget a directory entry."""
 

@@ -718,6 +718,9 @@ class FileOps:
         node.chunks = request.chunks
         node.chunks_version = outcome.version
         node.kernel_version = outcome.version  # the kernel cached what it wrote
+        # A getattr answered while the commit was in flight (a close hands it
+        # off) left the kernel the old ctime, for the attribute timeout.
+        self._ctx.forget_attributes(node.ino)
         self._hand_offs.committed()
         done = state.committed(outcome.version, request.chunks)
         if done is not None:
@@ -733,7 +736,7 @@ class FileOps:
             # kernel may hold the directory's attributes from before the
             # commit (a getattr while it was in flight), so it forgets them.
             link[0].entry_added(attributes)
-            self._ctx.invalidate(link[0].ino)
+            self._ctx.forget_attributes(link[0].ino)
         if inode is None:  # a server that does not say: unbound, refetched when asked
             node.set_attributes(attributes)
             node.pending = False

@@ -72,6 +72,7 @@ class MountFS:
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
+        forget_attributes: Callable[[int], object] = lambda ino: None,
         settings: FSSettings = DEFAULT_SETTINGS,
     ) -> None:
         """
@@ -92,6 +93,9 @@ class MountFS:
         @param invalidate_entry: told a directory's FUSE inode number and a
             name that went away without a kernel request (a new file that
             could not be created), so the kernel forgets its entry.
+        @param forget_attributes: told a FUSE inode number whose attributes
+            changed after the kernel may have cached them (a commit answered
+            after the C{close} that handed it off), so the kernel asks again.
         """
         self._ctx = FSContext(
             remote=remote,
@@ -107,6 +111,7 @@ class MountFS:
             quota=quota,
             invalidate=invalidate,
             invalidate_entry=invalidate_entry,
+            forget_attributes=forget_attributes,
             settings=settings,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)

@@ -107,6 +107,7 @@ class FSContext:
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
+        forget_attributes: Callable[[int], object] = lambda ino: None,
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
     ) -> None:
@@ -128,6 +129,7 @@ class FSContext:
         self.quota = quota
         self.invalidate = invalidate
         self.invalidate_entry = invalidate_entry
+        self.forget_attributes = forget_attributes
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)

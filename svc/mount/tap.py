@@ -28,7 +28,14 @@ from svc.audit.events import AuditEvent
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.reconnecting import ReconnectingClient
-from svc.mount.bridge import Bridge, ReactorCaller, entry_invalidator, invalidator, sync_all
+from svc.mount.bridge import (
+    Bridge,
+    ReactorCaller,
+    attribute_invalidator,
+    entry_invalidator,
+    invalidator,
+    sync_all,
+)
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
@@ -249,6 +256,7 @@ class MountService(Service):
             policy=policy,
             invalidate=invalidator(),
             invalidate_entry=entry_invalidator(),
+            forget_attributes=attribute_invalidator(),
             quota=QuotaSource(remote.statfs, reactor),
             settings=settings.fs_settings,
         )

@@ -141,6 +141,7 @@ class Mount:
         self.audit: list[AuditEvent] = []
         self.invalidated: list[int] = []
         self.invalidated_entries: list[tuple[int, bytes]] = []
+        self.forgotten_attributes: list[int] = []
         self.spill_dir = Path(case.mktemp())
         self.fs = MountFS(
             remote=self.remote,
@@ -154,6 +155,7 @@ class Mount:
             policy=policy,
             invalidate=self.invalidated.append,
             invalidate_entry=lambda parent, name: self.invalidated_entries.append((parent, name)),
+            forget_attributes=self.forgotten_attributes.append,
             settings=settings,
             quota=quota,
         )

@@ -27,7 +27,6 @@ class OutsideChangeTests(SynchronousTestCase):
         self.theirs = self.fixture.service.session(AGENT, 1, nonce=b"\x02" * 8)
         self.mount.ok(self.mount.fs.mkdir(1, b"d", 0o755, CALLER))
         self.entry = self.mount.write_file("d/f", b"version one")
-        self.mount.invalidated.clear()  # the directory, at the file's first commit
 
     def told(self, *paths: str, session_id: str | None = None) -> int:
         """Push a change of C{paths} (mount-relative) to the mount."""
