@@ -570,46 +570,42 @@ def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
     return Deferred.fromCoroutine(syncing())
 
 
-def invalidator() -> Callable[[int], None]:
-    """C{MountFS}'s C{invalidate}: drop an inode's kernel page cache."""
-
-    def invalidate(ino: int) -> None:
-        try:
-            llfuse.invalidate_inode(ino)
-        except Exception as error:  # not mounted, or the kernel refused
-            _log.info("could not invalidate inode {ino}: {error}", ino=ino, error=error)
-
-    return invalidate
-
-
-def attribute_invalidator() -> Callable[[int], None]:
+class KernelNotices:
     """
-    C{MountFS}'s C{forget_attributes}: make the kernel forget an inode's
-    cached attributes (not its pages). llfuse queues the notification to
-    its own thread, so this never blocks the caller.
+    What C{MountFS} tells the kernel about its caches (its C{invalidate},
+    C{forget_attributes} and C{invalidate_entry}), through llfuse, which
+    queues each notice for a thread of its own. That queue holds 1,000 and
+    its C{put} blocks; the thread runs only while C{llfuse.main} does. So a
+    notice while the FUSE loop is not serving (C{serving} false) is dropped:
+    the kernel caches nothing of an unmounted file system, and a blocked put
+    would stop the reactor. A notice the kernel refuses is logged.
     """
 
-    def forget_attributes(ino: int) -> None:
+    def __init__(self, serving: Callable[[], bool], fuse: Any = llfuse) -> None:
+        self._serving = serving
+        self._fuse = fuse
+
+    def invalidate(self, ino: int) -> None:
+        """Drop an inode's attributes and page cache."""
+        self._send("invalidate_inode", ino)
+
+    def forget_attributes(self, ino: int) -> None:
+        """Drop an inode's cached attributes, not its pages."""
+        self._send("invalidate_inode", ino, attr_only=True)
+
+    def invalidate_entry(self, parent: int, name: bytes) -> None:
+        """Drop directory C{parent}'s entry C{name}."""
+        self._send("invalidate_entry", parent, name)
+
+    def _send(self, notice: str, *args: Any, **kwargs: Any) -> None:
+        if not self._serving():
+            return
         try:
-            llfuse.invalidate_inode(ino, attr_only=True)
-        except Exception as error:  # not mounted, or the kernel refused
-            _log.info("could not invalidate attributes of {ino}: {error}", ino=ino, error=error)
-
-    return forget_attributes
-
-
-def entry_invalidator() -> Callable[[int, bytes], None]:
-    """C{MountFS}'s C{invalidate_entry}: make the kernel forget a directory entry."""
-
-    def invalidate_entry(parent: int, name: bytes) -> None:
-        try:
-            llfuse.invalidate_entry(parent, name)
-        except Exception as error:  # not mounted, or the kernel refused
+            getattr(self._fuse, notice)(*args, **kwargs)
+        except Exception as error:  # the kernel refused
             _log.info(
-                "could not invalidate entry {name!r} of {parent}: {error}",
-                name=name,
-                parent=parent,
+                "kernel notice {notice}{args} failed: {error}",
+                notice=notice,
+                args=args,
                 error=error,
             )
-
-    return invalidate_entry

@@ -28,14 +28,7 @@ from svc.audit.events import AuditEvent
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.reconnecting import ReconnectingClient
-from svc.mount.bridge import (
-    Bridge,
-    ReactorCaller,
-    attribute_invalidator,
-    entry_invalidator,
-    invalidator,
-    sync_all,
-)
+from svc.mount.bridge import Bridge, KernelNotices, ReactorCaller, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
@@ -243,6 +236,7 @@ class MountService(Service):
                 cache.put_soon(chunk_hash, data)  # just uploaded: nobody waits
                 return None
 
+        notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
         self._fs = MountFS(
             remote=remote,
             chunks=CachedChunks(),
@@ -254,9 +248,9 @@ class MountService(Service):
             now=reactor.seconds,
             emit=self._emit,
             policy=policy,
-            invalidate=invalidator(),
-            invalidate_entry=entry_invalidator(),
-            forget_attributes=attribute_invalidator(),
+            invalidate=notices.invalidate,
+            invalidate_entry=notices.invalidate_entry,
+            forget_attributes=notices.forget_attributes,
             quota=QuotaSource(remote.statfs, reactor),
             settings=settings.fs_settings,
         )

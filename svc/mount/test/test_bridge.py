@@ -27,7 +27,14 @@ from svc.mount.attributes import (
     FsStats,
     QuotaReport,
 )
-from svc.mount.bridge import Bridge, ReactorCaller, caller_of, process_name, sync_all
+from svc.mount.bridge import (
+    Bridge,
+    KernelNotices,
+    ReactorCaller,
+    caller_of,
+    process_name,
+    sync_all,
+)
 from svc.mount.errors import FSError
 from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.settings import BridgeTimeouts
@@ -496,3 +503,60 @@ class SyncAllTests(SynchronousTestCase):
         result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
         self.assertEqual(self.successResultOf(result), 1)
         self.flushLoggedErrors()
+
+
+class RecordingFuse:
+    """llfuse's notice functions, recorded; C{refuse} makes each one raise."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.refuse = False
+
+    def _record(self, name: str, *args: Any, **kwargs: Any) -> None:
+        if self.refuse:
+            raise OSError(errno.ENOENT, "no such inode")
+        self.sent.append((name, args, kwargs))
+
+    def invalidate_inode(self, *args: Any, **kwargs: Any) -> None:
+        self._record("invalidate_inode", *args, **kwargs)
+
+    def invalidate_entry(self, *args: Any, **kwargs: Any) -> None:
+        self._record("invalidate_entry", *args, **kwargs)
+
+
+class KernelNoticesTests(SynchronousTestCase):
+    """The kernel hears of cache changes only while the FUSE loop serves."""
+
+    def setUp(self) -> None:
+        self.fuse = RecordingFuse()
+        self.serving = True
+        self.notices = KernelNotices(lambda: self.serving, fuse=self.fuse)
+
+    def send_all(self) -> None:
+        self.notices.invalidate(5)
+        self.notices.forget_attributes(6)
+        self.notices.invalidate_entry(1, b"name")
+
+    def test_notices_while_serving(self) -> None:
+        """Each notice is the matching llfuse call; attributes alone keep the pages."""
+        self.send_all()
+        self.assertEqual(
+            self.fuse.sent,
+            [
+                ("invalidate_inode", (5,), {}),
+                ("invalidate_inode", (6,), {"attr_only": True}),
+                ("invalidate_entry", (1, b"name"), {}),
+            ],
+        )
+
+    def test_dropped_when_not_serving(self) -> None:
+        """Before the loop runs or after it ended nothing reaches llfuse's queue."""
+        self.serving = False
+        self.send_all()
+        self.assertEqual(self.fuse.sent, [])
+
+    def test_refusal_is_logged_not_raised(self) -> None:
+        """A notice the kernel refuses does not fail the caller."""
+        self.fuse.refuse = True
+        self.send_all()
+        self.assertEqual(self.fuse.sent, [])
