@@ -92,11 +92,28 @@ def seq_read(path: Path, expected: int) -> float:
     return elapsed
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """
+    Machine-wide CPU seconds so far from C{/proc/stat}: (busy, all), summed
+    over every CPU; busy is all but idle and iowait.
+    """
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
 def small_files(directory: Path) -> dict[str, float]:
-    """Create+write+close, stat and read back SMALL_FILES files of SMALL_SIZE bytes."""
+    """
+    Create+write+close, stat and read back SMALL_FILES files of SMALL_SIZE
+    bytes; with the machine's CPU time per file over the whole workload
+    (every process and the kernel: the bench itself, the FUSE server, for
+    svc the data plane too), and how busy the CPUs were meanwhile.
+    """
     directory.mkdir()
     payloads = [os.urandom(SMALL_SIZE) for _ in range(SMALL_FILES)]
     names = [str(directory / f"f{index:05d}") for index in range(SMALL_FILES)]
+    busy_before, all_before = cpu_seconds()
     start = time.perf_counter()
     for name, payload in zip(names, payloads, strict=True):
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -113,11 +130,15 @@ def small_files(directory: Path) -> dict[str, float]:
         if got != payload:
             raise SystemExit(f"{name}: content differs")
     done = time.perf_counter()
+    busy_after, all_after = cpu_seconds()
+    busy = busy_after - busy_before
     return {
         "create_s": round(created - start, 3),
         "stat_s": round(statted - created, 3),
         "read_s": round(done - statted, 3),
         "total_s": round(done - start, 3),
+        "cpu_ms_per_file": round(busy * 1000 / SMALL_FILES, 3),
+        "cpu_busy_fraction": round(busy / max(all_after - all_before, 1e-9), 3),
     }
 
 
@@ -303,6 +324,9 @@ def ratios(
             mounted["small_files"]["total_s"], bind["small_files"]["total_s"]
         )
         found["target_small_files_vs_bindfs_max"] = 3.0
+        found["svc_small_files_cpu_vs_bindfs"] = ratio(
+            mounted["small_files"]["cpu_ms_per_file"], bind["small_files"]["cpu_ms_per_file"]
+        )
         found["svc_write_vs_bindfs"] = ratio(mounted["write_mb_s"], bind["write_mb_s"])
         found["svc_warm_read_vs_bindfs"] = ratio(mounted["warm_read_mb_s"], bind["warm_read_mb_s"])
         found["svc_durable_close_small_files_vs_bindfs"] = ratio(
