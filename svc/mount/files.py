@@ -635,6 +635,7 @@ class FileOps:
                 uid=node.attributes.uid,
                 gid=node.attributes.gid,
             )
+            changes_sent = state.attribute_changes
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(
@@ -650,7 +651,9 @@ class FileOps:
         try:
             if on_sent is not None:
                 on_sent()
-            await self._answered(node, state, line, uploader, request, rel, sent_behind, answer)
+            await self._answered(
+                node, state, line, uploader, request, rel, sent_behind, answer, changes_sent
+            )
         finally:
             settled()
 
@@ -664,8 +667,12 @@ class FileOps:
         rel: str,
         sent_behind: int,
         answer: Deferred[Committed | Conflict],
+        changes_sent: int,
     ) -> None:
-        """The commit of C{request} at C{rel} is sent: handle its C{answer}."""
+        """
+        The commit of C{request} at C{rel} is sent (C{changes_sent}: the
+        state's L{FileState.attribute_changes} then): handle its C{answer}.
+        """
         ctx = self._ctx
         try:
             outcome = await answer
@@ -683,7 +690,7 @@ class FileOps:
         )
         if isinstance(outcome, Committed):
             line.extra["version_new"] = outcome.version
-            await self._committed(node, state, request, outcome)
+            await self._committed(node, state, request, outcome, changes_sent)
             return
         recovery_fields(line.extra, rel, copy, outcome)
         if copy is not None:
@@ -702,13 +709,19 @@ class FileOps:
             )
 
     async def _committed(
-        self, node: Node, state: FileState, request: CommitRequest, outcome: Committed
+        self,
+        node: Node,
+        state: FileState,
+        request: CommitRequest,
+        outcome: Committed,
+        changes_sent: int,
     ) -> None:
+        kept_mtime = state.mtime_ns if state.kept_since(changes_sent) else None
         attributes = attrs.evolve(
             node.attributes,
             size=request.size,
             version=outcome.version,
-            mtime_ns=request.mtime_ns,
+            mtime_ns=request.mtime_ns if kept_mtime is None else kept_mtime,
             ctime_ns=self._ctx.now_ns() if outcome.ctime_ns is None else outcome.ctime_ns,
         )
         if node.pending:
@@ -722,7 +735,7 @@ class FileOps:
         # off) left the kernel the old ctime, for the attribute timeout.
         self._ctx.forget_attributes(node.ino)
         self._hand_offs.committed()
-        done = state.committed(outcome.version, request.chunks)
+        done = state.committed(outcome.version, request.chunks, changes_sent)
         if done is not None:
             await done
 

@@ -224,20 +224,28 @@ class NamespaceOps:
 
     async def _set_attributes(self, node: Node, changes: AttributeChanges) -> None:
         ctx = self._ctx
+        state = ctx.files.state(node.ino)
+        if (
+            not ctx.namespace_lock.locked  # (a materialize would overwrite the change)
+            and ctx.table.path_of(node) is not None
+            and _rides_on_write_back(node, state, changes)
+        ):
+            # Nothing is sent, so no wait for the commits in flight: the
+            # file's own, if one is, does not carry the change, which stays
+            # kept for the next (FileState.committed). pip's chmod after
+            # the close, rsync's fchmod.
+            assert state is not None
+            self._keep_for_write_back(node, state, changes)
+            return
         async with ctx.namespace_lock:
             rel = ctx.table.path_of(node)
             state = ctx.files.state(node.ino)
             if rel is None:  # an open, unlinked file: nothing on the server
                 node.attributes = _changed(node.attributes, changes)
             elif _rides_on_write_back(node, state, changes):
-                # Its manifest_put carries mode, uid, gid and mtime: keep the
-                # change for it instead of a round trip now (tar, cp -a and
-                # rsync set them between the last write and the close).
                 assert state is not None
-                node.attributes = attrs.evolve(
-                    _changed(node.attributes, changes), ctime_ns=ctx.now_ns()
-                )
-                state.attributes_changed = True
+                self._keep_for_write_back(node, state, changes)
+                return
             else:
                 await self.materialize(node)
                 node.set_attributes(
@@ -250,6 +258,17 @@ class NamespaceOps:
         state = ctx.files.state(node.ino)
         if state is not None and state.dirty and changes.mtime_ns is not None:
             state.mtime_ns = changes.mtime_ns
+
+    def _keep_for_write_back(self, node: Node, state: FileState, changes: AttributeChanges) -> None:
+        """
+        The file's next C{manifest_put} carries mode, uid, gid and mtime:
+        keep the change for it instead of a round trip now (tar, cp -a and
+        rsync set them between the last write and the close, pip after it).
+        """
+        node.attributes = attrs.evolve(
+            _changed(node.attributes, changes), ctime_ns=self._ctx.now_ns()
+        )
+        state.keep_attributes(changes.mtime_ns)
 
     async def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Entry:
         """Create directory C{name} in C{parent}."""

@@ -262,6 +262,10 @@ class FileState:
         for the next write-back instead of being sent
         (L{svc.mount.namespace.NamespaceOps.setattr}); that write-back
         commits even if the content is back to the base.
+    @ivar attribute_changes: how many C{setattr}s were kept so far; a
+        commit notes it when sent, so one kept while that commit was in
+        flight (which it does not carry) is kept for the next
+        (L{committed}).
     @ivar handles: open handles sharing this state.
     @ivar write_behind: the uploads running ahead of the write-back
         (L{svc.mount.write_behind}), if started; told of every change here.
@@ -283,6 +287,7 @@ class FileState:
         self.layout = FileLayout(base)
         self.mtime_ns: int | None = None
         self.attributes_changed = False
+        self.attribute_changes = 0
         self.handles = 0
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
@@ -495,15 +500,40 @@ class FileState:
         current.retire()
         return disk
 
-    def committed(self, version: int, base: tuple[ChunkRef, ...]) -> Deferred[None] | None:
+    def keep_attributes(self, mtime_ns: int | None) -> None:
+        """
+        A C{setattr} of mode, owner or mtime (C{mtime_ns}, when it set one)
+        is kept for the next write-back.
+        """
+        self.attributes_changed = True
+        self.attribute_changes += 1
+        if mtime_ns is not None:
+            self.mtime_ns = mtime_ns
+
+    def kept_since(self, changes_sent: int | None) -> bool:
+        """
+        Whether a C{setattr} was kept after a commit that noted
+        L{attribute_changes} as C{changes_sent} was sent (L{None}: none
+        noted).
+        """
+        return changes_sent is not None and self.attribute_changes != changes_sent
+
+    def committed(
+        self, version: int, base: tuple[ChunkRef, ...], changes_sent: int | None = None
+    ) -> Deferred[None] | None:
         """
         The content was committed (or replaced) as C{version} with chunks
-        C{base}: it is the new base, and the spill file is retired.
+        C{base}: it is the new base, and the spill file is retired. A
+        C{setattr} kept after the commit was sent (it noted
+        L{attribute_changes} as C{changes_sent}) stays kept, with its mtime,
+        for the next write-back.
         """
+        kept = self.kept_since(changes_sent)
         self.version = version
         self.layout.reset(base)
-        self.mtime_ns = None
-        self.attributes_changed = False
+        if not kept:
+            self.mtime_ns = None
+        self.attributes_changed = kept
         self.write_behind = None
         return self._retire()
 

@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount import close_hand_off
-from svc.mount.attributes import OpenResult, QuotaReport
+from svc.mount.attributes import AttributeChanges, OpenResult, QuotaReport
 from svc.mount.fs import FSSettings
 from svc.mount.inodes import ROOT_INODE
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
@@ -123,6 +123,62 @@ class HandOffTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
         self.assertEqual(self.fixture.mount().names(""), [])
         self.assertEqual(self.mount.names(""), [])
+
+    def chmod_while_in_flight(self, changes: AttributeChanges) -> tuple[OpenResult, int]:
+        """
+        Create C{f}, close it with its commit held, change C{changes}: the
+        handle and the file's inode, the setattr answered at once.
+        """
+        opened = create(self.mount, "f", b"content")
+        ino = self.mount.lookup_path("f").ino
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        setattrs = self.mount.count("setattr")
+        self.mount.ok(self.mount.fs.setattr(ino, changes, CALLER))
+        self.assertEqual(self.mount.count("setattr"), setattrs, "kept, not sent")
+        self.assertEqual(self.answers.held, 1, "not waiting for the commit")
+        return opened, ino
+
+    def test_attributes_changed_while_the_commit_is_in_flight_are_kept(self) -> None:
+        """
+        A chmod after the close (pip's) does not wait for the commit in
+        flight, which does not carry it; it stays kept, and the file's
+        release commits it after the answer.
+        """
+        opened, ino = self.chmod_while_in_flight(AttributeChanges(mode=0o755))
+        self.assertEqual(self.mount.ok(self.mount.fs.getattr(ino, CALLER)).mode, 0o755)
+        released = self.mount.fs.release(opened.fh, CALLER)
+        self.answers.release()
+        self.mount.ok(released)
+        self.assertEqual(self.mount.ok(self.mount.fs.getattr(ino, CALLER)).mode, 0o755)
+        self.assertEqual(self.answers.held, 0)
+        server = self.fixture.mount().lookup_path("f").attributes
+        versions = [line.get("version_new") for line in self.mount.events("flush")]
+        self.assertEqual(versions, [server.version - 1, server.version])
+        self.assertEqual(server.mode, 0o755)
+
+    def test_mtime_changed_while_the_commit_is_in_flight_is_kept(self) -> None:
+        """The first commit's answer does not replace a later utime's mtime."""
+        mtime = 1_500_000_000_123_456_789
+        opened, ino = self.chmod_while_in_flight(AttributeChanges(mtime_ns=mtime))
+        self.answers.release()
+        self.assertEqual(self.mount.ok(self.mount.fs.getattr(ino, CALLER)).mtime_ns, mtime)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.ok(self.mount.fs.getattr(ino, CALLER)).mtime_ns, mtime)
+        self.assertEqual(self.fixture.mount().lookup_path("f").attributes.mtime_ns, mtime)
+
+    def test_atime_still_waits(self) -> None:
+        """A change the commit cannot carry (atime) waits and is sent."""
+        opened = create(self.mount, "f", b"content")
+        ino = self.mount.lookup_path("f").ino
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        changed = self.mount.fs.setattr(ino, AttributeChanges(atime_ns=1_000), CALLER)
+        self.assertNoResult(changed)
+        self.answers.release()
+        self.mount.ok(changed)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().lookup_path("f").attributes.atime_ns, 1_000)
 
 
 class NothingToFlushTests(SynchronousTestCase):
