@@ -160,6 +160,40 @@ class TimesRemountTests(MountStackCase):
         self.assertEqual(times(), before)
 
 
+class ModesAfterCloseTests(MountStackCase):
+    """Modes and times set right after a close survive a remount (pip, rsync)."""
+
+    def test_chmod_after_close_and_rsync_style_saves(self) -> None:
+        """
+        pip's pattern (write, close, chmod) and rsync's (write a temporary
+        name, close, reopen, fchmod, rename over) leave every mode, mtime
+        and byte on the data plane, as a fresh-cache remount shows.
+        """
+        first = self.mount()
+        directory = self.mount_point / "pkg"
+        directory.mkdir()
+        for index in range(40):
+            path = directory / f"script{index}"
+            path.write_bytes(f"#!/bin/sh\necho {index}\n".encode())
+            path.chmod(0o755 if index % 2 else 0o700)
+        for index in range(40):
+            temp = directory / f".saved{index}.tmp"
+            temp.write_bytes(b"saved %d\n" % index)
+            with temp.open("rb") as handle:
+                os.fchmod(handle.fileno(), 0o640)
+            os.utime(temp, ns=(1_700_000_000_000_000_000, 1_600_000_000_000_000_000 + index))
+            temp.rename(directory / f"saved{index}")
+        before = lstat_tree(directory)
+        self.unmount(first)
+        self.mount()
+        after = lstat_tree(directory)
+        self.assertEqual(after, before)
+        self.assertEqual(stat.S_IMODE(after["script1"][0]), 0o755)
+        self.assertEqual(stat.S_IMODE(after["script2"][0]), 0o700)
+        self.assertEqual(stat.S_IMODE(after["saved3"][0]), 0o640)
+        self.assertEqual(after["saved3"][2], 1_600_000_000_000_000_003)
+
+
 class DedupTests(MountStackCase):
     """Content-defined chunking deduplicates through the real mount."""
 
