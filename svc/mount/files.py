@@ -110,8 +110,8 @@ class FileOps:
                     node = await self._namespace.make_node(
                         directory, rel, decoded, FileKind.FILE, mode, 0, caller
                     )
-        state = self._new_state(node)
-        handle = ctx.files.open(state, _writable(flags))
+        handle = ctx.files.open(self._new_state(node), _writable(flags))
+        state = handle.state
         node.kernel_version = state.version
         ctx.table.looked_up(node)
         if handle.writable:
@@ -177,15 +177,51 @@ class FileOps:
             if state is None:
                 assert rel is not None
                 state = await self._load_state(node, rel)
+            handle = ctx.files.open(state, writable)
+            state = handle.state  # one opened meanwhile on a FUSE thread, perhaps
             keep_cache = node.kernel_version == state.version
             node.kernel_version = state.version
-            handle = ctx.files.open(state, writable)
             if writable and flags & os.O_TRUNC and state.size:
                 async with state.lock:
                     await state.truncate(0)
             if not writable:
                 line.size = state.size
             return OpenResult(handle.fh, keep_cache)
+
+    def known_open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult | None:
+        """
+        Any thread: what L{open} would answer with no I/O, when it would,
+        with its audit line: a read-only open of a regular file that no
+        handle has open, whose attributes are fresh and whose chunk list is
+        cached for its version, at a path the policy lets it read. Otherwise
+        L{None}, and the reactor answers (a write, a pending or stale file,
+        a chunk list to fetch, an open state to share, a refusal to audit).
+        Python's imports and compilers open many files only to read them.
+        """
+        ctx = self._ctx
+        if _writable(flags) or flags & os.O_TRUNC:
+            return None
+        node = ctx.table.get(ino)
+        if (
+            node is None
+            or node.kind is not FileKind.FILE
+            or node.pending
+            or node.stale
+            or node.chunks is None
+            or node.chunks_version != node.attributes.version
+        ):
+            return None
+        rel = ctx.table.path_from_any_thread(node)
+        if rel is None or not ctx.policy.check(rel, write=False).allowed:
+            return None
+        handle = ctx.files.open_unopened(ino, lambda: self._new_state(node))
+        if handle is None:
+            return None
+        state = handle.state
+        keep_cache = node.kernel_version == state.version
+        node.kernel_version = state.version
+        ctx.audit.simple(EventName.OPEN, rel, caller, size=state.size)
+        return OpenResult(handle.fh, keep_cache)
 
     async def _load_state(self, node: Node, rel: str) -> FileState:
         ctx = self._ctx

@@ -173,6 +173,13 @@ class MountFS:
         """
         return self._namespace.known_lookup(parent, name, caller)
 
+    def known_open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult | None:
+        """
+        Any thread: C{open}'s answer when it can be given without the
+        reactor (L{svc.mount.files.FileOps.known_open}).
+        """
+        return self._files.known_open(ino, flags, caller)
+
     def known_attributes(self, ino: int) -> Attributes | None:
         """
         Any thread: C{ino}'s attributes when they can be answered without

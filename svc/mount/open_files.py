@@ -639,19 +639,43 @@ class Handle:
 
 
 class OpenFiles:
-    """File handles by number, and the shared L{FileState} of each inode."""
+    """
+    File handles by number, and the shared L{FileState} of each inode.
+    Changed from the reactor and, for a read-only open answered without it
+    (L{open_unopened}), from a FUSE thread: every change holds a guard, so
+    an inode never has two states.
+    """
 
     def __init__(self) -> None:
         self._handles: dict[int, Handle] = {}
         self._states: dict[int, FileState] = {}
         self._numbers = itertools.count(1)
+        self._guard = threading.Lock()
 
     def state(self, ino: int) -> FileState | None:
         """The open state of C{ino}, if any handle is open."""
         return self._states.get(ino)
 
     def open(self, state: FileState, writable: bool) -> Handle:
-        """A new handle on C{state} (registered as C{state.ino}'s state)."""
+        """
+        A new handle on C{state}, registered as C{state.ino}'s state, or on
+        the state already registered for that inode (opened meanwhile on a
+        FUSE thread): use the handle's C{state}.
+        """
+        with self._guard:
+            return self._open_locked(self._states.get(state.ino, state), writable)
+
+    def open_unopened(self, ino: int, new_state: Callable[[], FileState]) -> Handle | None:
+        """
+        Any thread: a read-only handle on a new state from C{new_state()},
+        if C{ino} has no state yet; else L{None}.
+        """
+        with self._guard:
+            if ino in self._states:
+                return None
+            return self._open_locked(new_state(), False)
+
+    def _open_locked(self, state: FileState, writable: bool) -> Handle:
         self._states[state.ino] = state
         state.handles += 1
         handle = Handle(next(self._numbers), state, writable)
@@ -667,17 +691,19 @@ class OpenFiles:
         Forget handle C{fh} (its state's handle count drops; the state stays
         registered until L{retire_if_idle}).
         """
-        handle = self._handles.pop(fh, None)
-        if handle is not None:
-            handle.state.handles -= 1
-        return handle
+        with self._guard:
+            handle = self._handles.pop(fh, None)
+            if handle is not None:
+                handle.state.handles -= 1
+            return handle
 
     def retire_if_idle(self, state: FileState) -> bool:
         """Unregister C{state} if no handle uses it any more; whether it was."""
-        if state.handles == 0 and self._states.get(state.ino) is state:
-            del self._states[state.ino]
-            return True
-        return False
+        with self._guard:
+            if state.handles == 0 and self._states.get(state.ino) is state:
+                del self._states[state.ino]
+                return True
+            return False
 
     def __len__(self) -> int:
         return len(self._handles)

@@ -25,6 +25,7 @@ from svc.mount.attributes import (
     Entry,
     FileKind,
     FsStats,
+    OpenResult,
     QuotaReport,
 )
 from svc.mount.bridge import (
@@ -95,7 +96,13 @@ class SpillRecorder:
         self.events.append(("store", offset, data))
 
 
-SYNCHRONOUS = {"take_write_grant", "nothing_to_flush", "known_attributes", "known_lookup"}
+SYNCHRONOUS = {
+    "take_write_grant",
+    "nothing_to_flush",
+    "known_attributes",
+    "known_lookup",
+    "known_open",
+}
 """MountFS methods called from the FUSE thread directly (not through the reactor)."""
 
 
@@ -293,6 +300,23 @@ class BridgeTests(SynchronousTestCase):
         name, args = self.fs.calls[0]
         self.assertEqual((name, args[:2]), ("known_lookup", (1, b"known")))
         self.assertEqual(args[2].pid, os.getpid())
+
+    def test_known_opens_stay_on_the_fuse_thread(self) -> None:
+        """
+        open is answered without the reactor when the filesystem can, and
+        the handle's owner is remembered either way (a read is the caller's).
+        """
+        self.fs.answers["known_open"] = OpenResult(7, keep_cache=True)
+        self.assertEqual(self.bridge.open(5, os.O_RDONLY, Context(os.getpid())), 7)
+        self.assertEqual(self.caller.timeouts, [])
+        self.fs.answers["known_open"] = None
+        self.fs.answers["open"] = OpenResult(8, keep_cache=False)
+        self.assertEqual(self.bridge.open(5, os.O_WRONLY, Context(os.getpid())), 8)
+        self.assertEqual(self.caller.timeouts, [("open", 0.05)])
+        self.fs.answers["read"] = b"data"
+        self.bridge.read(7, 0, 4)
+        name, args = self.fs.calls[-1]
+        self.assertEqual((name, args[3].pid), ("read", os.getpid()))
 
     def test_a_bug_answering_here_leaves_the_call_to_the_reactor(self) -> None:
         """An unexpected exception of a FUSE-thread answer is logged; the reactor answers."""

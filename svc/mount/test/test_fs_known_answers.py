@@ -251,3 +251,102 @@ class KnownLookupTests(SynchronousTestCase):
         refused = mount.fs.lookup(directory.ino, b"secret.txt", CALLER)
         self.assertEqual(mount.errno(refused), errno.EACCES)
         self.assertFalse(mount.events("lookup")[-1].allowed)
+
+
+class KnownOpenTests(SynchronousTestCase):
+    """
+    Read-only opens answered without the reactor give its handle and audit
+    line; the rest are left to it.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.file = self.mount.write_file("d/f", b"12345")
+
+    def _lines(self, mount: Mount) -> list[AuditEvent]:
+        return [_without_ts(event) for event in mount.events("open")]
+
+    def test_closed_file_with_its_chunk_list(self) -> None:
+        """
+        A committed file no handle holds opens read-only with no request:
+        its content reads back, and the audit line is the reactor's.
+        """
+        mount = self.mount
+        fs = mount.fs
+        requests = len(mount.connection.calls)
+        opened = fs.known_open(self.file.ino, os.O_RDONLY, CALLER)
+        assert opened is not None
+        self.assertEqual(len(mount.connection.calls), requests)
+        self.assertEqual(mount.ok(fs.read(opened.fh, 0, 100, CALLER)), b"12345")
+        fast = self._lines(mount)[-1]
+        mount.ok(fs.release(opened.fh, CALLER))
+        again = mount.ok(fs.open(self.file.ino, os.O_RDONLY, CALLER))
+        self.assertEqual(self._lines(mount)[-1], fast)
+        self.assertEqual((fast.path, fast.allowed, fast.size), ("/d/f", True, 5))
+        self.assertEqual(again.keep_cache, opened.keep_cache)
+        mount.ok(fs.release(again.fh, CALLER))
+
+    def test_shares_the_state_a_reactor_open_made_meanwhile(self) -> None:
+        """
+        A reactor open of an inode opened here uses the same open state, so
+        a write through it is what the reader reads.
+        """
+        mount = self.mount
+        fs = mount.fs
+        reader = fs.known_open(self.file.ino, os.O_RDONLY, CALLER)
+        assert reader is not None
+        writer = mount.ok(fs.open(self.file.ino, os.O_WRONLY, CALLER))
+        files = fs._ctx.files
+        writing, reading = files.handle(writer.fh), files.handle(reader.fh)
+        assert writing is not None and reading is not None
+        self.assertIs(writing.state, reading.state)
+        mount.ok(fs.write(writer.fh, 0, b"ABC", CALLER))
+        self.assertEqual(mount.ok(fs.read(reader.fh, 0, 100, CALLER)), b"ABC45")
+        for fh in (writer.fh, reader.fh):
+            mount.ok(fs.flush(fh, CALLER))
+            mount.ok(fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"ABC45")
+
+    def test_left_to_the_reactor(self) -> None:
+        """
+        A write or truncating open, a file already open (a new file is, until
+        its first commit), a stale file, one whose chunk list is not cached,
+        a directory and an unknown inode get no answer here, and write no
+        line.
+        """
+        mount = self.mount
+        fs = mount.fs
+        ino = self.file.ino
+        lines = len(self._lines(mount))
+        self.assertIsNone(fs.known_open(ino, os.O_WRONLY, CALLER))
+        self.assertIsNone(fs.known_open(ino, os.O_RDWR, CALLER))
+        self.assertIsNone(fs.known_open(ino, os.O_RDONLY | os.O_TRUNC, CALLER))
+        self.assertIsNone(fs.known_open(9999, os.O_RDONLY, CALLER))
+        self.assertIsNone(fs.known_open(mount.lookup_path("d").ino, os.O_RDONLY, CALLER))
+        held = mount.ok(fs.open(ino, os.O_RDONLY, CALLER))
+        self.assertIsNone(fs.known_open(ino, os.O_RDONLY, CALLER), "a state to share")
+        mount.ok(fs.release(held.fh, CALLER))
+        node = fs._ctx.table.require(ino)
+        node.stale = True
+        self.assertIsNone(fs.known_open(ino, os.O_RDONLY, CALLER))
+        node.stale = False
+        other = self.fixture.mount()  # looked up, its chunk list never fetched
+        self.assertIsNone(other.fs.known_open(other.lookup_path("d/f").ino, os.O_RDONLY, CALLER))
+        self.assertEqual(len(self._lines(mount)), lines + 1)  # the reactor's open above
+
+    def test_policy_refusal_is_left_to_the_reactor(self) -> None:
+        """A file the policy hides is not opened here; the reactor refuses and audits it."""
+        mount = self.fixture.mount(policy=PathPolicy(deny=["d/f"]))
+        ino = mount.lookup_path("d").ino
+        mount.names("d")
+        node = mount.fs._ctx.table.child(mount.fs._ctx.table.require(ino), "f")
+        assert node is not None
+        node.chunks, node.chunks_version = (), node.attributes.version  # as if fetched
+        lines = len(mount.events("open"))
+        self.assertIsNone(mount.fs.known_open(node.ino, os.O_RDONLY, CALLER))
+        self.assertEqual(len(mount.events("open")), lines)
+        refused = mount.fs.open(node.ino, os.O_RDONLY, CALLER)
+        self.assertEqual(mount.errno(refused), errno.EACCES)
+        self.assertFalse(mount.events("open")[-1].allowed)
