@@ -26,9 +26,7 @@ class ConfigError(Exception):
         self.problem = problem
 
 
-def env_str(
-    environ: Mapping[str, str], name: str, default: str | None = None
-) -> str:
+def env_str(environ: Mapping[str, str], name: str, default: str | None = None) -> str:
     """
     The value of ``name``, or ``default``; a missing required value is a
     L{ConfigError}.
@@ -74,9 +72,7 @@ def env_int(
     return value
 
 
-def env_path(
-    environ: Mapping[str, str], name: str, default: str | None = None
-) -> Path:
+def env_path(environ: Mapping[str, str], name: str, default: str | None = None) -> Path:
     """
     A filesystem path setting (not checked for existence).
     """

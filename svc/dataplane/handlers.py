@@ -172,6 +172,7 @@ async def _manifest_put(
         gid=request.gid,
         writer=conn.writer(call),
         holder=conn.holder(),
+        atime_ns=request.atime_ns,
     )
     _count_journal(conn, "put", result.journal_seq)
     return Outcome(OpReply(put_map(result)), size=result.size, extra={"version": result.version})

@@ -127,6 +127,7 @@ class ManifestPutRequest:
     uid: int
     gid: int
     session_id: str | None
+    atime_ns: int | None = None
 
 
 @attrs.frozen
@@ -341,6 +342,7 @@ def _parse_manifest_put(p: Mapping[str, object]) -> ManifestPutRequest:
         uid=uid,
         gid=gid,
         session_id=session_value(p),
+        atime_ns=optional_int(p, "atime_ns", -I64, I64),
     )
 
 

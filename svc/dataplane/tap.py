@@ -77,6 +77,7 @@ START_FAILED_STATUS = 1
 
 _log = Logger()
 
+
 class Options(usage.Options):
     """
     Command-line options for C{twist svc-dataplane}; the environment is read

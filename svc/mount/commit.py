@@ -66,6 +66,7 @@ class CommitRequest:
     mtime_ns: int
     uid: int
     gid: int
+    atime_ns: int | None = None
 
 
 @attrs.frozen
@@ -164,6 +165,7 @@ async def commit(
             uid=request.uid,
             gid=request.gid,
             session_id=session_id,
+            atime_ns=request.atime_ns,
         )
 
     # The first put goes out behind the uploads still in flight (the server

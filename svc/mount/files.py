@@ -670,6 +670,7 @@ class FileOps:
                 mtime_ns=state.mtime_ns if state.mtime_ns is not None else ctx.now_ns(),
                 uid=node.attributes.uid,
                 gid=node.attributes.gid,
+                atime_ns=state.atime_ns,
             )
             changes_sent = state.attribute_changes
             # Runs up to its first wait: the first manifest_put is sent.

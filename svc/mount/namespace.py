@@ -268,7 +268,7 @@ class NamespaceOps:
         node.attributes = attrs.evolve(
             _changed(node.attributes, changes), ctime_ns=self._ctx.now_ns()
         )
-        state.keep_attributes(changes.mtime_ns)
+        state.keep_attributes(changes.mtime_ns, changes.atime_ns)
 
     async def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Entry:
         """Create directory C{name} in C{parent}."""
@@ -632,15 +632,14 @@ def _changed(attributes: Attributes, changes: AttributeChanges) -> Attributes:
 
 def _rides_on_write_back(node: Node, state: FileState | None, changes: AttributeChanges) -> bool:
     """
-    Whether a change of mode, owner or mtime may wait for the file's
+    Whether a change of mode, owner or times may wait for the file's
     write-back (``mount-fs.md`` section 5): one is due anyway (the open
-    file has changes, or it is pending), and every field changed is one
-    C{manifest_put} carries (not atime).
+    file has changes, or it is pending, or its commit is in flight), and
+    every field changed is one C{manifest_put} carries (not the size).
     """
     return (
         node.kind is FileKind.FILE
         and state is not None
         and (state.dirty or node.pending)
-        and changes.atime_ns is None
         and changes.size is None
     )

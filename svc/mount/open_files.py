@@ -258,6 +258,8 @@ class FileState:
     @ivar version: the base version (the compare-and-swap token of a flush).
     @ivar mtime_ns: the modification time to commit (set by writes and by
         C{setattr}), L{None} when unchanged since the base.
+    @ivar atime_ns: the access time to commit (set by C{setattr}), L{None}
+        when not changed since the base.
     @ivar attributes_changed: a C{setattr} of mode, owner or mtime was kept
         for the next write-back instead of being sent
         (L{svc.mount.namespace.NamespaceOps.setattr}); that write-back
@@ -286,6 +288,7 @@ class FileState:
         self.version = version
         self.layout = FileLayout(base)
         self.mtime_ns: int | None = None
+        self.atime_ns: int | None = None
         self.attributes_changed = False
         self.attribute_changes = 0
         self.handles = 0
@@ -500,15 +503,17 @@ class FileState:
         current.retire()
         return disk
 
-    def keep_attributes(self, mtime_ns: int | None) -> None:
+    def keep_attributes(self, mtime_ns: int | None, atime_ns: int | None = None) -> None:
         """
-        A C{setattr} of mode, owner or mtime (C{mtime_ns}, when it set one)
-        is kept for the next write-back.
+        A C{setattr} of mode, owner or times (C{mtime_ns}, C{atime_ns},
+        when it set them) is kept for the next write-back.
         """
         self.attributes_changed = True
         self.attribute_changes += 1
         if mtime_ns is not None:
             self.mtime_ns = mtime_ns
+        if atime_ns is not None:
+            self.atime_ns = atime_ns
 
     def kept_since(self, changes_sent: int | None) -> bool:
         """
@@ -533,6 +538,7 @@ class FileState:
         self.layout.reset(base)
         if not kept:
             self.mtime_ns = None
+            self.atime_ns = None
         self.attributes_changed = kept
         self.write_behind = None
         return self._retire()

@@ -232,8 +232,12 @@ class Remote:
         uid: int,
         gid: int,
         session_id: str | None,
+        atime_ns: int | None = None,
     ) -> Deferred[PutResult]:
-        """Commit C{chunks} at C{path} if its version is C{expected_version}."""
+        """
+        Commit C{chunks} at C{path} if its version is C{expected_version}
+        (with its atime, when given).
+        """
         payload = _with_session(
             {
                 "path": path,
@@ -247,6 +251,8 @@ class Remote:
             },
             session_id,
         )
+        if atime_ns is not None:
+            payload["atime_ns"] = atime_ns
 
         def parse(reply: Reply) -> PutResult:
             return PutResult(

@@ -200,13 +200,15 @@ def insert_inode(
     gid: int,
     size: int = 0,
     mtime_ns: int | None = None,
+    atime_ns: int | None = None,
     version: int = 1,
     chunks: bytes = b"",
     symlink_target: str | None = None,
     rdev: int = 0,
 ) -> int:
     """
-    Add an inode with one link (two for a directory) and return its id.
+    Add an inode with one link (two for a directory) and return its id;
+    its atime is C{atime_ns}, else its mtime.
     """
     mtime = stamp.now_ns if mtime_ns is None else mtime_ns
     cursor = connection.execute(
@@ -220,7 +222,7 @@ def insert_inode(
             gid,
             size,
             mtime,
-            mtime,
+            mtime if atime_ns is None else atime_ns,
             stamp.now_ns,
             version,
             2 if kind is FileKind.DIRECTORY else 1,

@@ -58,6 +58,7 @@ def put(
     uid: int,
     gid: int,
     quota_bytes: int | None = None,
+    atime_ns: int | None = None,
 ) -> PutResult:
     """
     Compare-and-swap the content of regular file ``path``: create it when
@@ -65,7 +66,9 @@ def put(
     ``expected_version`` with version + 1. ``size`` must be the sum of the
     chunk sizes (holes are materialised as zero chunks by the client).
     With ``quota_bytes``, a write that raises the unique chunk bytes of the
-    path's top-level directory above it is refused.
+    path's top-level directory above it is refused. ``atime_ns``, when
+    given, is the file's new atime (else a new file's is its mtime and a
+    replaced file keeps its own).
 
     @raise StaleVersion: the stored version (0 if absent) is not
         ``expected_version``.
@@ -83,6 +86,8 @@ def put(
     check_id(uid, "uid")
     check_id(gid, "gid")
     check_time(mtime_ns, "mtime_ns")
+    if atime_ns is not None:
+        check_time(atime_ns, "atime_ns")
     if path == ROOT:
         raise IsADirectory(path)
     top = top_of(path)
@@ -102,6 +107,7 @@ def put(
             gid=gid,
             size=size,
             mtime_ns=mtime_ns,
+            atime_ns=atime_ns,
             chunks=blob,
         )
         insert_name(connection, path, inode)
@@ -121,8 +127,8 @@ def put(
         version = row.version + 1
         connection.execute(
             "UPDATE inodes SET chunks = ?, size = ?, mode = ?, uid = ?, gid = ?, mtime_ns = ?,"
-            " ctime_ns = ?, version = ?, writer_agent = ?, writer_session = ?, written_ms = ?"
-            " WHERE id = ?",
+            " atime_ns = COALESCE(?, atime_ns), ctime_ns = ?, version = ?, writer_agent = ?,"
+            " writer_session = ?, written_ms = ? WHERE id = ?",
             (
                 blob,
                 size,
@@ -130,6 +136,7 @@ def put(
                 uid,
                 gid,
                 mtime_ns,
+                atime_ns,
                 stamp.now_ns,
                 version,
                 stamp.writer.agent_id,

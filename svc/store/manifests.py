@@ -181,6 +181,7 @@ class ManifestStore:
         gid: int,
         writer: Writer,
         quota_bytes: int | None = None,
+        atime_ns: int | None = None,
     ) -> Deferred[PutResult]:
         """
         Compare-and-swap the content of file ``path`` (see
@@ -201,6 +202,7 @@ class ManifestStore:
                 uid=uid,
                 gid=gid,
                 quota_bytes=quota_bytes,
+                atime_ns=atime_ns,
             ),
         )
 

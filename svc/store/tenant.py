@@ -374,10 +374,12 @@ class TenantStorage:
         gid: int,
         writer: Writer,
         holder: LeaseHolder | None = None,
+        atime_ns: int | None = None,
     ) -> Deferred[PutResult]:
         """
-        Compare-and-swap a file's content. Fails with L{MissingChunks} when
-        the store lacks a named chunk, L{WriteLeaseHeld} on lease contention,
+        Compare-and-swap a file's content (and its atime, when given).
+        Fails with L{MissingChunks} when the store lacks a named chunk,
+        L{WriteLeaseHeld} on lease contention,
         L{svc.store.errors.StaleVersion} when the version moved on, and
         L{svc.store.errors.QuotaExceeded} past the agent's grant.
         """
@@ -401,6 +403,7 @@ class TenantStorage:
                 gid=gid,
                 writer=writer,
                 quota_bytes=self._grants.get(top),
+                atime_ns=atime_ns,
             )
 
         return self._journaling(self._committing(put()))

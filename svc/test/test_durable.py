@@ -55,9 +55,7 @@ class WriteFileAtomicallyTests(SynchronousTestCase):
         (target / "x").write_bytes(b"")
         # Renaming a file over a non-empty directory fails.
         self.assertRaises(OSError, write_file_atomically, target, b"data")
-        self.assertEqual(
-            [n for n in os.listdir(self.dir) if n.startswith(TEMP_PREFIX)], []
-        )
+        self.assertEqual([n for n in os.listdir(self.dir) if n.startswith(TEMP_PREFIX)], [])
 
 
 class MakeDirectoriesTests(SynchronousTestCase):

@@ -67,6 +67,39 @@ class NamespaceOpsTests(SynchronousTestCase):
         self.assertEqual(count, 1.0)
         self.assertEqual(self.agent.ok("head_file", path="/agent-1")["kind"], "dir")
 
+    def test_put_sets_atime_when_given(self) -> None:
+        """
+        C{atime_ns} on C{manifest_put} is the file's atime, on create and on
+        replace; without it a new file's atime is its mtime and a replaced
+        one keeps its own.
+        """
+        chunk_hash, data = blob("a", 10)
+        self.agent.ok("chunk_put", data, hash=chunk_hash)
+        common: dict[str, Any] = {"chunks": [[chunk_hash, 10]], "size": 10, "mode": 0o644}
+        self.agent.ok("manifest_put", path="/agent-1/a", expected_version=0, mtime_ns=5, **common)
+        self.assertEqual(self.agent.ok("head_file", path="/agent-1/a")["atime_ns"], 5)
+        self.agent.ok(
+            "manifest_put",
+            path="/agent-1/b",
+            expected_version=0,
+            mtime_ns=5,
+            atime_ns=77,
+            **common,
+        )
+        self.assertEqual(self.agent.ok("head_file", path="/agent-1/b")["atime_ns"], 77)
+        self.agent.ok("manifest_put", path="/agent-1/b", expected_version=1, mtime_ns=6, **common)
+        self.assertEqual(self.agent.ok("head_file", path="/agent-1/b")["atime_ns"], 77)
+        self.agent.ok(
+            "manifest_put",
+            path="/agent-1/b",
+            expected_version=2,
+            mtime_ns=6,
+            atime_ns=99,
+            **common,
+        )
+        head = self.agent.ok("head_file", path="/agent-1/b")
+        self.assertEqual((head["atime_ns"], head["mtime_ns"], head["version"]), (99, 6, 3))
+
     def test_put_get_head(self) -> None:
         """A file put is read back by manifest_get and head_file with their audit fields."""
         chunk_hash, data = blob("f", 300)
