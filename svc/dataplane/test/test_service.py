@@ -75,29 +75,26 @@ class NamespaceOpsTests(SynchronousTestCase):
         """
         chunk_hash, data = blob("a", 10)
         self.agent.ok("chunk_put", data, hash=chunk_hash)
-        common: dict[str, Any] = {"chunks": [[chunk_hash, 10]], "size": 10, "mode": 0o644}
-        self.agent.ok("manifest_put", path="/agent-1/a", expected_version=0, mtime_ns=5, **common)
-        self.assertEqual(self.agent.ok("head_file", path="/agent-1/a")["atime_ns"], 5)
-        self.agent.ok(
-            "manifest_put",
-            path="/agent-1/b",
-            expected_version=0,
-            mtime_ns=5,
-            atime_ns=77,
-            **common,
-        )
-        self.assertEqual(self.agent.ok("head_file", path="/agent-1/b")["atime_ns"], 77)
-        self.agent.ok("manifest_put", path="/agent-1/b", expected_version=1, mtime_ns=6, **common)
-        self.assertEqual(self.agent.ok("head_file", path="/agent-1/b")["atime_ns"], 77)
-        self.agent.ok(
-            "manifest_put",
-            path="/agent-1/b",
-            expected_version=2,
-            mtime_ns=6,
-            atime_ns=99,
-            **common,
-        )
-        head = self.agent.ok("head_file", path="/agent-1/b")
+
+        def put(name: str, version: int, mtime_ns: int, atime_ns: int | None = None) -> Any:
+            path = f"/agent-1/{name}"
+            request: dict[str, Any] = {
+                "path": path,
+                "expected_version": version,
+                "chunks": [[chunk_hash, 10]],
+                "size": 10,
+                "mode": 0o644,
+                "mtime_ns": mtime_ns,
+            }
+            if atime_ns is not None:
+                request["atime_ns"] = atime_ns
+            self.agent.ok("manifest_put", **request)
+            return self.agent.ok("head_file", path=path)
+
+        self.assertEqual(put("a", 0, 5)["atime_ns"], 5)
+        self.assertEqual(put("b", 0, 5, atime_ns=77)["atime_ns"], 77)
+        self.assertEqual(put("b", 1, 6)["atime_ns"], 77)
+        head = put("b", 2, 6, atime_ns=99)
         self.assertEqual((head["atime_ns"], head["mtime_ns"], head["version"]), (99, 6, 3))
 
     def test_put_get_head(self) -> None:
