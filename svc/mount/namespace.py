@@ -261,9 +261,10 @@ class NamespaceOps:
 
     def _keep_for_write_back(self, node: Node, state: FileState, changes: AttributeChanges) -> None:
         """
-        The file's next C{manifest_put} carries mode, uid, gid and mtime:
-        keep the change for it instead of a round trip now (tar, cp -a and
-        rsync set them between the last write and the close, pip after it).
+        The file's next C{manifest_put} carries mode, uid, gid, mtime and
+        atime: keep the change for it instead of a round trip now (tar,
+        cp -a and rsync set them between the last write and the close, pip
+        and rsync after it).
         """
         node.attributes = attrs.evolve(
             _changed(node.attributes, changes), ctime_ns=self._ctx.now_ns()
