@@ -142,6 +142,27 @@ def small_files(directory: Path) -> dict[str, float]:
     }
 
 
+def chmod_after_close(directory: Path) -> float:
+    """
+    Seconds to write, close and then C{chmod} SMALL_FILES // 2 files of
+    SMALL_SIZE bytes, as pip installs a package's scripts.
+    """
+    directory.mkdir()
+    payload = os.urandom(SMALL_SIZE)
+    names = [str(directory / f"s{index:05d}") for index in range(SMALL_FILES // 2)]
+    start = time.perf_counter()
+    for name in names:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, payload)
+        os.close(fd)
+        os.chmod(name, 0o755)
+    elapsed = time.perf_counter() - start
+    for name in names:
+        if os.stat(name).st_mode & 0o777 != 0o755:
+            raise SystemExit(f"{name}: mode not 0755")
+    return elapsed
+
+
 def run_target(
     directory: Path, data: memoryview, cold_prepare: Callable[[], None]
 ) -> dict[str, Any]:
@@ -156,6 +177,7 @@ def run_target(
     # one is mostly noise on a shared VM: the best of WARM_READS.
     warm_s = min(seq_read(big, size) for _ in range(WARM_READS))
     small = small_files(directory / "small")
+    chmodded = chmod_after_close(directory / "chmod")
     mb = size / 1e6
     return {
         "write_mb_s": round(mb / write_s, 1),
@@ -166,6 +188,7 @@ def run_target(
         "cold_read_s": round(cold_s, 3),
         "warm_read_s": round(warm_s, 3),
         "small_files": small,
+        "chmod_after_close_s": round(chmodded, 3),
     }
 
 
@@ -324,6 +347,9 @@ def ratios(
             mounted["small_files"]["total_s"], bind["small_files"]["total_s"]
         )
         found["target_small_files_vs_bindfs_max"] = 3.0
+        found["svc_chmod_after_close_vs_bindfs"] = ratio(
+            mounted["chmod_after_close_s"], bind["chmod_after_close_s"]
+        )
         found["svc_small_files_cpu_vs_bindfs"] = ratio(
             mounted["small_files"]["cpu_ms_per_file"], bind["small_files"]["cpu_ms_per_file"]
         )
