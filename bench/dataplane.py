@@ -256,9 +256,7 @@ async def connect_raw(reactor: Any, port: int, tls: IOpenSSLClientConnectionCrea
     protocol = RawClient()
     wrapped: Any = Factory.forProtocol(lambda: protocol)
     endpoint: Any = TCP4ClientEndpoint(reactor, "127.0.0.1", port)
-    await endpoint.connect(
-        frame_tls_factory(tls, is_client=True, wrapped=wrapped, clock=reactor)
-    )
+    await endpoint.connect(frame_tls_factory(tls, is_client=True, wrapped=wrapped, clock=reactor))
     await protocol.echo(ECHO_BODY)
     return protocol
 

@@ -30,9 +30,20 @@ class PlainInstallTests(TestCase):
         self.work = Path(self.mktemp()).resolve()
         self.work.mkdir()
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-             "-q", "-w", str(self.work / "dist"), str(REPO)],
-            check=True, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(self.work / "dist"),
+                str(REPO),
+            ],
+            check=True,
+            capture_output=True,
         )
         wheels = list((self.work / "dist").glob("svc-*.whl"))
         self.assertEqual(len(wheels), 1)
@@ -57,9 +68,19 @@ class PlainInstallTests(TestCase):
         """After a plain install, `twist --help` lists svc-control, svc-dataplane, svc-mount."""
         target = self.work / "target"
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-             str(target), str(self.wheel)],
-            check=True, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(target),
+                str(self.wheel),
+            ],
+            check=True,
+            capture_output=True,
         )
         # -S: no site processing, so the checkout's editable path (.pth) is not added;
         # only the installed wheel and the dependencies are importable.
@@ -71,7 +92,10 @@ class PlainInstallTests(TestCase):
         result = subprocess.run(
             [sys.executable, "-S", "-c", code],
             env={"PYTHONPATH": path, "PATH": os.environ.get("PATH", "")},
-            cwd=str(self.work), capture_output=True, text=True, check=False,
+            cwd=str(self.work),
+            capture_output=True,
+            text=True,
+            check=False,
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         for name in ("svc-control", "svc-dataplane", "svc-mount"):

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import attrs
+from twisted.internet.defer import Deferred
 
 from svc.audit.events import ExtraValue
+from svc.dataplane.errors import BadValue
 from svc.dataplane.interfaces import OpReply
-from svc.dataplane.ops import Request
+from svc.dataplane.ops import ManifestPutRequest, Request
 from svc.wire.errors import CodecError
 from svc.wire.ops import Op
 from svc.wire.payload import pack_payload
@@ -27,6 +29,9 @@ class Call:
     op: Op
     request: Request
     session_id: str | None = None
+    inline_stored: list[Deferred[Exception | None]] = attrs.field(factory=list)
+    """A C{manifest_put}'s inline chunks being stored: each fires with the
+    error that refused it, or L{None} once stored."""
 
 
 @attrs.frozen
@@ -39,6 +44,25 @@ class Outcome:
     reply: OpReply
     size: int | None = None
     extra: Mapping[str, ExtraValue] = attrs.field(factory=dict)
+
+
+def inline_segments(request: Request, raw: memoryview) -> list[tuple[str, memoryview]]:
+    """
+    The chunks a C{manifest_put} carries in its raw segment (C{inline}),
+    each with its bytes; none for any other request.
+
+    @raise BadValue: the raw segment is not exactly the inline chunks' bytes.
+    """
+    if not isinstance(request, ManifestPutRequest):
+        return []
+    if len(raw) != sum(chunk.size for chunk in request.inline):
+        raise BadValue("the raw segment must hold exactly the inline chunks' bytes")
+    segments = []
+    offset = 0
+    for chunk in request.inline:
+        segments.append((chunk.hash, raw[offset : offset + chunk.size]))
+        offset += chunk.size
+    return segments
 
 
 def payload_size(payload: Mapping[str, object]) -> int:

@@ -39,7 +39,7 @@ from twisted.logger import Logger
 from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
 from svc.audit.names import Origin, event_for_op, shape_of
 from svc.audit.server_events import path_denied_event
-from svc.dataplane.calls import Call, Outcome, payload_size
+from svc.dataplane.calls import Call, Outcome, inline_segments, payload_size
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
 from svc.dataplane.confinement import (
@@ -365,29 +365,48 @@ class AgentConnection:
             self.metrics.count_bytes("in", op.value, payload_size(payload))
         try:
             request = parse_request(op, payload)
+            segments = inline_segments(request, raw)
         except OpFailed:
             self._audit_failure(op, _raw_path(payload), None)
             raise
-        call = Call(op, request)
+        call = Call(op, request, inline_stored=self._store_inline(request, segments))
         upload = self._begin_upload(request)
         turn = self._enter(op)
         try:
-            await turn.ready
-            outcome = await self._checked(call, raw, turn)
-            self._announce(call)
-        except PathOutsideSubtree:
-            raise
-        except StoreError as e:
-            self._audit_failure(op, first_path(request), call)
-            raise from_store_error(e) from None
-        except Exception:
-            self._audit_failure(op, first_path(request), call)
-            raise
+            try:
+                await turn.ready
+                outcome = await self._checked(call, raw, turn)
+                self._announce(call)
+            except PathOutsideSubtree:
+                raise
+            except StoreError as e:
+                self._audit_failure(op, first_path(request), call)
+                raise from_store_error(e) from None
+            except Exception:
+                self._audit_failure(op, first_path(request), call)
+                raise
+            finally:
+                turn.release()
+            self._audit_success(call, outcome)
         finally:
-            turn.release()
+            # After the line: a put waiting for this upload writes its own after it.
             self._end_upload(request, upload)
-        self._audit_success(call, outcome)
         return outcome.reply
+
+    def _store_inline(
+        self, request: Request, segments: list[tuple[str, memoryview]]
+    ) -> list[Deferred[Exception | None]]:
+        """
+        Start storing a C{manifest_put}'s inline chunks, each exactly as the
+        C{chunk_put} it stands for (its checks, audit line, metrics, and
+        place among uploads in flight, so the put waits for it).
+        """
+        stored: list[Deferred[Exception | None]] = []
+        for chunk_hash, data in segments:
+            payload = {"hash": chunk_hash, "session_id": session_of(request)}
+            run = Deferred.fromCoroutine(self._run(Op.CHUNK_PUT, payload, data))
+            stored.append(run.addCallbacks(lambda _: None, lambda failure: failure.value))
+        return stored
 
     async def _checked(self, call: Call, raw: memoryview, turn: _Turn) -> Outcome:
         uses = path_uses(call.op, call.request)

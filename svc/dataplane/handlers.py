@@ -155,6 +155,10 @@ async def _manifest_put(
 ) -> Outcome:
     request = call.request
     assert isinstance(request, ManifestPutRequest)
+    for stored in call.inline_stored:
+        refused = await stored  # the chunk's own line says why
+        if refused is not None:
+            raise refused
     storage = await conn.storage()
     hashes = list(dict.fromkeys(chunk.hash for chunk in request.chunks))
     visible = await conn.visible_of(storage, hashes)

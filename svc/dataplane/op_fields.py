@@ -113,6 +113,13 @@ def require_list(payload: Mapping[str, object], key: str, max_items: int) -> lis
     return list(value)
 
 
+def optional_list(payload: Mapping[str, object], key: str, max_items: int) -> list[object]:
+    """An optional array of at most C{max_items} items (empty when absent)."""
+    if get_value(payload, key, False) is MISSING:
+        return []
+    return require_list(payload, key, max_items)
+
+
 def chunk_hash_value(key: str, value: object) -> str:
     """C{value} if it is a chunk hash: 64 lowercase hex digits."""
     if not isinstance(value, str):

@@ -31,6 +31,7 @@ from svc.dataplane.op_fields import (
     mode_value,
     optional_bool,
     optional_int,
+    optional_list,
     optional_str,
     owner_values,
     require_int,
@@ -49,6 +50,12 @@ MAX_CHUNK_HAS = 4096
 MAX_MANIFEST_CHUNKS = 12000
 """The most chunks one C{manifest_put} may name (12000 entries of 72 bytes
 fit the default 1 MiB payload with room to spare)."""
+
+MAX_INLINE_CHUNKS = 64
+"""The most chunks one C{manifest_put} may carry in its raw segment (C{inline})."""
+
+MAX_INLINE_BYTES = 1 << 20
+"""The most bytes of chunks one C{manifest_put} may carry in its raw segment."""
 
 MAX_LIST_LIMIT = 1000
 """The most entries one C{list} answer holds (also the default)."""
@@ -128,6 +135,8 @@ class ManifestPutRequest:
     gid: int
     session_id: str | None
     atime_ns: int | None = None
+    inline: tuple[ChunkRef, ...] = ()
+    """Chunks of C{chunks} whose bytes the raw segment carries, in its order."""
 
 
 @attrs.frozen
@@ -327,15 +336,31 @@ def _parse_chunks(p: Mapping[str, object]) -> tuple[ChunkRef, ...]:
     return tuple(chunks)
 
 
+def _parse_inline(p: Mapping[str, object], chunks: tuple[ChunkRef, ...]) -> tuple[ChunkRef, ...]:
+    sizes = {chunk.hash: chunk.size for chunk in chunks}
+    inline: dict[str, ChunkRef] = {}
+    for index, item in enumerate(optional_list(p, "inline", MAX_INLINE_CHUNKS)):
+        chunk_hash = chunk_hash_value(f"inline[{index}]", item)
+        if chunk_hash not in sizes:
+            raise BadValue(f"inline[{index}] is not one of the chunks")
+        if chunk_hash in inline:
+            raise BadValue(f"inline[{index}] repeats a chunk")
+        inline[chunk_hash] = ChunkRef(chunk_hash, sizes[chunk_hash])
+    if sum(chunk.size for chunk in inline.values()) > MAX_INLINE_BYTES:
+        raise BadValue(f"inline chunks exceed {MAX_INLINE_BYTES} bytes")
+    return tuple(inline.values())
+
+
 def _parse_manifest_put(p: Mapping[str, object]) -> ManifestPutRequest:
     path = require_str(p, "path")
     uid, gid = owner_values(p)
     mode = mode_value(p)
     assert mode is not None
+    chunks = _parse_chunks(p)
     return ManifestPutRequest(
         path=path,
         expected_version=require_int(p, "expected_version", 0, I64),
-        chunks=_parse_chunks(p),
+        chunks=chunks,
         size=require_int(p, "size", 0, I64),
         mode=mode,
         mtime_ns=require_int(p, "mtime_ns", -I64, I64),
@@ -343,6 +368,7 @@ def _parse_manifest_put(p: Mapping[str, object]) -> ManifestPutRequest:
         gid=gid,
         session_id=session_value(p),
         atime_ns=optional_int(p, "atime_ns", -I64, I64),
+        inline=_parse_inline(p, chunks),
     )
 
 

@@ -23,7 +23,9 @@ The first C{manifest_put} is sent while the write-back's last uploads may
 still be in flight on the same connection: the server runs it once they are
 stored (``docs/specifications/dataplane-ops.md`` section 7), so the commit
 costs no extra round trip. An upload that failed is the error reported
-unless the put succeeded anyway.
+unless the put succeeded anyway. The chunks the uploader held back
+(L{ChunkUploader.take_inline}) ride in the first put's raw segment; a server
+that ignores them answers C{missing}, and they are uploaded as above.
 """
 
 from __future__ import annotations
@@ -153,8 +155,9 @@ async def commit(
     retries = 0
     reuploaded = False
     chunks = entries(request.chunks)
+    inline = uploader.take_inline()
 
-    def put(expected_version: int) -> Deferred[PutResult]:
+    def put(expected_version: int, inline: ChunkUploader.Inline = ()) -> Deferred[PutResult]:
         return remote.manifest_put(
             request.path,
             expected_version=expected_version,
@@ -166,12 +169,13 @@ async def commit(
             gid=request.gid,
             session_id=session_id,
             atime_ns=request.atime_ns,
+            inline=inline,
         )
 
     # The first put goes out behind the uploads still in flight (the server
     # runs it once they are stored); an upload that failed explains a put
     # refused for missing chunks, but a put that succeeded is committed.
-    attempt = put(expected)
+    attempt = put(expected, inline)
     try:
         await uploader.settle()
     except RemoteFailure as upload_failure:
@@ -179,6 +183,7 @@ async def commit(
             result = await attempt
         except RemoteFailure:
             raise upload_failure from None
+        uploader.inline_stored(inline)
         return Committed(result.version, retries, result.inode, result.ctime_ns)
     while True:
         try:
@@ -204,6 +209,7 @@ async def commit(
             current_version = _int(failure.details, "current_version")
             if current is not None:
                 current_version = current.attributes.version
+            uploader.inline_stored(inline)  # refused on its version, not its chunks
             return Conflict(
                 kind=kind,
                 your_version=request.expected_version,
@@ -212,6 +218,7 @@ async def commit(
                 cas_retries=retries,
                 current=current,
             )
+        uploader.inline_stored(inline)
         return Committed(result.version, retries, result.inode, result.ctime_ns)
 
 

@@ -432,7 +432,8 @@ class FileOps:
             )
         behind.poke()
 
-    def _uploader(self, session: str | None) -> ChunkUploader:
+    def _uploader(self, session: str | None, *, commits: bool = False) -> ChunkUploader:
+        """An uploader; one whose chunks a commit follows (C{commits}) may hold them inline."""
         settings = self._ctx.settings
         return ChunkUploader(
             self._ctx.remote,
@@ -440,6 +441,7 @@ class FileOps:
             on_uploaded=self._uploaded,
             batch_bytes=settings.batch_bytes,
             probe_min_bytes=settings.probe_min_bytes,
+            inline_max_bytes=settings.inline_max_bytes if commits else 0,
         )
 
     async def truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
@@ -622,7 +624,7 @@ class FileOps:
             session = ctx.write_session()
             with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
                 ctx.check_write(rel)
-                uploader = self._uploader(session)
+                uploader = self._uploader(session, commits=True)
                 try:
                     await self._commit_changes(node, state, line, uploader, session, on_sent)
                 finally:

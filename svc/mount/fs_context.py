@@ -26,7 +26,11 @@ from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
 from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
-from svc.mount.writeback import DEFAULT_BATCH_BYTES, DEFAULT_PROBE_MIN_BYTES
+from svc.mount.writeback import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_INLINE_MAX_BYTES,
+    DEFAULT_PROBE_MIN_BYTES,
+)
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.wire.errno import WireErrno
 from svc.worker import IWorker
@@ -44,6 +48,8 @@ class FSSettings:
     memo_bytes: int = DEFAULT_MEMO_BYTES
     batch_bytes: int = DEFAULT_BATCH_BYTES
     probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES
+    inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
+    """New-chunk bytes a commit carries in its C{manifest_put} (0: none)."""
     memory_spill_file_bytes: int = DEFAULT_MEMORY_FILE_BYTES
     memory_spill_bytes: int = DEFAULT_MEMORY_BYTES
     max_cas_retries: int = 3

@@ -56,6 +56,7 @@ _log = Logger()
 
 __all__ = [
     "CHUNK_HAS_LIMIT",
+    "INLINE_CHUNK_LIMIT",
     "LIST_PAGE_LIMIT",
     "MANIFEST_CHUNK_LIMIT",
     "ChunkEntry",
@@ -80,6 +81,9 @@ CHUNK_HAS_LIMIT = 4096
 
 MANIFEST_CHUNK_LIMIT = 12000
 """Chunks per C{manifest_put}."""
+
+INLINE_CHUNK_LIMIT = 64
+"""Chunks one C{manifest_put} may carry in its raw segment (C{inline})."""
 
 LIST_PAGE_LIMIT = 1000
 """Entries per C{list} page."""
@@ -233,10 +237,13 @@ class Remote:
         gid: int,
         session_id: str | None,
         atime_ns: int | None = None,
+        inline: Sequence[tuple[str, bytes | memoryview]] = (),
     ) -> Deferred[PutResult]:
         """
         Commit C{chunks} at C{path} if its version is C{expected_version}
-        (with its atime, when given).
+        (with its atime, when given). C{inline}: chunks of C{chunks} not
+        uploaded yet, C{(hash, bytes)}, carried in the request's raw segment
+        (``docs/specifications/dataplane-ops.md``, C{manifest_put}).
         """
         payload = _with_session(
             {
@@ -253,6 +260,10 @@ class Remote:
         )
         if atime_ns is not None:
             payload["atime_ns"] = atime_ns
+        raw = b""
+        if inline:
+            payload["inline"] = [chunk_hash for chunk_hash, _ in inline]
+            raw = b"".join(data for _, data in inline)
 
         def parse(reply: Reply) -> PutResult:
             return PutResult(
@@ -263,7 +274,7 @@ class Remote:
                 optional_field(reply.payload, "ctime_ns", int),
             )
 
-        return self._request("manifest_put", payload, parse)
+        return self._request("manifest_put", payload, parse, raw=raw)
 
     def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
         """

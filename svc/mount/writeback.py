@@ -33,7 +33,10 @@ each absent chunk, all in flight at once, while the next batch is cut (a full
 batch first waits for the previous one's uploads); a chunk is asked about or
 sent at most once per write-back. A batch of fewer than C{probe_min_bytes} bytes is
 sent without asking (uploading a few KiB costs less than the round trip of
-C{chunk_has}; the server deduplicates). The last batch's uploads are not
+C{chunk_has}; the server deduplicates). An uploader made with
+C{inline_max_bytes} holds a last batch that small back instead
+(L{ChunkUploader.take_inline}): the commit carries it in its
+C{manifest_put}, so a small file costs one request, not two. The last batch's uploads are not
 waited for by L{ChunkUploader.finish}: the commit sends its C{manifest_put}
 behind them on the same connection (the server runs it once they are stored,
 ``docs/specifications/dataplane-ops.md`` section 7) and then waits for both
@@ -54,7 +57,7 @@ from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_hash
 from svc.chunking.core import iter_cut_points
 from svc.mount.errors import FSError
 from svc.mount.extents import FileLayout
-from svc.mount.remote import CHUNK_HAS_LIMIT, Remote, gather
+from svc.mount.remote import CHUNK_HAS_LIMIT, INLINE_CHUNK_LIMIT, Remote, gather
 from svc.worker import IWorker
 
 DEFAULT_BATCH_BYTES = 32 << 20
@@ -63,6 +66,10 @@ uploaded while the next is cut)."""
 
 DEFAULT_PROBE_MIN_BYTES = 64 << 10
 """Batches holding fewer new-chunk bytes than this are uploaded without C{chunk_has}."""
+
+DEFAULT_INLINE_MAX_BYTES = 64 << 10
+"""A write-back's last batch of at most this many new-chunk bytes goes inline in
+its C{manifest_put} (and no C{chunk_put})."""
 
 INLINE_CUT_BYTES = 64 << 10
 """Windows up to this size are cut and hashed on the calling thread (a worker
@@ -106,8 +113,12 @@ class ChunkUploader:
     Sends the new chunks of one write-back; see the module docstring.
 
     @ivar uploaded: chunks sent with C{chunk_put} and stored (the flush's
-        C{chunks_new}), once L{settle} has returned.
+        C{chunks_new}), once L{settle} has returned, and those sent inline
+        once L{inline_stored} has said so.
     """
+
+    Inline = tuple[tuple[str, bytes | memoryview], ...]
+    """Chunks held back for the commit's C{manifest_put}: C{(hash, bytes)}."""
 
     def __init__(
         self,
@@ -117,16 +128,20 @@ class ChunkUploader:
         on_uploaded: Callable[[str, bytes | memoryview], object] = lambda chunk_hash, data: None,
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES,
+        inline_max_bytes: int = 0,
     ) -> None:
         self._remote = remote
         self._session_id = session_id
         self._on_uploaded = on_uploaded
         self._batch_bytes = batch_bytes
         self._probe_min_bytes = probe_min_bytes
+        self._inline_max_bytes = min(inline_max_bytes, probe_min_bytes)
         self._batch: dict[str, bytes | memoryview] = {}
         self._held = 0
         self._settled: set[str] = set()
+        self._counted: set[str] = set()
         self._in_flight: list[Deferred[None]] = []
+        self._inline: ChunkUploader.Inline = ()
         self.uploaded = 0
 
     def knows(self, chunk_hash: str) -> bool:
@@ -149,10 +164,32 @@ class ChunkUploader:
     async def finish(self) -> None:
         """
         Send what is left, without waiting for the uploads to be answered:
-        every added chunk is stored once L{settle} returns.
+        every added chunk is stored once L{settle} returns, except a last
+        batch small enough to be held back for L{take_inline}.
         """
-        if self._batch:
-            await self._send()
+        batch = self._batch
+        if not batch:
+            return
+        if (
+            len(batch) <= INLINE_CHUNK_LIMIT
+            and sum(len(data) for data in batch.values()) <= self._inline_max_bytes
+        ):
+            self._inline = tuple(batch.items())
+            self._settled.update(batch)
+            self._batch, self._held = {}, 0
+            return
+        await self._send()
+
+    def take_inline(self) -> ChunkUploader.Inline:
+        """The chunks held back by L{finish} (once): the commit must carry them."""
+        inline, self._inline = self._inline, ()
+        return inline
+
+    def inline_stored(self, inline: ChunkUploader.Inline) -> None:
+        """The server stored C{inline} (taken from L{take_inline}): count and cache them."""
+        for name, data in inline:
+            if name not in self._counted:  # not uploaded again by L{put}
+                self._stored(len(data), name, data)
 
     async def settle(self) -> None:
         """
@@ -171,10 +208,9 @@ class ChunkUploader:
 
     async def put(self, chunk_hash: str, data: bytes) -> None:
         """Upload one chunk unconditionally (a commit found it missing)."""
-        await self._remote.chunk_put(chunk_hash, data, session_id=self._session_id)
-        self.uploaded += 1
+        size = await self._remote.chunk_put(chunk_hash, data, session_id=self._session_id)
         self._settled.add(chunk_hash)
-        self._on_uploaded(chunk_hash, data)
+        self._stored(size, chunk_hash, data)
 
     async def _send(self) -> None:
         batch, self._batch, held, self._held = self._batch, {}, self._held, 0
@@ -191,6 +227,7 @@ class ChunkUploader:
 
     def _stored(self, _size: int, chunk_hash: str, data: bytes | memoryview) -> None:
         self.uploaded += 1
+        self._counted.add(chunk_hash)
         self._on_uploaded(chunk_hash, data)
 
 

@@ -43,17 +43,21 @@ class PendingCreateTests(SynchronousTestCase):
         return list(self.mount.connection.calls)
 
     def test_first_commit_creates_the_file(self) -> None:
-        """create and write send nothing; the flush is one chunk_put and one manifest_put."""
+        """
+        create and write send nothing; the flush is one manifest_put, its
+        chunk inline (the flush line counts it as new).
+        """
         before = len(self.requests())
         opened = create(self.mount, "d/f")
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"hello", CALLER))
         self.assertEqual(self.requests()[before:], [])
         close(self.mount, opened)
-        self.assertEqual(self.requests()[before:], ["chunk_put", "manifest_put"])
+        self.assertEqual(self.requests()[before:], ["manifest_put"])
         self.assertEqual(self.fixture.mount().read_file("d/f"), b"hello")
         created = self.mount.events("create")[-1]
         self.assertEqual((created.path, created.allowed), ("/d/f", True))
-        self.assertEqual(self.mount.events("flush")[-1].get("version_new"), 1)
+        flush = self.mount.events("flush")[-1]
+        self.assertEqual((flush.get("version_new"), flush.get("chunks_new")), (1, 1))
 
     def test_visible_on_this_mount_before_commit(self) -> None:
         """Lookups, getattr and listings of this mount see the new file at once."""
