@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from OpenSSL import SSL
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
@@ -111,6 +112,38 @@ class FactoryTests(SynchronousTestCase):
         self.assertEqual(len(pieces), 1)
         self.assertGreater(pieces[0], WRITE_SLICE)
         pump.flush()
+
+    def test_reading_stops_once_nothing_is_left(self) -> None:
+        """
+        After delivering what arrived, neither end asks OpenSSL for more:
+        no C{WantReadError} per delivery (only where a delivery really ends
+        mid-record or holds nothing for the application, as the session
+        tickets after the handshake).
+        """
+        raised: list[int] = []
+        reads: list[int] = []
+        recv = SSL.Connection.recv
+
+        def counting(connection: SSL.Connection, size: int) -> bytes:
+            reads.append(size)
+            try:
+                return recv(connection, size)
+            except SSL.WantReadError:
+                raised.append(size)
+                raise
+
+        self.patch(SSL.Connection, "recv", counting)
+        harness = TLSHarness()
+        protocol, pump = harness.connect_client(harness.agent())
+        client = DataPlaneClient(protocol)
+        pump.flush()
+        before = len(raised)
+        for n in range(20):
+            result = client.call("echo", {"n": n}, b"x")
+            pump.flush()
+            self.assertEqual(self.successResultOf(result).payload, {"n": n})
+        self.assertEqual(len(raised) - before, 0)
+        self.assertGreaterEqual(len(reads), 40)  # each request and each reply read
 
     def test_large_raw_segment_round_trip(self) -> None:
         """A 4 MiB raw segment crosses real in-memory TLS 1.3 both ways intact."""
