@@ -20,6 +20,7 @@ warns about that name; see ``docs/specifications/metrics.md``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
@@ -128,6 +129,10 @@ class DataPlaneMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         inner = CollectorRegistry(auto_describe=True)
+        # The series of the per-request families, by label values: looked
+        # up once (with the values checked), then reused (C{labels} costs
+        # several microseconds, and each request updates several series).
+        self._series: dict[tuple[str, ...], Any] = {}
         self.op_duration = Histogram(
             "svc_dataplane_op_duration_seconds",
             "Time the data-plane server spent on one operation, by wire op.",
@@ -232,17 +237,29 @@ class DataPlaneMetrics:
 
     def observe_op(self, op: str, seconds: float) -> None:
         """One operation took C{seconds} (C{op} an L{OP_LABELS} value)."""
-        self.op_duration.labels(_check(op, OP_LABELS, "op")).observe(seconds)
+        series = self._series.get(("op", op))
+        if series is None:
+            series = self.op_duration.labels(_check(op, OP_LABELS, "op"))
+            self._series["op", op] = series
+        series.observe(seconds)
 
     def count_bytes(self, direction: str, op: str, n: int) -> None:
         """C{n} payload bytes moved in C{direction} (C{in}/C{out}) by C{op}."""
-        ops = BYTE_DIRECTIONS.get(_check(direction, BYTE_DIRECTIONS, "direction"), frozenset())
-        self.bytes.labels(direction, _check(op, ops, f"op for direction {direction}")).inc(n)
+        series = self._series.get(("bytes", direction, op))
+        if series is None:
+            ops = BYTE_DIRECTIONS.get(_check(direction, BYTE_DIRECTIONS, "direction"), frozenset())
+            series = self.bytes.labels(direction, _check(op, ops, f"op for direction {direction}"))
+            self._series["bytes", direction, op] = series
+        series.inc(n)
 
     def count_chunk(self, state: str, n: int = 1) -> None:
         """C{n} chunks C{fetched} (chunk_get hit), C{cached} (chunk_put
         stored fresh bytes) or C{deduped} (chunk_put content existed)."""
-        self.chunks.labels(_check(state, CHUNK_STATES, "state")).inc(n)
+        series = self._series.get(("chunks", state))
+        if series is None:
+            series = self.chunks.labels(_check(state, CHUNK_STATES, "state"))
+            self._series["chunks", state] = series
+        series.inc(n)
 
     def set_lease_held(self, path: str, leases_on_path: int) -> None:
         """
@@ -267,9 +284,13 @@ class DataPlaneMetrics:
 
     def count_journal_write(self, op: str, allocation_id: str) -> None:
         """One journal row of journal op C{op} appended for C{allocation_id}."""
-        self.journal_writes.labels(
-            _non_empty(op, "op"), _non_empty(allocation_id, "allocation_id")
-        ).inc()
+        series = self._series.get(("journal", op, allocation_id))
+        if series is None:
+            series = self.journal_writes.labels(
+                _non_empty(op, "op"), _non_empty(allocation_id, "allocation_id")
+            )
+            self._series["journal", op, allocation_id] = series
+        series.inc()
 
     def observe_journal_query(self, seconds: float) -> None:
         """One journal query took C{seconds}."""
