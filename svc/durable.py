@@ -15,7 +15,7 @@ from pathlib import Path
 TEMP_PREFIX = ".tmp-"
 
 
-def fsync_directory(path: Path) -> None:
+def fsync_directory(path: str | Path) -> None:
     """
     Make a directory's entries (creations, renames, removals) durable.
     """

@@ -86,7 +86,7 @@ class OpenReport:
 
 
 def _fsync_dir(path: str) -> None:
-    fsync_directory(Path(path))
+    fsync_directory(path)
 
 
 def _make_dirs(path: str) -> None:
