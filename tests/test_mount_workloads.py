@@ -1,8 +1,9 @@
 """
 Acceptance workloads of the mount client through the kernel, on the real
 stack: ordinary tools (git, tar, python -m venv) surviving a remount with an
-empty cache, deduplication of a large file, a corrupt cache chunk detected
-and repaired, and the path policy enforced on real file operations.
+empty cache, small files committed one request each, deduplication of a
+large file, a corrupt cache chunk detected and repaired, and the path policy
+enforced on real file operations.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from tests.dataplane_harness import metric_sample
 from tests.mount_harness import Mount, MountStackCase, lstat_tree
 
 MIB = 1 << 20
@@ -192,6 +194,38 @@ class ModesAfterCloseTests(MountStackCase):
         self.assertEqual(stat.S_IMODE(after["script2"][0]), 0o700)
         self.assertEqual(stat.S_IMODE(after["saved3"][0]), 0o640)
         self.assertEqual(after["saved3"][2], 1_600_000_000_000_000_003)
+
+
+class SmallFileCommitTests(MountStackCase):
+    """A small file's close reaches the data plane as one request."""
+
+    def requests(self, op: str) -> float:
+        """How many C{op} requests the data plane has answered."""
+        exposition = self.dataplane_metrics()
+        found = metric_sample(exposition, "svc_dataplane_op_duration_seconds_count", op=op)
+        return found or 0.0
+
+    def test_each_small_file_is_one_manifest_put_with_its_chunk(self) -> None:
+        """
+        Twenty small files are twenty C{manifest_put}s carrying their chunks
+        (each stored, no C{chunk_put} request), and read back intact after a
+        fresh-cache remount.
+        """
+        first = self.mount()
+        puts, uploads = self.requests("manifest_put"), self.requests("chunk_put")
+        cached = self.chunk_counter("cached")
+        contents = {f"s{index}": blake3(b"%d" % index).digest(length=3000) for index in range(20)}
+        for name, content in contents.items():
+            (self.mount_point / name).write_bytes(content)
+        _wait_for("every commit", lambda: all(_flushes(first, name) for name in contents))
+        self.assertEqual(self.requests("chunk_put") - uploads, 0)
+        self.assertEqual(self.requests("manifest_put") - puts, len(contents))
+        self.assertEqual(self.chunk_counter("cached") - cached, len(contents))
+        self.assertEqual({_flushes(first, name)[0]["chunks_new"] for name in contents}, {1})
+        self.unmount(first)
+        self.mount()
+        for name, content in contents.items():
+            self.assertEqual((self.mount_point / name).read_bytes(), content)
 
 
 class DedupTests(MountStackCase):
