@@ -62,6 +62,9 @@ Bytes a L{PacedFrameWriter} hands to TLS per reactor turn (about a quarter
 of a millisecond of encryption here).
 """
 
+FULL_RECORD = 2**14
+"""The most plaintext one TLS record carries."""
+
 MIN_SEND_READ_SIZE = 2**15
 """The smallest read of OpenSSL's send BIO (Twisted's size)."""
 
@@ -146,13 +149,16 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
         # record. And once OpenSSL holds no more received bytes, the loop
         # ends without the read that would only raise C{WantReadError}
         # (an exception per delivery, on both ends of every connection).
+        # That is asked only after a read shorter than a full record: a
+        # message's last record, most likely; during a bulk transfer the
+        # question would cost more than the one exception it saves.
         # Errors end the loop as in Twisted's.
         connection = self._tlsConnection
-        first = True
+        got = -1  # bytes the previous read gave (none yet: read)
         while not self._lostTLSConnection:
-            if not first and _exhausted(connection):
+            if 0 <= got < FULL_RECORD and _exhausted(connection):
                 break
-            first = False
+            got = 0
             target = target_of()
             try:
                 if target is None:
@@ -168,6 +174,7 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
             except Error:
                 self._tlsShutdownFinished(Failure())  # type: ignore[no-untyped-call]
             else:
+                got = len(data) if target is None else count
                 if self._aborted:
                     continue
                 if target is None:

@@ -13,6 +13,7 @@ from twisted.internet.testing import StringTransport
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.dataplane import frame_tls
 from svc.dataplane.client import DataPlaneClient
 from svc.dataplane.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
 from svc.dataplane.protocol import DataPlaneServerProtocol
@@ -144,6 +145,29 @@ class FactoryTests(SynchronousTestCase):
             self.assertEqual(self.successResultOf(result).payload, {"n": n})
         self.assertEqual(len(raised) - before, 0)
         self.assertGreaterEqual(len(reads), 40)  # each request and each reply read
+
+    def test_bulk_records_are_read_without_asking_what_is_left(self) -> None:
+        """
+        A large message's full records are read one after another; whether
+        anything is left is asked only after a short one (a message's end),
+        not once per 16 KiB record.
+        """
+        asked: list[int] = []
+        exhausted = frame_tls._exhausted
+
+        def counting(connection: SSL.Connection) -> bool:
+            asked.append(1)
+            return exhausted(connection)
+
+        self.patch(frame_tls, "_exhausted", counting)
+        harness = TLSHarness()
+        protocol, pump = harness.connect_client(harness.agent())
+        client = DataPlaneClient(protocol)
+        body = bytes(range(256)) * 4096  # 1 MiB: 64 records each way
+        result = client.call("echo", {"n": 1}, body)
+        pump.flush()
+        self.assertEqual(self.successResultOf(result).raw, body)
+        self.assertLess(len(asked), 32)
 
     def test_large_raw_segment_round_trip(self) -> None:
         """A 4 MiB raw segment crosses real in-memory TLS 1.3 both ways intact."""
