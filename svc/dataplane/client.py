@@ -40,6 +40,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer  # type: ignore[import-untyped]
 
+from svc.buffer_pool import BufferPool
 from svc.dataplane.client_errors import (
     AdmissionFailed,
     CallTimedOut,
@@ -67,6 +68,7 @@ from svc.wire.decoder import FrameDecoder
 from svc.wire.errors import CodecError
 from svc.wire.frame import (
     FRAMES_TO_CLIENT,
+    MAX_RAW_SIZE,
     MAX_REQUEST_ID,
     Buffer,
     Frame,
@@ -77,6 +79,9 @@ from svc.wire.frame import (
 from svc.wire.ops import PUSH_OPS
 
 _log = Logger()
+
+RAW_BUFFERS_KEPT = 2
+"""Idle reply-body buffers one connection keeps (a reply's body is copied out at once)."""
 
 DEFAULT_HELLO_TIMEOUT = 30.0
 """Seconds to wait for HELLO after connecting (wire.md section 6)."""
@@ -126,7 +131,12 @@ class DataPlaneClientProtocol(Protocol):
         self._writer = PacedFrameWriter(lambda: self.transport, clock)
         self._hello_timeout = hello_timeout
         self.call_timeout = call_timeout
-        self._decoder = FrameDecoder(accept=FRAMES_TO_CLIENT)
+        # Large reply bodies (a chunk) are assembled in a lent buffer, which
+        # the TLS layer decrypts straight into (L{receive_target}); each is
+        # copied once into the reply's C{bytes} and given back.
+        self._decoder = FrameDecoder(
+            accept=FRAMES_TO_CLIENT, raw_buffers=BufferPool(MAX_RAW_SIZE, keep=RAW_BUFFERS_KEPT)
+        )
         self.hello: Hello | None = None
         self._table: RequestTable[_Call] | None = None
         self._queue: deque[_Call] = deque()
@@ -205,6 +215,20 @@ class DataPlaneClientProtocol(Protocol):
 
     # -- frames in ----------------------------------------------------------
 
+    def receive_target(self) -> memoryview | None:
+        """
+        Memory the TLS layer may decrypt the next bytes into (part of a
+        large reply body; L{svc.wire.decoder.FrameDecoder.receive_target}),
+        then calling L{received_into}; else C{None} (use L{dataReceived}).
+        """
+        if self._lost is not None or self._failure_reason is not None:
+            return None
+        return self._decoder.receive_target()
+
+    def received_into(self, count: int) -> None:
+        """C{count} bytes of the stream were written into L{receive_target}'s view."""
+        self._decoder.received_into(count)
+
     def dataReceived(self, data: bytes) -> None:
         if self._lost is not None or self._failure_reason is not None:
             return
@@ -217,6 +241,13 @@ class DataPlaneClientProtocol(Protocol):
             self._protocol_error(error.reason)
 
     def _frame_received(self, frame: Frame) -> None:
+        try:
+            self._dispatch(frame)
+        finally:
+            if frame.release_raw is not None:
+                frame.release_raw()  # what was kept of it is a copy
+
+    def _dispatch(self, frame: Frame) -> None:
         if self.hello is None:
             if frame.type is not FrameType.HELLO:
                 raise CodecError(f"{frame.type.name} frame before HELLO")

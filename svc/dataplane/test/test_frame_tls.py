@@ -14,7 +14,7 @@ from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane import frame_tls
-from svc.dataplane.client import DataPlaneClient
+from svc.dataplane.client import DataPlaneClient, DataPlaneClientProtocol
 from svc.dataplane.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
 from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane.test.fakes import TLSHarness
@@ -211,6 +211,37 @@ class FactoryTests(SynchronousTestCase):
         )
         self.assertGreater(sum(direct), len(body) // 2)
         self.assertLess(sum(direct), len(body))
+
+
+class ClientReceiveTests(SynchronousTestCase):
+    """The client's large reply bodies are decrypted into a lent buffer, then copied out."""
+
+    def test_large_reply_decrypted_into_a_lent_buffer_and_copied_out(self) -> None:
+        """
+        Most of a large reply's body goes from OpenSSL straight into the
+        buffer it is assembled in; each reply keeps bytes of its own, so a
+        later reply (reusing the buffer) leaves an earlier one intact.
+        """
+        direct: list[int] = []
+        received_into = DataPlaneClientProtocol.received_into
+
+        def counting(client: DataPlaneClientProtocol, count: int) -> None:
+            direct.append(count)
+            received_into(client, count)
+
+        self.patch(DataPlaneClientProtocol, "received_into", counting)
+        harness = TLSHarness()
+        protocol, pump = harness.connect_client(harness.agent())
+        client = DataPlaneClient(protocol)
+        bodies = [bytes([n]) * (3 * 1024 * 1024 + n) for n in (1, 2)]
+        replies = []
+        for body in bodies:
+            result = client.call("echo", {}, body)
+            pump.flush()
+            replies.append(self.successResultOf(result))
+        self.assertEqual([reply.raw for reply in replies], bodies)
+        self.assertIsInstance(replies[0].raw, bytes)
+        self.assertGreater(sum(direct), len(bodies[0]))
 
 
 class PacedFrameWriterTests(SynchronousTestCase):
