@@ -19,11 +19,12 @@ memory BIO), instead of calling C{SSL_read} once more only to have
 pyOpenSSL raise C{WantReadError}: an exception per delivery, which cost
 about 2% of each reactor thread during a burst of small commits.
 
-On the receiving side, the body of a large request (a C{chunk_put}) is
-decrypted by OpenSSL straight into the lent buffer the frame decoder
-assembles it in (the protocol's C{receive_target}), instead of into a
-temporary buffer, then a C{bytes} per 16 KiB record, then the lent buffer:
-two fewer copies of every byte on the server's reactor thread. This calls
+On the receiving side, the body of a large request (a C{chunk_put}) or
+of a large reply (a C{chunk_get}'s, on the client) is decrypted by OpenSSL
+straight into the lent buffer the frame decoder assembles it in (the
+protocol's C{receive_target}), instead of into a temporary buffer, then a
+C{bytes} per 16 KiB record, then the lent buffer: two fewer copies of every
+byte on the reactor thread. This calls
 C{SSL_read} through pyOpenSSL's internal bindings (pinned to 26.x in
 C{setup.cfg}); without them the ordinary path is used.
 
