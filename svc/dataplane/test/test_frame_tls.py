@@ -21,6 +21,22 @@ from svc.dataplane.test.fakes import TLSHarness
 from svc.wire.frame import Frame, FrameType, encode_frame
 
 
+def counted_received_into(case: SynchronousTestCase, protocol_class: Any) -> list[int]:
+    """
+    Patch C{protocol_class.received_into} (for C{case}'s duration) to record
+    each count of bytes decrypted straight into a lent buffer; the record.
+    """
+    counts: list[int] = []
+    received_into = protocol_class.received_into
+
+    def counting(protocol: Any, count: int) -> None:
+        counts.append(count)
+        received_into(protocol, count)
+
+    case.patch(protocol_class, "received_into", counting)
+    return counts
+
+
 class RecordingTLS(TLSMemoryBIOProtocol):
     """A TLS protocol that only records what it is asked to write."""
 
@@ -186,14 +202,7 @@ class FactoryTests(SynchronousTestCase):
         the buffer it is assembled in (no intermediate bytes), and the
         request, interleaved with small ones, arrives intact.
         """
-        direct: list[int] = []
-        received_into = DataPlaneServerProtocol.received_into
-
-        def counting(server: DataPlaneServerProtocol, count: int) -> None:
-            direct.append(count)
-            received_into(server, count)
-
-        self.patch(DataPlaneServerProtocol, "received_into", counting)
+        direct = counted_received_into(self, DataPlaneServerProtocol)
         harness = TLSHarness()
         protocol, pump = harness.connect_client(harness.agent())
         client = DataPlaneClient(protocol)
@@ -222,14 +231,7 @@ class ClientReceiveTests(SynchronousTestCase):
         buffer it is assembled in; each reply keeps bytes of its own, so a
         later reply (reusing the buffer) leaves an earlier one intact.
         """
-        direct: list[int] = []
-        received_into = DataPlaneClientProtocol.received_into
-
-        def counting(client: DataPlaneClientProtocol, count: int) -> None:
-            direct.append(count)
-            received_into(client, count)
-
-        self.patch(DataPlaneClientProtocol, "received_into", counting)
+        direct = counted_received_into(self, DataPlaneClientProtocol)
         harness = TLSHarness()
         protocol, pump = harness.connect_client(harness.agent())
         client = DataPlaneClient(protocol)
