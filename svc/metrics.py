@@ -19,7 +19,7 @@ warns about that name; see ``docs/specifications/metrics.md``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -235,31 +235,34 @@ class DataPlaneMetrics:
         for reason in FORGERY_REASONS:
             self.session_forgery_rejected.labels(reason)
 
+    def _series_for(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+        """The series of C{key}: made (its label values checked) the first time only."""
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = make()
+        return series
+
     def observe_op(self, op: str, seconds: float) -> None:
         """One operation took C{seconds} (C{op} an L{OP_LABELS} value)."""
-        series = self._series.get(("op", op))
-        if series is None:
-            series = self.op_duration.labels(_check(op, OP_LABELS, "op"))
-            self._series["op", op] = series
-        series.observe(seconds)
+        self._series_for(
+            ("op", op), lambda: self.op_duration.labels(_check(op, OP_LABELS, "op"))
+        ).observe(seconds)
 
     def count_bytes(self, direction: str, op: str, n: int) -> None:
         """C{n} payload bytes moved in C{direction} (C{in}/C{out}) by C{op}."""
-        series = self._series.get(("bytes", direction, op))
-        if series is None:
+
+        def series() -> Any:
             ops = BYTE_DIRECTIONS.get(_check(direction, BYTE_DIRECTIONS, "direction"), frozenset())
-            series = self.bytes.labels(direction, _check(op, ops, f"op for direction {direction}"))
-            self._series["bytes", direction, op] = series
-        series.inc(n)
+            return self.bytes.labels(direction, _check(op, ops, f"op for direction {direction}"))
+
+        self._series_for(("bytes", direction, op), series).inc(n)
 
     def count_chunk(self, state: str, n: int = 1) -> None:
         """C{n} chunks C{fetched} (chunk_get hit), C{cached} (chunk_put
         stored fresh bytes) or C{deduped} (chunk_put content existed)."""
-        series = self._series.get(("chunks", state))
-        if series is None:
-            series = self.chunks.labels(_check(state, CHUNK_STATES, "state"))
-            self._series["chunks", state] = series
-        series.inc(n)
+        self._series_for(
+            ("chunks", state), lambda: self.chunks.labels(_check(state, CHUNK_STATES, "state"))
+        ).inc(n)
 
     def set_lease_held(self, path: str, leases_on_path: int) -> None:
         """
@@ -284,13 +287,12 @@ class DataPlaneMetrics:
 
     def count_journal_write(self, op: str, allocation_id: str) -> None:
         """One journal row of journal op C{op} appended for C{allocation_id}."""
-        series = self._series.get(("journal", op, allocation_id))
-        if series is None:
-            series = self.journal_writes.labels(
+        self._series_for(
+            ("journal", op, allocation_id),
+            lambda: self.journal_writes.labels(
                 _non_empty(op, "op"), _non_empty(allocation_id, "allocation_id")
-            )
-            self._series["journal", op, allocation_id] = series
-        series.inc()
+            ),
+        ).inc()
 
     def observe_journal_query(self, seconds: float) -> None:
         """One journal query took C{seconds}."""
