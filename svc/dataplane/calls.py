@@ -38,12 +38,14 @@ class Call:
 class Outcome:
     """
     A successful operation's reply and what its audit line carries beyond
-    the envelope (C{size}, event-specific C{extra}).
+    the envelope (C{size}, event-specific C{extra}); C{inline} names the
+    chunks a C{manifest_get} reply is to carry in its raw segment.
     """
 
     reply: OpReply
     size: int | None = None
     extra: Mapping[str, ExtraValue] = attrs.field(factory=dict)
+    inline: tuple[str, ...] = ()
 
 
 def inline_segments(request: Request, raw: memoryview) -> list[tuple[str, memoryview]]:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredLock, gatherResults, succeed
+from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
@@ -391,6 +391,8 @@ class AgentConnection:
         finally:
             # After the line: a put waiting for this upload writes its own after it.
             self._end_upload(request, upload)
+        if outcome.inline:
+            return await self._with_inline(outcome.reply, outcome.inline)
         return outcome.reply
 
     def _store_inline(
@@ -407,6 +409,29 @@ class AgentConnection:
             run = Deferred.fromCoroutine(self._run(Op.CHUNK_PUT, payload, data))
             stored.append(run.addCallbacks(lambda _: None, lambda failure: failure.value))
         return stored
+
+    async def _with_inline(self, reply: OpReply, hashes: tuple[str, ...]) -> OpReply:
+        """
+        A C{manifest_get} C{reply} that also carries the bytes of the chunks
+        C{hashes}: each read exactly as the C{chunk_get} it stands for (its
+        checks, audit line, metrics), then named in C{inline} and
+        concatenated in the raw segment. If one cannot be read, the reply
+        carries none (the client asks for them and meets the error itself).
+        """
+        fetching = [
+            Deferred.fromCoroutine(self._run(Op.CHUNK_GET, {"hash": name}, _NO_RAW))
+            for name in hashes
+        ]
+        try:
+            fetched = await gatherResults(fetching, consumeErrors=True)
+        except FirstError:
+            for settled in fetching:
+                settled.addBoth(_released)
+            return reply
+        raw = b"".join(answer.raw for answer in fetched)
+        for answer in fetched:
+            _released(answer)
+        return OpReply({**reply.payload, "inline": list(hashes)}, raw, sent=reply.sent)
 
     async def _checked(self, call: Call, raw: memoryview, turn: _Turn) -> Outcome:
         uses = path_uses(call.op, call.request)
@@ -528,6 +553,15 @@ class AgentConnection:
                 extra["count"] = len(request.hashes)
         session_id = None if call is None else call.session_id
         self._context.audit_emit(self._line(op, path, False, session_id, None, extra))
+
+
+_NO_RAW = memoryview(b"")
+
+
+def _released(answer: object) -> None:
+    """Give back the chunk an inline C{chunk_get} answer lent (its bytes were copied or unused)."""
+    if isinstance(answer, OpReply) and answer.sent is not None:
+        answer.sent()
 
 
 def _named_hashes(request: Request) -> list[str]:

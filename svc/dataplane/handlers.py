@@ -26,6 +26,7 @@ from svc.dataplane.errors import (
 )
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.ops import (
+    MAX_INLINE_CHUNKS,
     DirCreateRequest,
     HeadFileRequest,
     JournalQueryRequest,
@@ -59,7 +60,7 @@ from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
 from svc.store.lease_values import LeaseGrant, LeaseReason
 from svc.store.manifest_paths import child_path
-from svc.store.manifest_values import DirectoryEntry, FileKind, RemoveResult
+from svc.store.manifest_values import DirectoryEntry, FileKind, Manifest, RemoveResult
 from svc.wire.errno import WireErrno
 from svc.wire.ops import Op
 
@@ -135,7 +136,24 @@ async def _head_file(
     conn.visible.add(chunk.hash for chunk in manifest.chunks)
     reply = manifest_map(manifest)
     conn.metrics.count_bytes("out", Op.MANIFEST_GET.value, payload_size(reply))
-    return Outcome(OpReply(reply), size=manifest.size, extra={"version": manifest.version})
+    return Outcome(
+        OpReply(reply),
+        size=manifest.size,
+        extra={"version": manifest.version},
+        inline=_inline_for(request.inline_max, manifest),
+    )
+
+
+def _inline_for(inline_max: int, manifest: Manifest) -> tuple[str, ...]:
+    """
+    The chunks a C{manifest_get} reply carries (section "Inline chunks"):
+    a regular file of 1 to C{inline_max} bytes with at most
+    C{MAX_INLINE_CHUNKS} distinct chunks, each once, in order of first use.
+    """
+    if manifest.kind is not FileKind.FILE or not 0 < manifest.size <= inline_max:
+        return ()
+    hashes = tuple(dict.fromkeys(chunk.hash for chunk in manifest.chunks))
+    return hashes if len(hashes) <= MAX_INLINE_CHUNKS else ()
 
 
 async def _readlink(

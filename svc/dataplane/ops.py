@@ -52,10 +52,12 @@ MAX_MANIFEST_CHUNKS = 12000
 fit the default 1 MiB payload with room to spare)."""
 
 MAX_INLINE_CHUNKS = 64
-"""The most chunks one C{manifest_put} may carry in its raw segment (C{inline})."""
+"""The most chunks one C{manifest_put} may carry in its raw segment (C{inline}),
+and the most one C{manifest_get} reply carries."""
 
 MAX_INLINE_BYTES = 1 << 20
-"""The most bytes of chunks one C{manifest_put} may carry in its raw segment."""
+"""The most bytes of chunks one C{manifest_put} may carry in its raw segment,
+and the largest C{inline_max} of a C{manifest_get}."""
 
 MAX_LIST_LIMIT = 1000
 """The most entries one C{list} answer holds (also the default)."""
@@ -116,9 +118,14 @@ class HeadFileRequest:
 
 @attrs.frozen
 class ManifestGetRequest:
-    """C{manifest_get}: attributes and chunk list of one path."""
+    """
+    C{manifest_get}: attributes and chunk list of one path; C{inline_max}
+    (0: none) is the largest file whose chunks the reply carries in its raw
+    segment.
+    """
 
     path: str
+    inline_max: int = 0
 
 
 @attrs.frozen
@@ -470,7 +477,9 @@ def _path_write(p: Mapping[str, object]) -> PathWriteRequest:
 _PARSERS: Mapping[Op, Callable[[Mapping[str, object]], Request]] = {
     Op.LIST: _parse_list,
     Op.HEAD_FILE: lambda p: HeadFileRequest(require_str(p, "path")),
-    Op.MANIFEST_GET: lambda p: ManifestGetRequest(require_str(p, "path")),
+    Op.MANIFEST_GET: lambda p: ManifestGetRequest(
+        require_str(p, "path"), optional_int(p, "inline_max", 0, MAX_INLINE_BYTES, 0) or 0
+    ),
     Op.MANIFEST_PUT: _parse_manifest_put,
     Op.MANIFEST_DELETE: _path_write,
     Op.MANIFEST_RENAME: _two_paths,

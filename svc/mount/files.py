@@ -35,7 +35,7 @@ from twisted.logger import Logger
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
-from svc.chunking import MAX_CHUNK_SIZE
+from svc.chunking import MAX_CHUNK_SIZE, chunk_hash
 from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
 from svc.mount.client_audit import AuditLine
 from svc.mount.close_hand_off import HandOffs
@@ -226,13 +226,16 @@ class FileOps:
     async def _load_state(self, node: Node, rel: str) -> FileState:
         ctx = self._ctx
         if node.chunks is None or node.chunks_version != node.attributes.version:
-            manifest = await ctx.remote.manifest_get(ctx.server_path(rel))
+            manifest = await ctx.remote.manifest_get(
+                ctx.server_path(rel), inline_max=ctx.inline_reads.inline_max()
+            )
             node.set_attributes(manifest.attributes)
             try:
                 node.chunks = chunk_layout([(c.hash, c.size) for c in manifest.chunks])
             except ValueError as error:
                 raise FSError(errno.EIO, f"bad chunk list for {rel!r}: {error}") from None
             node.chunks_version = manifest.attributes.version
+            self._keep_inline(rel, manifest.inline)
         loaded = ctx.files.state(node.ino)  # another open finished first
         return loaded if loaded is not None else self._new_state(node)
 
@@ -738,14 +741,39 @@ class FileOps:
         raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
 
     def _uploaded(self, chunk_hash: str, data: bytes | memoryview) -> None:
+        """Keep a chunk just stored (uploaded, or read inline) for reads, and cache it."""
         self._ctx.memo.remember(chunk_hash, data)
         stored = self._ctx.chunks.put(chunk_hash, data)
         if isinstance(stored, Deferred):
             stored.addErrback(
                 lambda failure: _log.failure(
-                    "caching uploaded chunk {chunk} failed", failure, chunk=chunk_hash
+                    "caching chunk {chunk} failed", failure, chunk=chunk_hash
                 )
             )
+
+    def _keep_inline(self, rel: str, carried: tuple[tuple[str, bytes], ...]) -> None:
+        """
+        The chunks a C{manifest_get} carried, for the reads that follow the
+        open: each one not held already is checked here (BLAKE3 of at most
+        C{inline_read_bytes}), then kept as an uploaded chunk is. Bytes that
+        do not hash to their name are dropped with a warning: the read
+        fetches that chunk. Whether they were held decides whether later
+        opens ask (L{svc.mount.inline_reads.InlineReads}).
+        """
+        memo = self._ctx.memo
+        for name, data in carried:
+            held = memo.holds(name)
+            self._ctx.inline_reads.came(held)
+            if held:
+                continue
+            if chunk_hash(data) != name:
+                _log.warn(
+                    "chunk {chunk} of {path!r} came inline with other bytes; fetching it",
+                    chunk=name,
+                    path=rel,
+                )
+                continue
+            self._uploaded(name, data)
 
     async def _committed(
         self,

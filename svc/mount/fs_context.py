@@ -20,6 +20,7 @@ from svc.audit.events import AuditEvent
 from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
 from svc.mount.client_audit import ClientAudit
 from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.inline_reads import InlineReads
 from svc.mount.inodes import InodeTable, Node
 from svc.mount.namespace_lock import NamespaceLock
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
@@ -38,6 +39,10 @@ from svc.worker import IWorker
 _log = Logger()
 
 FENCED_REASONS = frozenset({"fenced", "unknown_or_wrong_holder"})
+
+DEFAULT_INLINE_READ_BYTES = 64 << 10
+"""An open that asks for a file's chunk list asks for its bytes too when the
+file holds at most this many (``docs/specifications/mount-fs.md`` section 6)."""
 """C{EPERM} session refusals meaning this mount's lease is gone."""
 
 
@@ -50,6 +55,8 @@ class FSSettings:
     probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES
     inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES
     """New-chunk bytes a commit carries in its C{manifest_put} (0: none)."""
+    inline_read_bytes: int = DEFAULT_INLINE_READ_BYTES
+    """Largest file whose chunks an open asks to come with its C{manifest_get} (0: none)."""
     memory_spill_file_bytes: int = DEFAULT_MEMORY_FILE_BYTES
     memory_spill_bytes: int = DEFAULT_MEMORY_BYTES
     max_cas_retries: int = 3
@@ -139,6 +146,7 @@ class FSContext:
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)
+        self.inline_reads = InlineReads(self.settings.inline_read_bytes)
         self.namespace_lock = NamespaceLock()
         self.read_only_reason: str | None = None
         self._table: InodeTable | None = None

@@ -98,6 +98,10 @@ class ChunkMemo:
             for waiter in waiters:
                 waiter.callback(result)
 
+    def holds(self, chunk_hash: str) -> bool:
+        """Whether C{chunk_hash} is held here or in the source (no fetch needed, most likely)."""
+        return chunk_hash in self._chunks or self.source.holds(chunk_hash)
+
     def remember(self, chunk_hash: str, data: bytes | memoryview) -> None:
         """
         Keep C{data} (also offered to the source, e.g. after an upload). A

@@ -42,6 +42,7 @@ from svc.mount.remote_values import (
     RenameResult,
     chunk_entries,
     get_field,
+    inline_chunks,
     optional_field,
     parse_attributes,
     parse_changed,
@@ -116,6 +117,9 @@ class IChunkSource(Protocol):
 
     def put(self, chunk_hash: str, data: bytes | memoryview, /) -> object:
         """Remember C{data} as chunk C{chunk_hash} (best effort)."""
+
+    def holds(self, chunk_hash: str, /) -> bool:
+        """Whether a C{fetch} of C{chunk_hash} would most likely need no download."""
 
 
 def _dir_ctime(reply: Reply) -> int | None:
@@ -195,22 +199,31 @@ class Remote:
         """The attributes of C{path}."""
         return self._request("head_file", {"path": path}, lambda r: parse_attributes(r.payload))
 
-    def manifest_get(self, path: str) -> Deferred[Manifest]:
-        """The manifest of C{path}."""
+    def manifest_get(self, path: str, *, inline_max: int = 0) -> Deferred[Manifest]:
+        """
+        The manifest of C{path}; with C{inline_max}, a file of at most that
+        many bytes comes with its chunks' bytes (L{Manifest.inline}, from a
+        server that knows C{inline_max}).
+        """
 
         def parse(reply: Reply) -> Manifest:
             payload = reply.payload
+            chunks = chunk_entries(payload.get("chunks", []))
             return Manifest(
                 parse_attributes(payload),
-                chunk_entries(payload.get("chunks", [])),
+                chunks,
                 LastWriter(
                     optional_field(payload, "last_writer_agent_id", str),
                     optional_field(payload, "last_writer_session_id", str),
                     optional_field(payload, "last_writer_at_unix_ms", int),
                 ),
+                inline_chunks(payload.get("inline"), chunks, bytes(reply.raw)),
             )
 
-        return self._request("manifest_get", {"path": path}, parse)
+        request: dict[str, object] = {"path": path}
+        if inline_max:
+            request["inline_max"] = inline_max
+        return self._request("manifest_get", request, parse)
 
     def readlink(self, path: str) -> Deferred[str]:
         """The target of symlink C{path}."""
@@ -435,6 +448,9 @@ class DirectChunkSource:
 
     def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
         return None
+
+    def holds(self, chunk_hash: str, /) -> bool:
+        return False
 
 
 def changed_pushes(receive: Callable[[tuple[str, ...], str | None], object]) -> PushCallback:

@@ -36,11 +36,15 @@ class LastWriter:
 
 @attrs.frozen
 class Manifest:
-    """C{manifest_get}: attributes, chunk list, last writer."""
+    """
+    C{manifest_get}: attributes, chunk list, last writer, and the bytes of
+    the chunks the reply carried (C{inline}: name and bytes, not verified).
+    """
 
     attributes: Attributes
     chunks: tuple[ChunkEntry, ...]
     last_writer: LastWriter
+    inline: tuple[tuple[str, bytes], ...] = ()
 
 
 @attrs.frozen
@@ -189,6 +193,36 @@ def chunk_entries(value: object) -> tuple[ChunkEntry, ...]:
             raise BadReply(f"bad chunk list entry {item!r}")
         entries.append(ChunkEntry(item[0], item[1]))
     return tuple(entries)
+
+
+def inline_chunks(
+    value: object, chunks: tuple[ChunkEntry, ...], raw: bytes
+) -> tuple[tuple[str, bytes], ...]:
+    """
+    The chunks a C{manifest_get} carried (C{inline}, absent: none): each a
+    distinct chunk of C{chunks} with its bytes, cut from C{raw} in order.
+    Whether the bytes hash to the name is the caller's to check.
+    """
+    if value is None:
+        if raw:
+            raise BadReply("raw bytes without inline")
+        return ()
+    if not isinstance(value, list | tuple):
+        raise BadReply("inline is not an array")
+    sizes = {chunk.hash: chunk.size for chunk in chunks}
+    carried: list[tuple[str, bytes]] = []
+    offset = 0
+    for name in value:
+        if not isinstance(name, str) or name not in sizes:
+            raise BadReply(f"inline names {name!r}, not one of the chunks")
+        if any(name == seen for seen, _ in carried):
+            raise BadReply(f"inline repeats {name!r}")
+        end = offset + sizes[name]
+        carried.append((name, raw[offset:end]))
+        offset = end
+    if offset != len(raw):
+        raise BadReply(f"inline chunks hold {offset} bytes, the raw segment {len(raw)}")
+    return tuple(carried)
 
 
 def parse_disk_usage(payload: Mapping[str, object]) -> DiskUsage:

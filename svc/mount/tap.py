@@ -30,6 +30,7 @@ from svc.dataplane.client import DataPlaneClient, connect_dataplane
 from svc.dataplane.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, KernelNotices, ReactorCaller, sync_all
 from svc.mount.cache import ChunkCache
+from svc.mount.cached_chunks import CachedChunks
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
@@ -225,21 +226,10 @@ class MountService(Service):
         self._cache = await ChunkCache.open(
             settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
         )
-        cache = self._cache
-
-        class CachedChunks:
-            def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
-                fetched: Deferred[bytes] = cache.fetch(chunk_hash, remote.chunk_get)
-                return fetched
-
-            def put(self, chunk_hash: str, data: bytes | memoryview, /) -> object:
-                cache.put_soon(chunk_hash, data)  # just uploaded: nobody waits
-                return None
-
         notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
         self._fs = MountFS(
             remote=remote,
-            chunks=CachedChunks(),
+            chunks=CachedChunks(self._cache, remote.chunk_get),
             agent_id=agent_id,
             session_id=lease.session_id,
             spill_dir=settings.spill_dir,

@@ -193,3 +193,92 @@ class InlineOrderTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(put).payload["version"], 1)
         self.assertEqual(self.failureResultOf(looked).value.errno, WireErrno.ENOENT)
         self.assertEqual(reader.ok("head_file", path="/agent-1/f")["size"], 2000)
+
+
+class InlineReadTests(SynchronousTestCase):
+    """C{manifest_get} with C{inline_max}: a small file's chunks come with its chunk list."""
+
+    def setUp(self) -> None:
+        self.fixture = ServiceFixture(self)
+        self.agent = self.fixture.agent()
+        self.addCleanup(self.fixture.close)
+        self.first = blob("first", 3000)
+        self.second = blob("second", 500)
+        for chunk_hash, data in (self.first, self.second):
+            self.agent.ok("chunk_put", data, hash=chunk_hash)
+        chunks = [self.first, self.second, self.first]
+        self.agent.ok("manifest_put", **put_request("f", chunks))
+
+    def test_small_file_comes_with_its_chunks(self) -> None:
+        """
+        Each distinct chunk once, in order of first use, its bytes in the
+        raw segment; each read has the C{chunk_get} line, counter and byte
+        count a fetch would have, after the C{manifest_get} line.
+        """
+        before = len(self.fixture.audit)
+        reply = self.agent.reply("manifest_get", path="/agent-1/f", inline_max=6500)
+        self.assertEqual(reply.payload["inline"], [self.first[0], self.second[0]])
+        self.assertEqual(bytes(reply.raw), self.first[1] + self.second[1])
+        self.assertEqual(reply.payload["size"], 6500)
+        lines = [line(event) for event in self.fixture.audit[before:]]
+        self.assertEqual(lines[0], expected("manifest_get", "/agent-1/f", size=6500, version=1))
+        self.assertEqual(
+            sorted(lines[1:], key=lambda fields: fields["size"]),
+            [
+                expected("chunk_get", "", size=500, hash=self.second[0]),
+                expected("chunk_get", "", size=3000, hash=self.first[0]),
+            ],
+        )
+        sample = self.fixture.sample
+        self.assertEqual(sample("svc_chunks_total", state="fetched"), 2.0)
+        self.assertEqual(
+            sample("svc_dataplane_bytes_total", direction="out", op="chunk_get"), 3500.0
+        )
+
+    def test_larger_file_or_none_asked_carries_none(self) -> None:
+        """A file over C{inline_max}, or no C{inline_max}, is the plain answer: no chunk read."""
+        asked: list[dict[str, Any]] = [{"inline_max": 6499}, {}, {"inline_max": 0}]
+        for extra in asked:
+            reply = self.agent.reply("manifest_get", path="/agent-1/f", **extra)
+            self.assertNotIn("inline", reply.payload)
+            self.assertEqual(bytes(reply.raw), b"")
+        self.assertEqual(self.fixture.events("chunk_get"), [])
+
+    def test_directory_and_empty_file_carry_none(self) -> None:
+        """Nothing to carry for a directory or an empty file."""
+        self.agent.ok("dir_create", path="/agent-1/d", mode=0o755, mtime_ns=1)
+        self.agent.ok("manifest_put", **put_request("empty", []))
+        for path in ("/agent-1/d", "/agent-1/empty"):
+            reply = self.agent.reply("manifest_get", path=path, inline_max=1 << 20)
+            self.assertNotIn("inline", reply.payload)
+
+    def test_unreadable_chunk_leaves_the_answer_plain(self) -> None:
+        """
+        A chunk the store cannot give (its file is gone) fails its own
+        C{chunk_get} line; the C{manifest_get} still answers, without
+        C{inline}, so the client fetches and meets the error itself.
+        """
+        (stored,) = [
+            path for path in self.fixture.root.rglob(self.second[0] + "*") if path.is_file()
+        ]
+        stored.unlink()
+        reply = self.agent.reply("manifest_get", path="/agent-1/f", inline_max=6500)
+        self.assertNotIn("inline", reply.payload)
+        self.assertEqual(bytes(reply.raw), b"")
+        chunks = reply.payload["chunks"]
+        assert isinstance(chunks, list)
+        self.assertEqual(chunks[1], [self.second[0], 500])
+        refused = [line(event) for event in self.fixture.events("chunk_get") if not event.allowed]
+        self.assertEqual(refused, [expected("chunk_get", "", False, hash=self.second[0])])
+
+    def test_inline_max_out_of_range(self) -> None:
+        """C{inline_max} above 1 MiB or below 0 is EINVAL; not an integer, EPROTO or EINVAL."""
+        for value in ((1 << 20) + 1, -1):
+            self.assertEqual(
+                self.agent.errno("manifest_get", path="/agent-1/f", inline_max=value),
+                WireErrno.EINVAL,
+            )
+        self.assertIn(
+            self.agent.errno("manifest_get", path="/agent-1/f", inline_max="64"),
+            (WireErrno.EPROTO, WireErrno.EINVAL),
+        )

@@ -74,6 +74,9 @@ class MemoryChunkSource:
     def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
         self.chunks[chunk_hash] = bytes(data)
 
+    def holds(self, chunk_hash: str, /) -> bool:
+        return chunk_hash in self.chunks
+
 
 class HeldAnswers:
     """

@@ -78,6 +78,9 @@ class DictSource:
     def put(self, chunk_hash: str, data: bytes | memoryview, /) -> None:
         self.chunks[chunk_hash] = bytes(data)
 
+    def holds(self, chunk_hash: str, /) -> bool:
+        return chunk_hash in self.chunks
+
 
 class RechunkTests(SynchronousTestCase):
     """The incremental cut equals cutting the whole new content."""
