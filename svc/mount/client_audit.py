@@ -68,6 +68,14 @@ class AuditLine:
             self.size = None
         self.write(allowed)
 
+    def defer(self) -> AuditLine:
+        """
+        Leave the line to a later L{write} (an operation whose outcome
+        arrives after its call returned): the block's end writes nothing.
+        """
+        self.written = True
+        return self
+
     def write(self, allowed: bool) -> None:
         """Write the line now (the block's end then writes nothing)."""
         self.written = True

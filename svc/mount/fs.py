@@ -318,7 +318,13 @@ class MountFS:
 
     def write_backs_settled(self) -> Deferred[None]:
         """
-        Fires once no write-back a call stopped waiting for is still running:
-        a release's, or a close's whose commit was sent (for shutdown).
+        Fires once no write-back a call stopped waiting for is still running
+        (a release's, or a close's whose commit was sent) and no handed-off
+        unlink is unanswered (for shutdown).
         """
-        return self._files.write_backs_settled()
+
+        async def settling() -> None:
+            await self._files.write_backs_settled()
+            await self._ctx.namespace_lock.unlinks_settled()
+
+        return Deferred.fromCoroutine(settling())

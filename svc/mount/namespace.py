@@ -38,6 +38,7 @@ from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
+from svc.mount.unlink_hand_off import UnlinkHandOffs, settle_unlink
 
 T = TypeVar("T")
 
@@ -71,6 +72,7 @@ class NamespaceOps:
     def __init__(self, context: FSContext, truncate: Truncate) -> None:
         self._ctx = context
         self._truncate = truncate
+        self._unlinks = UnlinkHandOffs(durable=context.settings.durable_close)
 
     async def write(self, request: Awaitable[T]) -> T:
         """Await a write request; a refused session becomes EROFS (read-only)."""
@@ -315,11 +317,14 @@ class NamespaceOps:
         self, parent: int, name: bytes, caller: CallerProcess, *, directory: bool
     ) -> None:
         ctx = self._ctx
-        async with ctx.namespace_lock:
+        # An unlink waits for commits in flight, not for unlinks (rm -r is
+        # pipelined); an rmdir waits for both.
+        held = ctx.namespace_lock.unlinking() if not directory else ctx.namespace_lock
+        async with held:
             folder = ctx.directory(parent)
             rel = join(ctx.rel_of(folder), audit_name(name))
             event = EventName.RMDIR if directory else EventName.UNLINK
-            with ctx.audit.line(event, rel, caller, session_id=ctx.write_session()):
+            with ctx.audit.line(event, rel, caller, session_id=ctx.write_session()) as line:
                 decoded = decode_name(name)
                 ctx.check_write(rel)
                 child = ctx.table.child(folder, decoded)
@@ -338,8 +343,22 @@ class NamespaceOps:
                 session = ctx.write_session()
                 if directory:
                     changed = await self.write(ctx.remote.dir_remove(path, session_id=session))
+                elif child is not None and self._unlinks.allowed(
+                    ctx.namespace_lock.unlinks_in_flight, read_only=ctx.read_only_reason is not None
+                ):
+                    answer = ctx.remote.manifest_delete(path, session_id=session)
+                    ctx.table.unlink(folder, decoded)
+                    settle = ctx.namespace_lock.unlink_sent()
+                    handed = line.defer()
+                    answer.addBoth(
+                        lambda result: settle_unlink(
+                            ctx, self._unlinks, folder, decoded, handed, settle, result
+                        )
+                    )
+                    return
                 else:
                     changed = await self.write(ctx.remote.manifest_delete(path, session_id=session))
+                    self._unlinks.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
 

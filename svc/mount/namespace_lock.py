@@ -25,6 +25,16 @@ is in flight:
    whose commit is in flight and must not wait for one (creating a new file,
    whose name is free; saving a conflict copy under a fresh name, which a
    commit in flight does itself).
+
+An C{unlink} may likewise return once its C{manifest_delete} is sent (a
+I{handed-off} unlink, ``mount-consistency.md`` section 2.6), its answer
+counted with L{NamespaceLock.delete_sent}. The mount's picture already
+lacks the name; what waits for the answer is the parent directory's new
+times. So every exclusive holder (C{async with lock:}) also waits until no
+unlink is in flight, while C{async with lock.unlinking():} -- the next
+unlink -- waits only for commits, so a stream of unlinks (C{rm -r}) is
+pipelined. Commits and creates go on beside unlinks in flight: the server
+runs them in arrival order.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ class NamespaceLock:
     def __init__(self) -> None:
         self._lock = DeferredLock()
         self._commits = InFlight()
+        self._unlinks = InFlight()
         self._exclusive_waiting = InFlight()
 
     @property
@@ -68,6 +79,38 @@ class NamespaceLock:
         async with self._lock:
             yield
 
+    @asynccontextmanager
+    async def unlinking(self) -> AsyncIterator[None]:
+        """
+        Hold the lock with no commit in flight (unlinks in flight or not),
+        after any exclusive operation already waiting.
+        """
+        while self._exclusive_waiting.count:
+            await self._exclusive_waiting.settled()
+        while True:
+            await self.commits_settled()
+            await self._lock.acquire()
+            if self._commits.count == 0:
+                break
+            self._lock.release()  # a commit was sent while this waited
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def unlink_sent(self) -> Callable[[], None]:
+        """One more handed-off unlink in flight; the returned callable settles it (once)."""
+        return _counted(self._unlinks)
+
+    def unlinks_settled(self) -> Deferred[None]:
+        """Fires once no handed-off unlink is in flight (at once when none is)."""
+        return self._unlinks.settled()
+
+    @property
+    def unlinks_in_flight(self) -> int:
+        """Handed-off unlinks whose answers are not handled yet."""
+        return self._unlinks.count
+
     def commits_settled(self) -> Deferred[None]:
         """Fires once no commit is in flight (at once when none is)."""
         return self._commits.settled()
@@ -77,26 +120,18 @@ class NamespaceLock:
         Count one more commit in flight; the returned callable (idempotent)
         counts it settled.
         """
-        self._commits.add()
-        settled = False
-
-        def settle() -> None:
-            nonlocal settled
-            if not settled:
-                settled = True
-                self._commits.done()
-
-        return settle
+        return _counted(self._commits)
 
     async def __aenter__(self) -> NamespaceLock:
         self._exclusive_waiting.add()
         try:
             while True:
                 await self.commits_settled()
+                await self.unlinks_settled()
                 await self._lock.acquire()
-                if self._commits.count == 0:
+                if self._commits.count == 0 and self._unlinks.count == 0:
                     return self
-                # A commit was sent while this waited for the lock.
+                # A commit or an unlink was sent while this waited for the lock.
                 self._lock.release()
         finally:
             self._exclusive_waiting.done()
@@ -108,3 +143,17 @@ class NamespaceLock:
         traceback: TracebackType | None,
     ) -> None:
         self._lock.release()
+
+
+def _counted(in_flight: InFlight) -> Callable[[], None]:
+    """Count one more in C{in_flight}; the returned callable (idempotent) counts it done."""
+    in_flight.add()
+    settled = False
+
+    def settle() -> None:
+        nonlocal settled
+        if not settled:
+            settled = True
+            in_flight.done()
+
+    return settle

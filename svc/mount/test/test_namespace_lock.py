@@ -9,7 +9,7 @@ from svc.mount.namespace_lock import NamespaceLock
 
 
 def hold(
-    lock: NamespaceLock, *, beside: bool = False, sending: bool = False
+    lock: NamespaceLock, *, beside: bool = False, sending: bool = False, unlinking: bool = False
 ) -> tuple[Deferred[None], Deferred[None]]:
     """Take C{lock} in a coroutine: (fires once held, fire it to let go)."""
     held: Deferred[None] = Deferred()
@@ -22,6 +22,10 @@ def hold(
                 await letting_go
         elif sending:
             async with lock.sending_commit():
+                held.callback(None)
+                await letting_go
+        elif unlinking:
+            async with lock.unlinking():
                 held.callback(None)
                 await letting_go
         else:
@@ -132,3 +136,46 @@ class NamespaceLockTests(SynchronousTestCase):
         beside, _ = hold(lock, beside=True)
         self.assertNoResult(change)
         self.successResultOf(beside)
+
+
+class UnlinksInFlightTests(SynchronousTestCase):
+    """Handed-off unlinks: exclusive holders wait for them, the next unlink does not."""
+
+    def test_exclusive_waits_for_unlinks(self) -> None:
+        """Held only once every unlink sent has settled."""
+        lock = NamespaceLock()
+        settle = lock.unlink_sent()
+        self.assertEqual(lock.unlinks_in_flight, 1)
+        held, _ = hold(lock)
+        self.assertNoResult(held)
+        settle()
+        settle()  # idempotent
+        self.successResultOf(held)
+        self.assertEqual(lock.unlinks_in_flight, 0)
+
+    def test_unlinking_waits_for_commits_not_unlinks(self) -> None:
+        """The next unlink goes beside unlinks in flight, but after commits in flight."""
+        lock = NamespaceLock()
+        lock.unlink_sent()
+        held, letting_go = hold(lock, unlinking=True)
+        self.successResultOf(held)
+        letting_go.callback(None)
+        commit = lock.commit_sent()
+        held, _ = hold(lock, unlinking=True)
+        self.assertNoResult(held)
+        commit()
+        self.successResultOf(held)
+
+    def test_unlinking_lets_a_waiting_exclusive_go_first(self) -> None:
+        """An exclusive holder waiting for unlinks is not overtaken by further unlinks."""
+        lock = NamespaceLock()
+        settle = lock.unlink_sent()
+        exclusive, release_exclusive = hold(lock)
+        unlink, _ = hold(lock, unlinking=True)
+        self.assertNoResult(exclusive)
+        self.assertNoResult(unlink)
+        settle()
+        self.successResultOf(exclusive)
+        self.assertNoResult(unlink)
+        release_exclusive.callback(None)
+        self.successResultOf(unlink)
