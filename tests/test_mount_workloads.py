@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
 import sys
 import tarfile
 import time
@@ -224,8 +225,39 @@ class SmallFileCommitTests(MountStackCase):
         self.assertEqual({_flushes(first, name)[0]["chunks_new"] for name in contents}, {1})
         self.unmount(first)
         self.mount()
+        gets, fetches = self.requests("manifest_get"), self.requests("chunk_get")
         for name, content in contents.items():
             self.assertEqual((self.mount_point / name).read_bytes(), content)
+        # On the fresh cache each file's bytes came with its chunk list.
+        self.assertEqual(self.requests("manifest_get") - gets, len(contents))
+        self.assertEqual(self.requests("chunk_get") - fetches, 0)
+
+
+class RemoveTreeTests(MountStackCase):
+    """C{rm -r} through the real mount, its unlinks handed off."""
+
+    def test_removed_tree_is_gone_after_a_remount(self) -> None:
+        """
+        C{rm -r} of 90 files in three directories succeeds; every C{unlink}
+        line says allowed (written when its answer came); after a
+        fresh-cache remount the tree is gone and its neighbour intact.
+        """
+        first = self.mount()
+        tree = self.mount_point / "tree"
+        for directory in range(3):
+            (tree / f"d{directory}").mkdir(parents=True)
+            for index in range(30):
+                (tree / f"d{directory}" / f"f{index}").write_bytes(b"%d" % index)
+        (self.mount_point / "kept").write_bytes(b"kept")
+        subprocess.run(["rm", "-r", str(tree)], check=True)
+        self.assertFalse(tree.exists())
+        self.unmount(first)  # waits for every answer
+        unlinks = [line for line in first.audit_lines() if line["event"] == "unlink"]
+        self.assertEqual(len(unlinks), 90)
+        self.assertTrue(all(line["allowed"] for line in unlinks))
+        self.mount()
+        self.assertFalse(tree.exists())
+        self.assertEqual((self.mount_point / "kept").read_bytes(), b"kept")
 
 
 class DedupTests(MountStackCase):

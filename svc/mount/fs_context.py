@@ -65,9 +65,10 @@ class FSSettings:
     write_behind_lead_bytes: int = DEFAULT_LEAD_BYTES
     """How far a new file must extend past a write-behind cut's window before the cut."""
     durable_close: bool = False
-    """Whether C{close} (FUSE C{flush}) waits for its commit's answer; by default it
-    returns once the commit is sent, and C{fsync} is the durability point
-    (``docs/specifications/mount-consistency.md`` section 2.5)."""
+    """Whether C{close} (FUSE C{flush}) waits for its commit's answer, and
+    C{unlink} for its own; by default both return once the request is sent,
+    and C{fsync} is the durability point
+    (``docs/specifications/mount-consistency.md`` sections 2.5 and 2.6)."""
 
 
 DEFAULT_SETTINGS = FSSettings()

@@ -78,7 +78,7 @@ class Options(usage.Options):
         [
             "durable-close",
             None,
-            "Make every close wait for its commit's answer ($SVC_DURABLE_CLOSE).",
+            "Make every close and unlink wait for its answer ($SVC_DURABLE_CLOSE).",
         ],
     ]
 
