@@ -5,9 +5,9 @@ pass-through FUSE mount (the FUSE floor), measured in the same run.
 Brings up the quickstart stack in a temporary directory, stops the
 quickstart's own mount and runs its own C{twist svc-mount} with a fresh
 cache; a cold read remounts with another empty cache, and so does a cold
-read of the small files once they are written; the small-file test runs once
-more on a mount started with C{SVC_DURABLE_CLOSE=1} (every close
-waits for its commit's answer). Prints one JSON object.
+read of the small files once they are written (then removed, timed as
+C{rm -r}); the small-file test runs once more on a mount started with
+C{SVC_DURABLE_CLOSE=1} (every close waits for its commit's answer). Prints one JSON object.
 Everything started is stopped and unmounted at the end.
 """
 
@@ -198,6 +198,9 @@ def run_target(
     drop_caches()
     cold_prepare()
     small["cold_read_s"] = round(cold_small_reads(directory / "small"), 3)
+    removing = time.perf_counter()
+    shutil.rmtree(directory / "small")
+    small["remove_s"] = round(time.perf_counter() - removing, 3)
     chmodded = chmod_after_close(directory / "chmod")
     mb = size / 1e6
     return {
@@ -376,6 +379,9 @@ def ratios(
         )
         found["svc_small_files_cold_read_vs_bindfs"] = ratio(
             mounted["small_files"]["cold_read_s"], bind["small_files"]["cold_read_s"]
+        )
+        found["svc_small_files_remove_vs_bindfs"] = ratio(
+            mounted["small_files"]["remove_s"], bind["small_files"]["remove_s"]
         )
         found["svc_write_vs_bindfs"] = ratio(mounted["write_mb_s"], bind["write_mb_s"])
         found["svc_warm_read_vs_bindfs"] = ratio(mounted["warm_read_mb_s"], bind["warm_read_mb_s"])
