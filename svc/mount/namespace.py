@@ -306,7 +306,7 @@ class NamespaceOps:
                 return Entry(node.ino, ctx.attributes(node))
 
     async def rmdir(self, parent: int, name: bytes, caller: CallerProcess) -> None:
-        """Remove the empty directory C{name} from C{parent}."""
+        """Remove the empty directory C{name} from C{parent} (handed off when listed and empty)."""
         await self._remove(parent, name, caller, directory=True)
 
     async def unlink(self, parent: int, name: bytes, caller: CallerProcess) -> None:
@@ -317,10 +317,8 @@ class NamespaceOps:
         self, parent: int, name: bytes, caller: CallerProcess, *, directory: bool
     ) -> None:
         ctx = self._ctx
-        # An unlink waits for commits in flight, not for unlinks (rm -r is
-        # pipelined); an rmdir waits for both.
-        held = ctx.namespace_lock.unlinking() if not directory else ctx.namespace_lock
-        async with held:
+        # Waits for commits in flight, not for removals (rm -r is pipelined).
+        async with ctx.namespace_lock.unlinking():
             folder = ctx.directory(parent)
             rel = join(ctx.rel_of(folder), audit_name(name))
             event = EventName.RMDIR if directory else EventName.UNLINK
@@ -341,13 +339,20 @@ class NamespaceOps:
                     raise FSError(errno.ENOTEMPTY, f"{rel!r} is not empty")
                 path = ctx.server_path(rel)
                 session = ctx.write_session()
-                if directory:
-                    changed = await self.write(ctx.remote.dir_remove(path, session_id=session))
-                elif child is not None and self._unlinks.allowed(
-                    ctx.namespace_lock.unlinks_in_flight, read_only=ctx.read_only_reason is not None
+                remove = ctx.remote.dir_remove if directory else ctx.remote.manifest_delete
+                if (
+                    child is not None
+                    and (not directory or (child.complete and not child.children))
+                    and self._unlinks.allowed(
+                        ctx.namespace_lock.unlinks_in_flight,
+                        read_only=ctx.read_only_reason is not None,
+                    )
                 ):
-                    answer = ctx.remote.manifest_delete(path, session_id=session)
+                    answer = remove(path, session_id=session)
                     ctx.table.unlink(folder, decoded)
+                    # Its link count and times now, as the server will; the
+                    # answer brings the server's times.
+                    folder.entry_removed(ctx.now_ns(), directory=directory)
                     settle = ctx.namespace_lock.unlink_sent()
                     handed = line.defer()
                     answer.addBoth(
@@ -356,9 +361,8 @@ class NamespaceOps:
                         )
                     )
                     return
-                else:
-                    changed = await self.write(ctx.remote.manifest_delete(path, session_id=session))
-                    self._unlinks.succeeded()
+                changed = await self.write(remove(path, session_id=session))
+                self._unlinks.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
 

@@ -26,15 +26,15 @@ is in flight:
    whose name is free; saving a conflict copy under a fresh name, which a
    commit in flight does itself).
 
-An C{unlink} may likewise return once its C{manifest_delete} is sent (a
-I{handed-off} unlink, ``mount-consistency.md`` section 2.6), its answer
-counted with L{NamespaceLock.delete_sent}. The mount's picture already
-lacks the name; what waits for the answer is the parent directory's new
-times. So every exclusive holder (C{async with lock:}) also waits until no
-unlink is in flight, while C{async with lock.unlinking():} -- the next
-unlink -- waits only for commits, so a stream of unlinks (C{rm -r}) is
-pipelined. Commits and creates go on beside unlinks in flight: the server
-runs them in arrival order.
+An C{unlink} (or C{rmdir}) may likewise return once its request is sent
+(a I{handed-off} removal, ``mount-consistency.md`` section 2.6), its answer
+counted with L{NamespaceLock.unlink_sent}. The mount's picture already
+lacks the name; what waits for the answer is the parent directory's times
+as the server sets them. So every exclusive holder (C{async with lock:})
+also waits until no removal is in flight, while C{async with
+lock.unlinking():} -- the next removal -- waits only for commits, so a
+stream of removals (C{rm -r}) is pipelined. Commits and creates go on
+beside removals in flight: the server runs them in arrival order.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ C{rm -r} of a tree unlinks one file after another, each call waiting for
 its own answer: the data plane's round trip per file, one at a time. A
 handed-off unlink instead returns once its request is sent, in order on the
 mount's connection, under the namespace lock (L{NamespaceLock.unlinking});
-the next one goes out while the data plane runs the first. L{UnlinkHandOffs}
+the next one goes out while the data plane runs the first. An C{rmdir} of a
+directory the mount has listed whole and holds empty is handed off the same
+way (the rest of this module says "unlink" for both). L{UnlinkHandOffs}
 decides (the same rules as a close's hand-off: not in C{durable_close}
 mode, bounded, and not after a failure until an unlink succeeds again);
 L{settle_unlink} handles the answer.
@@ -67,9 +69,11 @@ def settle_unlink(
     answer: int | Failure | None,
 ) -> None:
     """
-    The answer to a handed-off unlink of C{name} in C{folder}. Success:
-    the folder's new times, as a waited-for unlink would have set them,
-    and the C{unlink} audit line. Failure (the name still exists on the
+    The answer to a handed-off unlink (or rmdir) of C{name} in C{folder},
+    which already counts the removal (version, link count, the mount's
+    time). Success: the folder's times become the
+    server's, as a waited-for unlink would have set them, and the audit
+    line is written. Failure (the name still exists on the
     server, or nobody knows): the line with C{allowed: false}, a warning,
     and the folder is forgotten as listed (no longer complete, attributes
     stale, the kernel's entry dropped) so the next lookup or listing asks
@@ -78,7 +82,7 @@ def settle_unlink(
     """
     try:
         if not isinstance(answer, Failure):
-            folder.entry_removed(answer, directory=False)
+            folder.entries_changed(answer, versions=0)  # the server's times
             hand_offs.succeeded()
             line.write(True)
             return
@@ -89,13 +93,13 @@ def settle_unlink(
             error = ctx.write_failed(error)
         if isinstance(error, FSError):
             _log.warn(
-                "unlink of {path} failed after it returned: {error}; "
-                "the name is shown again and later unlinks wait for their answers",
+                "removal of {path} failed after it returned: {error}; "
+                "the name is shown again and later removals wait for their answers",
                 path=line.path,
                 error=error,
             )
         else:
-            _log.failure("unlink of {path} failed", answer, path=line.path)
+            _log.failure("removal of {path} failed", answer, path=line.path)
         folder.complete = False
         folder.stale = True
         ctx.invalidate(folder.ino)

@@ -55,22 +55,45 @@ class UnlinkHandOffTests(SynchronousTestCase):
         self.assertEqual(self.unlink_lines(self.mount), [(f"/d/{n}", True) for n in NAMES])
         self.assertEqual(self.fixture.mount().names("d"), [])
 
-    def test_rmdir_and_shutdown_wait_for_the_answers(self) -> None:
+    def test_rmdir_of_the_emptied_directory_goes_too_and_shutdown_waits(self) -> None:
         """
-        The directory's removal waits until the unlinks in it are answered
-        (its new times come with them), and so does shutdown's wait.
+        The emptied directory's removal is handed off behind the unlinks (the
+        server runs them in order); another namespace change and shutdown's
+        wait wait for all the answers.
         """
-        self.mount.answers.hold("manifest_delete")
+        self.mount.answers.hold("manifest_delete", "dir_remove")
         for name in NAMES:
             self.mount.ok(self.unlink(self.mount, name))
-        removed = self.mount.fs.rmdir(ROOT_INODE, b"d", CALLER)
+        root = self.mount.fs.known_attributes(ROOT_INODE)
+        assert root is not None
+        self.mount.ok(self.mount.fs.rmdir(ROOT_INODE, b"d", CALLER))
+        self.assertEqual(self.mount.answers.held, 4)
+        # The root's link count drops at once, as on a local disk.
+        after = self.mount.fs.known_attributes(ROOT_INODE)
+        assert after is not None
+        self.assertEqual(after.nlink, root.nlink - 1)
+        made = self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER)
         settled = self.mount.fs.write_backs_settled()
-        self.assertNoResult(removed)
+        self.assertNoResult(made)
         self.assertNoResult(settled)
         self.mount.answers.release()
-        self.mount.ok(removed)
+        self.mount.ok(made)
         self.mount.ok(settled)
-        self.assertEqual(self.mount.names(""), [])
+        self.assertEqual(self.mount.names(""), ["e"])
+        self.assertEqual([event.allowed for event in self.mount.events("rmdir")], [True])
+        self.assertEqual(self.fixture.mount().names(""), ["e"])
+
+    def test_rmdir_of_a_directory_not_listed_waits(self) -> None:
+        """A directory whose entries the mount has not listed whole: the rmdir waits."""
+        other = self.fixture.mount()
+        other.ok(other.fs.mkdir(ROOT_INODE, b"empty", 0o755, CALLER))
+        fresh = self.fixture.mount()
+        fresh.lookup_path("empty")
+        fresh.answers.hold("dir_remove")
+        removed = fresh.fs.rmdir(ROOT_INODE, b"empty", CALLER)
+        self.assertNoResult(removed)
+        fresh.answers.release()
+        fresh.ok(removed)
 
     def test_durable_close_waits_for_each_answer(self) -> None:
         """With C{durable_close}, an unlink returns with its answer, as before."""
