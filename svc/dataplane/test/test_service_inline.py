@@ -30,8 +30,8 @@ def put_request(name: str, chunks: list[tuple[str, bytes]], **extra: Any) -> dic
     }
 
 
-class InlineChunkTests(SynchronousTestCase):
-    """C{manifest_put} with C{inline}."""
+class TwoChunksCase(SynchronousTestCase):
+    """A data-plane service, one agent on it, and two chunks' names and bytes."""
 
     def setUp(self) -> None:
         self.fixture = ServiceFixture(self)
@@ -39,6 +39,10 @@ class InlineChunkTests(SynchronousTestCase):
         self.addCleanup(self.fixture.close)
         self.first = blob("first", 3000)
         self.second = blob("second", 500)
+
+
+class InlineChunkTests(TwoChunksCase):
+    """C{manifest_put} with C{inline}."""
 
     def put(self, name: str, inline: list[tuple[str, bytes]], **extra: Any) -> dict[str, Any]:
         """Create C{name} from C{inline}'s chunks, all carried inline."""
@@ -195,15 +199,11 @@ class InlineOrderTests(SynchronousTestCase):
         self.assertEqual(reader.ok("head_file", path="/agent-1/f")["size"], 2000)
 
 
-class InlineReadTests(SynchronousTestCase):
+class InlineReadTests(TwoChunksCase):
     """C{manifest_get} with C{inline_max}: a small file's chunks come with its chunk list."""
 
     def setUp(self) -> None:
-        self.fixture = ServiceFixture(self)
-        self.agent = self.fixture.agent()
-        self.addCleanup(self.fixture.close)
-        self.first = blob("first", 3000)
-        self.second = blob("second", 500)
+        super().setUp()
         for chunk_hash, data in (self.first, self.second):
             self.agent.ok("chunk_put", data, hash=chunk_hash)
         chunks = [self.first, self.second, self.first]
