@@ -87,12 +87,7 @@ class NamespaceLock:
         """
         while self._exclusive_waiting.count:
             await self._exclusive_waiting.settled()
-        while True:
-            await self.commits_settled()
-            await self._lock.acquire()
-            if self._commits.count == 0:
-                break
-            self._lock.release()  # a commit was sent while this waited
+        await self._acquire_with_none_in_flight(self._commits)
         try:
             yield
         finally:
@@ -125,16 +120,21 @@ class NamespaceLock:
     async def __aenter__(self) -> NamespaceLock:
         self._exclusive_waiting.add()
         try:
-            while True:
-                await self.commits_settled()
-                await self.unlinks_settled()
-                await self._lock.acquire()
-                if self._commits.count == 0 and self._unlinks.count == 0:
-                    return self
-                # A commit or an unlink was sent while this waited for the lock.
-                self._lock.release()
+            await self._acquire_with_none_in_flight(self._commits, self._unlinks)
+            return self
         finally:
             self._exclusive_waiting.done()
+
+    async def _acquire_with_none_in_flight(self, *kinds: InFlight) -> None:
+        """Take the lock at a moment when none of C{kinds} is in flight."""
+        while True:
+            for kind in kinds:
+                await kind.settled()
+            await self._lock.acquire()
+            if all(kind.count == 0 for kind in kinds):
+                return
+            # One was sent while this waited for the lock.
+            self._lock.release()
 
     async def __aexit__(
         self,
