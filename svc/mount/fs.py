@@ -325,6 +325,6 @@ class MountFS:
 
         async def settling() -> None:
             await self._files.write_backs_settled()
-            await self._ctx.namespace_lock.unlinks_settled()
+            await self._ctx.namespace_lock.hand_offs_settled()
 
         return Deferred.fromCoroutine(settling())

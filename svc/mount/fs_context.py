@@ -66,8 +66,8 @@ class FSSettings:
     """How far a new file must extend past a write-behind cut's window before the cut."""
     durable_close: bool = False
     """Whether C{close} (FUSE C{flush}) waits for its commit's answer, and
-    C{unlink} for its own; by default both return once the request is sent,
-    and C{fsync} is the durability point
+    C{unlink}, C{rmdir} and C{rename} for their own; by default they may
+    return once the request is sent, and C{fsync} is the durability point
     (``docs/specifications/mount-consistency.md`` sections 2.5 and 2.6)."""
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import stat
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 import attrs
@@ -36,9 +37,14 @@ from svc.mount.client_audit import audit_path
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.namespace_hand_off import (
+    HandedRename,
+    NamespaceHandOffs,
+    settle_rename,
+    settle_unlink,
+)
 from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
-from svc.mount.unlink_hand_off import UnlinkHandOffs, settle_unlink
 
 T = TypeVar("T")
 
@@ -72,7 +78,7 @@ class NamespaceOps:
     def __init__(self, context: FSContext, truncate: Truncate) -> None:
         self._ctx = context
         self._truncate = truncate
-        self._unlinks = UnlinkHandOffs(durable=context.settings.durable_close)
+        self._hand_offs = NamespaceHandOffs(durable=context.settings.durable_close)
 
     async def write(self, request: Awaitable[T]) -> T:
         """Await a write request; a refused session becomes EROFS (read-only)."""
@@ -318,7 +324,7 @@ class NamespaceOps:
     ) -> None:
         ctx = self._ctx
         # Waits for commits in flight, not for removals (rm -r is pipelined).
-        async with ctx.namespace_lock.unlinking():
+        async with ctx.namespace_lock.handing_off():
             folder = ctx.directory(parent)
             rel = join(ctx.rel_of(folder), audit_name(name))
             event = EventName.RMDIR if directory else EventName.UNLINK
@@ -343,8 +349,8 @@ class NamespaceOps:
                 if (
                     child is not None
                     and (not directory or (child.complete and not child.children))
-                    and self._unlinks.allowed(
-                        ctx.namespace_lock.unlinks_in_flight,
+                    and self._hand_offs.allowed(
+                        ctx.namespace_lock.hand_offs_in_flight,
                         read_only=ctx.read_only_reason is not None,
                     )
                 ):
@@ -353,16 +359,16 @@ class NamespaceOps:
                     # Its link count and times now, as the server will; the
                     # answer brings the server's times.
                     folder.entry_removed(ctx.now_ns(), directory=directory)
-                    settle = ctx.namespace_lock.unlink_sent()
+                    settle = ctx.namespace_lock.hand_off_sent()
                     handed = line.defer()
                     answer.addBoth(
                         lambda result: settle_unlink(
-                            ctx, self._unlinks, folder, decoded, handed, settle, result
+                            ctx, self._hand_offs, folder, decoded, handed, settle, result
                         )
                     )
                     return
                 changed = await self.write(remove(path, session_id=session))
-                self._unlinks.succeeded()
+                self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
 
@@ -374,9 +380,13 @@ class NamespaceOps:
         new_name: bytes,
         caller: CallerProcess,
     ) -> None:
-        """Rename C{parent/name} to C{new_parent/new_name}, replacing a target."""
+        """
+        Rename C{parent/name} to C{new_parent/new_name}, replacing a target;
+        handed off (returns once sent) when L{_may_hand_off_rename} says so.
+        """
         ctx = self._ctx
-        async with ctx.namespace_lock:
+        # Waits for commits in flight, not for handed-off changes.
+        async with ctx.namespace_lock.handing_off():
             source_dir = ctx.directory(parent)
             target_dir = ctx.directory(new_parent)
             rel = join(ctx.rel_of(source_dir), audit_name(name))
@@ -387,7 +397,7 @@ class NamespaceOps:
                 caller,
                 session_id=ctx.write_session(),
                 to_path=audit_path(to_rel),
-            ):
+            ) as line:
                 decoded = decode_name(name)
                 new_decoded = decode_name(new_name)
                 ctx.check_write(rel)
@@ -396,19 +406,73 @@ class NamespaceOps:
                 target = ctx.table.child(target_dir, new_decoded)
                 if target is not None and ctx.table.has_pending_children(target):
                     raise FSError(errno.ENOTEMPTY, f"{to_rel!r} is not empty")
+                request = partial(
+                    ctx.remote.rename,
+                    ctx.server_path(rel),
+                    ctx.server_path(to_rel),
+                    session_id=ctx.write_session(),
+                )
+                if source is not None and self._may_hand_off_rename(source, target, target_dir):
+                    answer = request()
+                    handed = HandedRename(
+                        source_dir, decoded, target_dir, new_decoded, source, target is not None
+                    )
+                    self._moved(handed, RenameResult(1, handed.replaced, ctx.now_ns()), target)
+                    settle = ctx.namespace_lock.hand_off_sent()
+                    deferred_line = line.defer()
+                    answer.addBoth(
+                        lambda result: settle_rename(
+                            ctx, self._hand_offs, handed, deferred_line, settle, result
+                        )
+                    )
+                    return
                 for node in (source, target):
                     if node is not None:
                         await self.materialize(node)
-                renamed = await self.write(
-                    ctx.remote.rename(
-                        ctx.server_path(rel),
-                        ctx.server_path(to_rel),
-                        session_id=ctx.write_session(),
-                    )
-                )
+                renamed = await self.write(request())
+                self._hand_offs.succeeded()
                 moved_was_stale = source is None or source.stale
                 ctx.table.move(source_dir, decoded, target_dir, new_decoded)
                 _renamed(source_dir, target_dir, source, target, renamed, moved_was_stale)
+
+    def _may_hand_off_rename(self, source: Node, target: Node | None, target_dir: Node) -> bool:
+        """
+        Whether a rename of C{source} over C{target} (L{None}: no name known
+        there) may return once sent: the mount can tell what the server
+        will do (a file, symlink or device node already on the server,
+        moved to a name known free in a directory listed whole, or over
+        another such node), neither is open nor holds changes not committed
+        (a failure would leave them without a name; a closed file's state
+        may linger while its release finishes), and L{NamespaceHandOffs}
+        allows one more.
+        """
+        ctx = self._ctx
+
+        def plain(node: Node) -> bool:
+            state = ctx.files.state(node.ino)
+            closed = state is None or not (state.handles or state.dirty)
+            return node.kind is not FileKind.DIR and not node.pending and closed
+
+        if target is None:
+            target_known = target_dir.complete
+        else:
+            target_known = target is not source and plain(target)
+        return (
+            target_known
+            and plain(source)
+            and self._hand_offs.allowed(
+                ctx.namespace_lock.hand_offs_in_flight,
+                read_only=ctx.read_only_reason is not None,
+            )
+        )
+
+    def _moved(self, handed: HandedRename, expected: RenameResult, target: Node | None) -> None:
+        """A handed-off rename in the mount's picture, as the server will apply it."""
+        moved_was_stale = handed.moved.stale
+        self._ctx.table.move(handed.source_dir, handed.name, handed.target_dir, handed.new_name)
+        _renamed(
+            handed.source_dir, handed.target_dir, handed.moved, target, expected, moved_was_stale
+        )
 
     async def link(
         self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess

@@ -26,15 +26,17 @@ is in flight:
    whose name is free; saving a conflict copy under a fresh name, which a
    commit in flight does itself).
 
-An C{unlink} (or C{rmdir}) may likewise return once its request is sent
-(a I{handed-off} removal, ``mount-consistency.md`` section 2.6), its answer
-counted with L{NamespaceLock.unlink_sent}. The mount's picture already
-lacks the name; what waits for the answer is the parent directory's times
-as the server sets them. So every exclusive holder (C{async with lock:})
-also waits until no removal is in flight, while C{async with
-lock.unlinking():} -- the next removal -- waits only for commits, so a
-stream of removals (C{rm -r}) is pipelined. Commits and creates go on
-beside removals in flight: the server runs them in arrival order.
+An C{unlink}, C{rmdir} or C{rename} may likewise return once its request is
+sent (a I{handed-off} change, ``mount-consistency.md`` section 2.6), its
+answer counted with L{NamespaceLock.hand_off_sent}. The mount's picture
+already shows the change; what waits for the answer is the directories'
+times as the server sets them (and, should the server refuse, the mount's
+picture is corrected). So every exclusive holder (C{async with lock:}) also
+waits until no handed-off change is in flight, while C{async with
+lock.handing_off():} -- the next removal or rename -- waits only for
+commits, so a stream of them (C{rm -r}, atomic saves) is pipelined.
+Commits and creates go on beside handed-off changes in flight: the server
+runs them in arrival order.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class NamespaceLock:
     def __init__(self) -> None:
         self._lock = DeferredLock()
         self._commits = InFlight()
-        self._unlinks = InFlight()
+        self._handed_off = InFlight()
         self._exclusive_waiting = InFlight()
 
     @property
@@ -80,10 +82,10 @@ class NamespaceLock:
             yield
 
     @asynccontextmanager
-    async def unlinking(self) -> AsyncIterator[None]:
+    async def handing_off(self) -> AsyncIterator[None]:
         """
-        Hold the lock with no commit in flight (unlinks in flight or not),
-        after any exclusive operation already waiting.
+        Hold the lock with no commit in flight (handed-off changes in flight
+        or not), after any exclusive operation already waiting.
         """
         while self._exclusive_waiting.count:
             await self._exclusive_waiting.settled()
@@ -93,18 +95,18 @@ class NamespaceLock:
         finally:
             self._lock.release()
 
-    def unlink_sent(self) -> Callable[[], None]:
-        """One more handed-off unlink in flight; the returned callable settles it (once)."""
-        return _counted(self._unlinks)
+    def hand_off_sent(self) -> Callable[[], None]:
+        """One more handed-off change in flight; the returned callable settles it (once)."""
+        return _counted(self._handed_off)
 
-    def unlinks_settled(self) -> Deferred[None]:
-        """Fires once no handed-off unlink is in flight (at once when none is)."""
-        return self._unlinks.settled()
+    def hand_offs_settled(self) -> Deferred[None]:
+        """Fires once no handed-off change is in flight (at once when none is)."""
+        return self._handed_off.settled()
 
     @property
-    def unlinks_in_flight(self) -> int:
-        """Handed-off unlinks whose answers are not handled yet."""
-        return self._unlinks.count
+    def hand_offs_in_flight(self) -> int:
+        """Handed-off changes whose answers are not handled yet."""
+        return self._handed_off.count
 
     def commits_settled(self) -> Deferred[None]:
         """Fires once no commit is in flight (at once when none is)."""
@@ -120,7 +122,7 @@ class NamespaceLock:
     async def __aenter__(self) -> NamespaceLock:
         self._exclusive_waiting.add()
         try:
-            await self._acquire_with_none_in_flight(self._commits, self._unlinks)
+            await self._acquire_with_none_in_flight(self._commits, self._handed_off)
             return self
         finally:
             self._exclusive_waiting.done()

@@ -57,7 +57,10 @@ class MountSettings:
     allow_other: bool = False
     force: bool = False
     durable_close: bool = False
-    """Every C{close} and C{unlink} waits for its answer (L{svc.mount.fs.FSSettings})."""
+    """
+    Every C{close}, C{unlink}, C{rmdir} and C{rename} waits for its answer
+    (L{svc.mount.fs.FSSettings}).
+    """
     workers: int = DEFAULT_WORKERS
     timeouts: BridgeTimeouts = BridgeTimeouts()
 

@@ -78,7 +78,7 @@ class Options(usage.Options):
         [
             "durable-close",
             None,
-            "Make every close and unlink wait for its answer ($SVC_DURABLE_CLOSE).",
+            "Make every close, unlink, rmdir and rename wait for its answer ($SVC_DURABLE_CLOSE).",
         ],
     ]
 

@@ -99,9 +99,12 @@ class HeldAnswers:
         """Keep back the answers of C{ops} from now on."""
         self._ops = frozenset(ops)
 
-    def release(self) -> None:
-        """Stop holding; deliver every answer kept back, in order."""
-        self._ops = frozenset()
+    def release(self, *still: str) -> None:
+        """
+        Deliver every answer kept back, in order, holding from now on only
+        the answers of C{still} (none by default).
+        """
+        self._ops = frozenset(still)
         held, self._held = self._held, []
         for answer, waiter in held:
             answer.chainDeferred(waiter)

@@ -9,7 +9,7 @@ from svc.mount.namespace_lock import NamespaceLock
 
 
 def hold(
-    lock: NamespaceLock, *, beside: bool = False, sending: bool = False, unlinking: bool = False
+    lock: NamespaceLock, *, beside: bool = False, sending: bool = False, handing_off: bool = False
 ) -> tuple[Deferred[None], Deferred[None]]:
     """Take C{lock} in a coroutine: (fires once held, fire it to let go)."""
     held: Deferred[None] = Deferred()
@@ -24,8 +24,8 @@ def hold(
             async with lock.sending_commit():
                 held.callback(None)
                 await letting_go
-        elif unlinking:
-            async with lock.unlinking():
+        elif handing_off:
+            async with lock.handing_off():
                 held.callback(None)
                 await letting_go
         else:
@@ -138,44 +138,47 @@ class NamespaceLockTests(SynchronousTestCase):
         self.successResultOf(beside)
 
 
-class UnlinksInFlightTests(SynchronousTestCase):
-    """Handed-off unlinks: exclusive holders wait for them, the next unlink does not."""
+class HandOffsInFlightTests(SynchronousTestCase):
+    """
+    Handed-off changes (unlinks, renames): exclusive holders wait for them,
+    the next handed-off change does not.
+    """
 
-    def test_exclusive_waits_for_unlinks(self) -> None:
-        """Held only once every unlink sent has settled."""
+    def test_exclusive_waits_for_handed_off_changes(self) -> None:
+        """Held only once every handed-off change sent has settled."""
         lock = NamespaceLock()
-        settle = lock.unlink_sent()
-        self.assertEqual(lock.unlinks_in_flight, 1)
+        settle = lock.hand_off_sent()
+        self.assertEqual(lock.hand_offs_in_flight, 1)
         held, _ = hold(lock)
         self.assertNoResult(held)
         settle()
         settle()  # idempotent
         self.successResultOf(held)
-        self.assertEqual(lock.unlinks_in_flight, 0)
+        self.assertEqual(lock.hand_offs_in_flight, 0)
 
-    def test_unlinking_waits_for_commits_not_unlinks(self) -> None:
-        """The next unlink goes beside unlinks in flight, but after commits in flight."""
+    def test_handing_off_waits_for_commits_not_handed_off_changes(self) -> None:
+        """The next change goes beside handed-off ones in flight, but after commits in flight."""
         lock = NamespaceLock()
-        lock.unlink_sent()
-        held, letting_go = hold(lock, unlinking=True)
+        lock.hand_off_sent()
+        held, letting_go = hold(lock, handing_off=True)
         self.successResultOf(held)
         letting_go.callback(None)
         commit = lock.commit_sent()
-        held, _ = hold(lock, unlinking=True)
+        held, _ = hold(lock, handing_off=True)
         self.assertNoResult(held)
         commit()
         self.successResultOf(held)
 
-    def test_unlinking_lets_a_waiting_exclusive_go_first(self) -> None:
-        """An exclusive holder waiting for unlinks is not overtaken by further unlinks."""
+    def test_handing_off_lets_a_waiting_exclusive_go_first(self) -> None:
+        """An exclusive holder waiting for handed-off changes is not overtaken by further ones."""
         lock = NamespaceLock()
-        settle = lock.unlink_sent()
+        settle = lock.hand_off_sent()
         exclusive, release_exclusive = hold(lock)
-        unlink, _ = hold(lock, unlinking=True)
+        handed, _ = hold(lock, handing_off=True)
         self.assertNoResult(exclusive)
-        self.assertNoResult(unlink)
+        self.assertNoResult(handed)
         settle()
         self.successResultOf(exclusive)
-        self.assertNoResult(unlink)
+        self.assertNoResult(handed)
         release_exclusive.callback(None)
-        self.successResultOf(unlink)
+        self.successResultOf(handed)

@@ -1,0 +1,198 @@
+"""
+When an C{unlink}, C{rmdir} or C{rename} may return once its request is
+sent, and what happens when the answer arrives
+(``docs/specifications/mount-consistency.md`` section 2.6).
+
+C{rm -r} of a tree unlinks one file after another, and an atomic save
+(a compiler's or Python's byte code, an editor, pip, git's lock files)
+writes a temporary file and renames it over the real name; each call
+waiting for its own answer costs the data plane's round trip. A handed-off
+change instead returns once its request is sent, in order on the mount's
+connection, under the namespace lock (L{NamespaceLock.handing_off}); the
+next one goes out while the data plane runs the first. The mount's picture
+shows the change at once. L{NamespaceHandOffs} decides (the same rules as a
+close's hand-off: not in C{durable_close} mode, bounded, and not after a
+failure until a change succeeds again); L{settle_unlink} and
+L{settle_rename} handle the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from svc.mount.client_audit import AuditLine
+from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.fs_context import FSContext
+from svc.mount.inodes import Node
+from svc.mount.remote_values import RenameResult
+
+_log = Logger()
+
+NAMESPACE_HAND_OFF_MAX = 64
+"""Most handed-off changes unanswered at once: a change beyond waits for its own."""
+
+
+class NamespaceHandOffs:
+    """Whether the next unlink, rmdir or rename may hand off; see the module docstring."""
+
+    def __init__(self, *, durable: bool) -> None:
+        """@param durable: nothing hands off (C{durable_close}: every call waits)."""
+        self._durable = durable
+        self._failed = False  # a handed-off change failed since the last success
+
+    def allowed(self, in_flight: int, *, read_only: bool) -> bool:
+        """With C{in_flight} handed-off changes unanswered, whether one more may go."""
+        return (
+            not self._durable
+            and not self._failed
+            and not read_only
+            and in_flight < NAMESPACE_HAND_OFF_MAX
+        )
+
+    def succeeded(self) -> None:
+        """A change (handed off or not) succeeded: changes may hand off again."""
+        self._failed = False
+
+    def failed(self) -> None:
+        """A handed-off change failed: until one succeeds, changes wait for their answers."""
+        self._failed = True
+
+
+def settle_unlink(
+    ctx: FSContext,
+    hand_offs: NamespaceHandOffs,
+    folder: Node,
+    name: str,
+    line: AuditLine,
+    settle: Callable[[], None],
+    answer: int | Failure | None,
+) -> None:
+    """
+    The answer to a handed-off unlink (or rmdir) of C{name} in C{folder},
+    which already counts the removal (version, link count, the mount's
+    time). Success: the folder's times become the server's, as a
+    waited-for unlink would have set them, and the audit line is written.
+    Failure (the name still exists on the server, or nobody knows): the
+    line with C{allowed: false}, a warning, and the folder is forgotten as
+    listed (L{_forget_listing}) so the next lookup or listing asks the
+    server and the name is seen again; changes wait for their answers until
+    one succeeds. Either way the unlink stops counting as in flight.
+    """
+    try:
+        if not isinstance(answer, Failure):
+            folder.entries_changed(answer, versions=0)  # the server's times
+            hand_offs.succeeded()
+            line.write(True)
+            return
+        _refused(ctx, hand_offs, line, answer, "removal", "the name is shown again")
+        _forget_listing(ctx, folder, name)
+    finally:
+        settle()
+
+
+@attrs.frozen
+class HandedRename:
+    """
+    A rename the mount already applied to its picture: C{moved}, named
+    C{name} in C{source_dir}, is now C{new_name} in C{target_dir},
+    replacing a known target if C{replaced}.
+    """
+
+    source_dir: Node
+    name: str
+    target_dir: Node
+    new_name: str
+    moved: Node
+    replaced: bool
+
+
+def settle_rename(
+    ctx: FSContext,
+    hand_offs: NamespaceHandOffs,
+    rename: HandedRename,
+    line: AuditLine,
+    settle: Callable[[], None],
+    answer: RenameResult | Failure,
+) -> None:
+    """
+    The answer to a handed-off rename, which the mount's picture already
+    shows (the directories' versions and link counts, the mount's time).
+    Success: the directories' times and the moved node's ctime become the
+    server's; an answer other than the one expected (nothing moved, a
+    target replaced that the mount did not know) makes them stale, to be
+    fetched again. Failure (the server still has the old names, or nobody
+    knows): the line with C{allowed: false}, a warning, the new name is
+    forgotten and both directories are forgotten as listed, so the next
+    lookups ask the server and see its names; changes wait for their
+    answers until one succeeds. Either way the rename stops counting as in
+    flight.
+    """
+    try:
+        if not isinstance(answer, Failure):
+            _renamed_on_server(rename, answer)
+            hand_offs.succeeded()
+            line.write(True)
+            return
+        _refused(ctx, hand_offs, line, answer, "rename", "the old names are shown again")
+        if ctx.table.child(rename.target_dir, rename.new_name) is rename.moved:
+            ctx.table.forget_name(rename.target_dir, rename.new_name)
+        _forget_listing(ctx, rename.source_dir, rename.name)
+        _forget_listing(ctx, rename.target_dir, rename.new_name)
+    finally:
+        settle()
+
+
+def _renamed_on_server(rename: HandedRename, answer: RenameResult) -> None:
+    """The server's times for a handed-off rename that succeeded as expected, else stale."""
+    stamp = answer.changed_ns
+    if stamp is None or answer.moved != 1 or answer.replaced != rename.replaced:
+        rename.source_dir.stale = True
+        rename.target_dir.stale = True
+        rename.moved.stale = True
+        return
+    rename.source_dir.entries_changed(stamp, versions=0)
+    rename.target_dir.entries_changed(stamp, versions=0)
+    if not rename.moved.stale:
+        rename.moved.attributes = attrs.evolve(rename.moved.attributes, ctime_ns=stamp)
+
+
+def _refused(
+    ctx: FSContext,
+    hand_offs: NamespaceHandOffs,
+    line: AuditLine,
+    answer: Failure,
+    what: str,
+    consequence: str,
+) -> None:
+    """A handed-off change failed: its line, the operator's warning, no hand-off until a success."""
+    hand_offs.failed()
+    line.write(False)
+    error = answer.value
+    if isinstance(error, RemoteFailure):
+        error = ctx.write_failed(error)
+    if isinstance(error, FSError):
+        _log.warn(
+            "{what} of {path} failed after it returned: {error}; {consequence}, "
+            "and later changes wait for their answers",
+            what=what,
+            path=line.path,
+            error=error,
+            consequence=consequence,
+        )
+    else:
+        _log.failure("{what} of {path} failed", answer, what=what, path=line.path)
+
+
+def _forget_listing(ctx: FSContext, folder: Node, name: str) -> None:
+    """
+    Forget C{folder} as listed (no longer complete, attributes stale, the
+    kernel's attributes and its entry C{name} dropped).
+    """
+    folder.complete = False
+    folder.stale = True
+    ctx.invalidate(folder.ino)
+    ctx.invalidate_entry(folder.ino, name.encode("utf-8", "surrogateescape"))

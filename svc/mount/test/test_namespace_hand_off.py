@@ -1,0 +1,322 @@
+"""
+Tests for handed-off namespace changes (L{svc.mount.namespace_hand_off}):
+an unlink, an emptied directory's rmdir or a rename returns once its
+request is sent, so a run of them is pipelined; what waits for their
+answers, and what a refused one leaves.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.internet.defer import Deferred
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.fs import ROOT_INODE
+from svc.mount.fs_context import FSSettings
+from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
+from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+from svc.policy import PathPolicy
+
+NAMES = [f"f{index}" for index in range(3)]
+
+
+class UnlinkHandOffTests(SynchronousTestCase):
+    """Unlinks of files in a directory, the data plane's answers held back."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        for name in NAMES:
+            self.mount.write_file(f"d/{name}", name.encode())
+        self.folder = self.mount.lookup_path("d").ino
+
+    def unlink(self, mount: Mount, name: str) -> Deferred[None]:
+        return mount.fs.unlink(self.folder, name.encode(), CALLER)
+
+    def unlink_lines(self, mount: Mount) -> list[tuple[str, bool]]:
+        return [(event.path, event.allowed) for event in mount.events("unlink")]
+
+    def test_unlinks_return_before_their_answers(self) -> None:
+        """
+        Each unlink returns once its request is sent: the three go out one
+        after another, the names are gone at once, and each C{unlink} line
+        is written when its answer arrives.
+        """
+        self.mount.answers.hold("manifest_delete")
+        for name in NAMES:
+            self.mount.ok(self.unlink(self.mount, name))
+        self.assertEqual(self.mount.answers.held, 3)
+        self.assertEqual(self.mount.names("d"), [])
+        lookup = self.mount.fs.lookup(self.folder, b"f0", CALLER)
+        self.assertEqual(self.mount.errno(lookup), errno.ENOENT)
+        self.assertEqual(self.unlink_lines(self.mount), [])
+        self.mount.answers.release()
+        self.assertEqual(self.unlink_lines(self.mount), [(f"/d/{n}", True) for n in NAMES])
+        self.assertEqual(self.fixture.mount().names("d"), [])
+
+    def test_rmdir_of_the_emptied_directory_goes_too_and_shutdown_waits(self) -> None:
+        """
+        The emptied directory's removal is handed off behind the unlinks (the
+        server runs them in order); another namespace change and shutdown's
+        wait wait for all the answers.
+        """
+        self.mount.answers.hold("manifest_delete", "dir_remove")
+        for name in NAMES:
+            self.mount.ok(self.unlink(self.mount, name))
+        root = self.mount.fs.known_attributes(ROOT_INODE)
+        assert root is not None
+        self.mount.ok(self.mount.fs.rmdir(ROOT_INODE, b"d", CALLER))
+        self.assertEqual(self.mount.answers.held, 4)
+        # The root's link count drops at once, as on a local disk.
+        after = self.mount.fs.known_attributes(ROOT_INODE)
+        assert after is not None
+        self.assertEqual(after.nlink, root.nlink - 1)
+        made = self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER)
+        settled = self.mount.fs.write_backs_settled()
+        self.assertNoResult(made)
+        self.assertNoResult(settled)
+        self.mount.answers.release()
+        self.mount.ok(made)
+        self.mount.ok(settled)
+        self.assertEqual(self.mount.names(""), ["e"])
+        self.assertEqual([event.allowed for event in self.mount.events("rmdir")], [True])
+        self.assertEqual(self.fixture.mount().names(""), ["e"])
+
+    def test_rmdir_of_a_directory_not_listed_waits(self) -> None:
+        """A directory whose entries the mount has not listed whole: the rmdir waits."""
+        other = self.fixture.mount()
+        other.ok(other.fs.mkdir(ROOT_INODE, b"empty", 0o755, CALLER))
+        fresh = self.fixture.mount()
+        fresh.lookup_path("empty")
+        fresh.answers.hold("dir_remove")
+        removed = fresh.fs.rmdir(ROOT_INODE, b"empty", CALLER)
+        self.assertNoResult(removed)
+        fresh.answers.release()
+        fresh.ok(removed)
+
+    def test_durable_close_waits_for_each_answer(self) -> None:
+        """With C{durable_close}, an unlink returns with its answer, as before."""
+        durable = self.fixture.mount(settings=FSSettings(durable_close=True))
+        self.folder = durable.lookup_path("d").ino
+        durable.answers.hold("manifest_delete")
+        unlinked = self.unlink(durable, "f0")
+        self.assertNoResult(unlinked)
+        durable.answers.release()
+        durable.ok(unlinked)
+
+    def test_bounded_in_flight(self) -> None:
+        """Beyond C{NAMESPACE_HAND_OFF_MAX} unanswered, an unlink waits for its own answer."""
+        for index in range(NAMESPACE_HAND_OFF_MAX + 1):
+            self.mount.write_file(f"d/many{index}", b"x")
+        self.mount.answers.hold("manifest_delete")
+        for index in range(NAMESPACE_HAND_OFF_MAX):
+            self.mount.ok(self.unlink(self.mount, f"many{index}"))
+        last = self.unlink(self.mount, f"many{NAMESPACE_HAND_OFF_MAX}")
+        self.assertNoResult(last)
+        self.mount.answers.release()
+        self.mount.ok(last)
+
+    def test_refused_unlink_shows_the_name_again(self) -> None:
+        """
+        An unlink the data plane refuses after it returned: its line says
+        so, the name is found again (the folder is asked anew), and the
+        next unlink waits for its own answer until one succeeds.
+        """
+        policies = self.fixture.service.policies
+        policies[("tenant-a", "agent-1")] = PathPolicy(readonly=True)  # the server's alone
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.unlink(self.mount, "f0"))
+        self.mount.answers.release()
+        del policies[("tenant-a", "agent-1")]
+        self.assertEqual(self.unlink_lines(self.mount), [("/d/f0", False)])
+        self.assertIn(self.folder, self.mount.invalidated)
+        self.assertIn((self.folder, b"f0"), self.mount.invalidated_entries)
+        self.assertEqual(self.mount.read_file("d/f0"), b"f0")
+        self.assertEqual(sorted(self.mount.names("d")), NAMES)
+        self.mount.answers.hold("manifest_delete")
+        waiting = self.unlink(self.mount, "f1")
+        self.assertNoResult(waiting)
+        self.mount.answers.release()
+        self.mount.ok(waiting)
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.unlink(self.mount, "f2"))  # handed off again
+        self.mount.answers.release()
+
+
+class RenameHandOffTests(SynchronousTestCase):
+    """Renames in a directory (an atomic save's), the data plane's answers held back."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER))
+        self.mount.write_file("d/final", b"old")
+        self.folder = self.mount.lookup_path("d").ino
+        self.names("d")  # listed whole: the mount knows which names are free
+
+    def names(self, path: str) -> list[str]:
+        return sorted(self.mount.names(path))
+
+    def rename(self, name: str, new_name: str, *, to: str = "d") -> Deferred[None]:
+        target = self.mount.lookup_path(to).ino
+        return self.mount.fs.rename(self.folder, name.encode(), target, new_name.encode(), CALLER)
+
+    def rename_lines(self) -> list[tuple[str, object, bool]]:
+        return [
+            (event.path, dict(event.extra).get("to_path"), event.allowed)
+            for event in self.mount.events("rename")
+        ]
+
+    def test_atomic_save_returns_before_the_answer(self) -> None:
+        """
+        Renaming a closed temporary file over the real one returns once the
+        C{manifest_rename} is sent: the new content is read at once under
+        the real name, the C{rename} line is written when the answer
+        arrives, and a fresh mount sees the same.
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename("final.tmp", "final"))
+        self.assertEqual(self.mount.answers.held, 1)
+        self.assertEqual(self.names("d"), ["final"])
+        self.assertEqual(self.mount.read_file("d/final"), b"new")
+        self.assertEqual(self.rename_lines(), [])
+        self.mount.answers.release()
+        self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", True)])
+        fresh = self.fixture.mount()
+        self.assertEqual(sorted(fresh.names("d")), ["final"])
+        self.assertEqual(fresh.read_file("d/final"), b"new")
+
+    def test_renames_are_pipelined_and_exclusive_changes_wait(self) -> None:
+        """
+        Further renames go out beside the first's unanswered request; a
+        namespace change that is not handed off (a mkdir) and shutdown's
+        wait wait for every answer. The directories' times become the
+        server's.
+        """
+        self.mount.write_file("d/a", b"a")
+        self.mount.write_file("d/b", b"b")
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename("a", "a2"))
+        self.mount.ok(self.rename("b", "b2", to="e"))
+        self.assertEqual(self.mount.answers.held, 2)
+        made = self.mount.fs.mkdir(ROOT_INODE, b"f", 0o755, CALLER)
+        settled = self.mount.fs.write_backs_settled()
+        self.assertNoResult(made)
+        self.assertNoResult(settled)
+        self.mount.answers.release()
+        self.mount.ok(made)
+        self.mount.ok(settled)
+        self.assertEqual(self.names("d"), ["a2", "final"])
+        self.assertEqual(self.names("e"), ["b2"])
+        fresh = self.fixture.mount()
+        for path in ("d", "e"):
+            mine = self.mount.lookup_path(path).attributes
+            theirs = fresh.lookup_path(path).attributes
+            self.assertEqual(
+                (mine.mtime_ns, mine.ctime_ns, mine.nlink),
+                (theirs.mtime_ns, theirs.ctime_ns, theirs.nlink),
+            )
+
+    def test_waits_for_the_source_commit_not_its_own_answer(self) -> None:
+        """
+        A rename right after the close that handed off the source's commit
+        is sent once that commit is answered (the mount's picture of the
+        new file is updated then), and returns without its own answer.
+        """
+        fs = self.mount.fs
+        self.mount.answers.hold("manifest_put", "manifest_rename")
+        opened, _ = self.mount.ok(
+            fs.create(self.folder, b"final.tmp", 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        )
+        self.mount.ok(fs.write(opened.fh, 0, b"new", CALLER))
+        self.mount.ok(fs.flush(opened.fh, CALLER))  # the close: its commit handed off
+        released = fs.release(opened.fh, CALLER)
+        renamed = self.rename("final.tmp", "final")
+        self.assertNoResult(renamed)
+        self.assertEqual(self.mount.count("manifest_rename"), 0)
+        self.mount.answers.release("manifest_rename")  # the commit's answer arrives
+        self.mount.ok(released)
+        self.mount.ok(renamed)
+        self.assertEqual(self.mount.count("manifest_rename"), 1)
+        self.assertEqual(self.mount.answers.held, 1)
+        self.assertEqual(self.mount.read_file("d/final"), b"new")
+        self.mount.answers.release()
+
+    def test_what_the_mount_cannot_judge_waits(self) -> None:
+        """
+        The rename waits for its answer when the source is a directory or
+        still open, or the target's directory is not listed whole and the
+        target unknown.
+        """
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
+        self.mount.answers.hold("manifest_rename")
+        moving_directory = self.rename("sub", "sub2")
+        self.assertNoResult(moving_directory)
+        self.mount.answers.release()
+        self.mount.ok(moving_directory)
+
+        entry = self.mount.lookup_path("d/final")
+        opened = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.mount.answers.hold("manifest_rename")
+        moving_open = self.rename("final", "final2")
+        self.assertNoResult(moving_open)
+        self.mount.answers.release()
+        self.mount.ok(moving_open)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+
+        other = self.fixture.mount()
+        other.ok(other.fs.mkdir(ROOT_INODE, b"g", 0o755, CALLER))
+        self.mount.lookup_path("g")  # known, but its entries not listed
+        self.mount.answers.hold("manifest_rename")
+        into_unlisted = self.rename("final2", "x", to="g")
+        self.assertNoResult(into_unlisted)
+        self.mount.answers.release()
+        self.mount.ok(into_unlisted)
+
+    def test_durable_close_waits_for_the_answer(self) -> None:
+        """With C{durable_close}, a rename returns with its answer, as before."""
+        durable = self.fixture.mount(settings=FSSettings(durable_close=True))
+        self.mount = durable
+        self.names("d")
+        durable.answers.hold("manifest_rename")
+        renamed = self.rename("final", "final2")
+        self.assertNoResult(renamed)
+        durable.answers.release()
+        durable.ok(renamed)
+
+    def test_refused_rename_shows_the_old_names_again(self) -> None:
+        """
+        A rename the data plane refuses after it returned: its line says
+        so, the old names are found again (both directories are asked
+        anew), and the next rename waits for its own answer until one
+        succeeds.
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        policies = self.fixture.service.policies
+        policies[("tenant-a", "agent-1")] = PathPolicy(readonly=True)  # the server's alone
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename("final.tmp", "final"))
+        self.mount.answers.release()
+        del policies[("tenant-a", "agent-1")]
+        self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", False)])
+        self.assertIn(self.folder, self.mount.invalidated)
+        self.assertIn((self.folder, b"final"), self.mount.invalidated_entries)
+        self.assertIn((self.folder, b"final.tmp"), self.mount.invalidated_entries)
+        self.assertEqual(self.names("d"), ["final", "final.tmp"])
+        self.assertEqual(self.mount.read_file("d/final"), b"old")
+        self.assertEqual(self.mount.read_file("d/final.tmp"), b"new")
+        self.mount.answers.hold("manifest_rename")
+        waiting = self.rename("final.tmp", "final")
+        self.assertNoResult(waiting)
+        self.mount.answers.release()
+        self.mount.ok(waiting)
+        self.assertEqual(self.mount.read_file("d/final"), b"new")
+        self.mount.write_file("d/again", b"x")
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename("again", "again2"))  # handed off again
+        self.mount.answers.release()
