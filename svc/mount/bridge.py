@@ -227,7 +227,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         out.entry_timeout = self._timeouts.entry_seconds
         out.attr_timeout = self._timeouts.attr_seconds
         out.st_mode = attributes.st_mode
-        out.st_nlink = max(1, attributes.nlink)
+        out.st_nlink = attributes.nlink  # 0 for a file unlinked while open
         out.st_uid = attributes.uid
         out.st_gid = attributes.gid
         out.st_rdev = attributes.rdev

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import llfuse
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
@@ -285,6 +286,16 @@ class BridgeTests(SynchronousTestCase):
         self.fs.answers["getattr"] = attributes(size=7)
         self.assertEqual(self.bridge.getattr(4, None).st_size, 7)
         self.assertEqual(self.caller.timeouts, [("getattr", 0.05)])
+
+    def test_an_unlinked_open_file_counts_no_links(self) -> None:
+        """
+        The link count is passed on as it is: 0 for a file unlinked while
+        open (C{fstat} shows it, as on a local disk).
+        """
+        self.fs.answers["known_attributes"] = attrs.evolve(attributes(), nlink=0)
+        self.assertEqual(self.bridge.getattr(3, None).st_nlink, 0)
+        self.fs.answers["known_attributes"] = attrs.evolve(attributes(), nlink=3)
+        self.assertEqual(self.bridge.getattr(3, None).st_nlink, 3)
 
     def test_known_lookups_stay_on_the_fuse_thread(self) -> None:
         """
