@@ -19,6 +19,12 @@ On C{EINVAL} with C{details.missing} (a chunk the server no longer shows
 this connection, e.g. after a reconnect), the missing chunks are read back
 from the content, uploaded, and the put retried once.
 
+Neither retry happens once the file was renamed after the put was sent (a
+rename handed off behind it, ``mount-consistency.md`` section 2.6): the
+server ran that rename after the refused put, so the old path is no longer
+the file's. The failure is raised instead; the file stays dirty, and its
+next write-back commits (and resolves) at the name it has then.
+
 The first C{manifest_put} is sent while the write-back's last uploads may
 still be in flight on the same connection: the server runs it once they are
 stored (``docs/specifications/dataplane-ops.md`` section 7), so the commit
@@ -32,7 +38,7 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 from blake3 import blake3
@@ -142,12 +148,14 @@ async def commit(
     uploader: ChunkUploader,
     read: Reader,
     max_retries: int = DEFAULT_MAX_CAS_RETRIES,
+    moved: Callable[[], bool] = lambda: False,
 ) -> Committed | Conflict:
     """
     Commit C{request}; see the module docstring. C{read} reads the new
     content (to re-upload chunks the server reports missing). The first
     C{manifest_put} is sent before waiting for C{uploader}'s uploads still
-    in flight (L{ChunkUploader.settle}).
+    in flight (L{ChunkUploader.settle}). C{moved()} says whether the file
+    no longer has C{request.path} (then a refused put is not retried).
 
     @raise RemoteFailure: any other failure of the put.
     """
@@ -189,6 +197,8 @@ async def commit(
         try:
             result = await attempt
         except RemoteFailure as failure:
+            if moved():
+                raise  # renamed behind the put: its next write-back, at its new name
             missing = failure.details.get("missing")
             if failure.wire is WireErrno.EINVAL and isinstance(missing, list) and not reuploaded:
                 reuploaded = True

@@ -621,9 +621,15 @@ class FileOps:
         ctx = self._ctx
         async with state.lock:
             node = ctx.table.get(state.ino)
-            rel = ctx.table.path_of(node) if node is not None else None
-            if node is None or rel is None or not (state.dirty or node.pending):
-                return  # nothing to commit, or no name to commit it at
+            if node is None or not (state.dirty or node.pending):
+                return  # nothing to commit
+            if ctx.namespace_lock.moving(state.ino):
+                # A rename handed off behind an earlier commit: its answer
+                # first (a refused one moves the name back).
+                await ctx.namespace_lock.moves_settled(state.ino)
+            rel = ctx.table.path_of(node)
+            if rel is None:
+                return  # no name to commit it at
             session = ctx.write_session()
             with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
                 ctx.check_write(rel)
@@ -687,9 +693,11 @@ class FileOps:
                     uploader=uploader,
                     read=state.read,
                     max_retries=ctx.settings.max_cas_retries,
+                    moved=lambda: ctx.table.path_of(node) != rel,
                 )
             )
             settled = ctx.namespace_lock.commit_sent()
+            state.commits_in_flight += 1
         try:
             if on_sent is not None:
                 on_sent()
@@ -697,6 +705,7 @@ class FileOps:
                 node, state, line, uploader, request, rel, sent_behind, answer, changes_sent
             )
         finally:
+            state.commits_in_flight -= 1
             settled()
 
     async def _answered(

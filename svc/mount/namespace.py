@@ -16,10 +16,10 @@ from __future__ import annotations
 import errno
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import TypeVar
 
 import attrs
+from twisted.internet.defer import Deferred
 
 from svc.audit.client_events import SetattrField
 from svc.audit.events import CallerProcess
@@ -33,10 +33,10 @@ from svc.mount.attributes import (
     QuotaReport,
     kind_of_mode,
 )
-from svc.mount.client_audit import audit_path
+from svc.mount.client_audit import AuditLine, audit_path
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
-from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.inodes import ROOT_INODE, InodeTable, Node
 from svc.mount.namespace_hand_off import (
     HandedRename,
     NamespaceHandOffs,
@@ -382,96 +382,146 @@ class NamespaceOps:
     ) -> None:
         """
         Rename C{parent/name} to C{new_parent/new_name}, replacing a target;
-        handed off (returns once sent) when L{_may_hand_off_rename} says so.
+        handed off (returns once sent) when L{_may_hand_off_rename} says so,
+        even beside the commits in flight when L{_rename_beside_commits}
+        can send it.
         """
         ctx = self._ctx
+        if parent == new_parent:
+            async with ctx.namespace_lock.sending_commit():
+                if self._rename_beside_commits(parent, name, new_name, caller):
+                    return
         # Waits for commits in flight, not for handed-off changes.
         async with ctx.namespace_lock.handing_off():
-            source_dir = ctx.directory(parent)
-            target_dir = ctx.directory(new_parent)
-            rel = join(ctx.rel_of(source_dir), audit_name(name))
-            to_rel = join(ctx.rel_of(target_dir), audit_name(new_name))
-            with ctx.audit.line(
-                EventName.RENAME,
-                rel,
-                caller,
-                session_id=ctx.write_session(),
-                to_path=audit_path(to_rel),
-            ) as line:
-                decoded = decode_name(name)
-                new_decoded = decode_name(new_name)
-                ctx.check_write(rel)
-                ctx.check_write(to_rel)
-                source = ctx.table.child(source_dir, decoded)
-                target = ctx.table.child(target_dir, new_decoded)
+            plan = _RenamePlan.of(ctx, parent, name, new_parent, new_name)
+            with self._rename_line(plan, caller) as line:
+                plan = plan.decoded(ctx.table)
+                ctx.check_write(plan.rel)
+                ctx.check_write(plan.to_rel)
+                source, target = plan.source, plan.target
                 if target is not None and ctx.table.has_pending_children(target):
-                    raise FSError(errno.ENOTEMPTY, f"{to_rel!r} is not empty")
-                request = partial(
-                    ctx.remote.rename,
-                    ctx.server_path(rel),
-                    ctx.server_path(to_rel),
-                    session_id=ctx.write_session(),
-                )
-                if source is not None and self._may_hand_off_rename(source, target, target_dir):
-                    answer = request()
-                    handed = HandedRename(
-                        source_dir, decoded, target_dir, new_decoded, source, target is not None
-                    )
-                    self._moved(handed, RenameResult(1, handed.replaced, ctx.now_ns()), target)
-                    settle = ctx.namespace_lock.hand_off_sent()
-                    deferred_line = line.defer()
-                    answer.addBoth(
-                        lambda result: settle_rename(
-                            ctx, self._hand_offs, handed, deferred_line, settle, result
-                        )
-                    )
+                    raise FSError(errno.ENOTEMPTY, f"{plan.to_rel!r} is not empty")
+                if source is not None and self._may_hand_off_rename(plan, source):
+                    self._hand_off_rename(plan, source, line)
                     return
                 for node in (source, target):
                     if node is not None:
                         await self.materialize(node)
-                renamed = await self.write(request())
+                renamed = await self.write(self._send_rename(plan))
                 self._hand_offs.succeeded()
                 moved_was_stale = source is None or source.stale
-                ctx.table.move(source_dir, decoded, target_dir, new_decoded)
-                _renamed(source_dir, target_dir, source, target, renamed, moved_was_stale)
+                ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)
+                _renamed(plan.source_dir, plan.target_dir, source, target, renamed, moved_was_stale)
 
-    def _may_hand_off_rename(self, source: Node, target: Node | None, target_dir: Node) -> bool:
+    def _rename_beside_commits(
+        self, parent: int, name: bytes, new_name: bytes, caller: CallerProcess
+    ) -> bool:
         """
-        Whether a rename of C{source} over C{target} (L{None}: no name known
-        there) may return once sent: the mount can tell what the server
-        will do (a file, symlink or device node already on the server,
-        moved to a name known free in a directory listed whole, or over
-        another such node), neither is open nor holds changes not committed
-        (a failure would leave them without a name; a closed file's state
-        may linger while its release finishes), and L{NamespaceHandOffs}
-        allows one more.
+        Under the lock, commits perhaps in flight: hand off the rename of
+        C{name} to C{new_name} in directory C{parent} and say C{True}, when
+        the commits in flight cannot be about anything it touches but the
+        source's own (an atomic save: the temporary file's commit, just
+        handed off by its close), and it may hand off. Otherwise C{False},
+        having done nothing: the rename waits for the commits in flight.
+        """
+        ctx = self._ctx
+        try:
+            plan = _RenamePlan.of(ctx, parent, name, parent, new_name).decoded(ctx.table)
+            ctx.check_write(plan.rel)
+            ctx.check_write(plan.to_rel)
+        except FSError:
+            return False  # refused the usual way, after the commits
+        source = plan.source
+        if source is None or source.kind is not FileKind.FILE:
+            return False
+        if not self._may_hand_off_rename(plan, source, source_committing=True):
+            return False
+        with self._rename_line(plan, caller) as line:
+            self._hand_off_rename(plan, source, line)
+        return True
+
+    def _rename_line(self, plan: _RenamePlan, caller: CallerProcess) -> AuditLine:
+        ctx = self._ctx
+        return ctx.audit.line(
+            EventName.RENAME,
+            plan.rel,
+            caller,
+            session_id=ctx.write_session(),
+            to_path=audit_path(plan.to_rel),
+        )
+
+    def _send_rename(self, plan: _RenamePlan) -> Deferred[RenameResult]:
+        ctx = self._ctx
+        return ctx.remote.rename(
+            ctx.server_path(plan.rel),
+            ctx.server_path(plan.to_rel),
+            session_id=ctx.write_session(),
+        )
+
+    def _may_hand_off_rename(
+        self, plan: _RenamePlan, source: Node, *, source_committing: bool = False
+    ) -> bool:
+        """
+        Whether a rename of C{source} may return once sent: the mount can
+        tell what the server will do (a file, symlink or device node on the
+        server, or on its way there, moved to a name known free in a
+        directory listed whole, or over another such node that is no commit
+        is about), neither is open nor holds changes not committed (a
+        failure would leave them without a name; a closed file's state may
+        linger while its release finishes) -- except, with
+        C{source_committing}, the source's own commit in flight, which the
+        server runs first -- and L{NamespaceHandOffs} allows one more.
         """
         ctx = self._ctx
 
-        def plain(node: Node) -> bool:
+        def plain(node: Node, *, committing: bool) -> bool:
+            if node.kind is FileKind.DIR:
+                return False
             state = ctx.files.state(node.ino)
-            closed = state is None or not (state.handles or state.dirty)
-            return node.kind is not FileKind.DIR and not node.pending and closed
+            if state is None:
+                return not node.pending
+            if state.handles:
+                return False
+            if state.commits_in_flight:
+                return committing
+            return not (state.dirty or node.pending)
 
+        target = plan.target
         if target is None:
-            target_known = target_dir.complete
+            target_known = plan.target_dir.complete
         else:
-            target_known = target is not source and plain(target)
+            target_known = target is not source and plain(target, committing=False)
         return (
             target_known
-            and plain(source)
+            and plain(source, committing=source_committing)
             and self._hand_offs.allowed(
                 ctx.namespace_lock.hand_offs_in_flight,
                 read_only=ctx.read_only_reason is not None,
             )
         )
 
-    def _moved(self, handed: HandedRename, expected: RenameResult, target: Node | None) -> None:
-        """A handed-off rename in the mount's picture, as the server will apply it."""
-        moved_was_stale = handed.moved.stale
-        self._ctx.table.move(handed.source_dir, handed.name, handed.target_dir, handed.new_name)
-        _renamed(
-            handed.source_dir, handed.target_dir, handed.moved, target, expected, moved_was_stale
+    def _hand_off_rename(self, plan: _RenamePlan, source: Node, line: AuditLine) -> None:
+        """
+        Send the rename of C{source}, show it in the mount's picture at once
+        (as the server will apply it), and handle its answer when it comes
+        (L{settle_rename}); the audit line is written then.
+        """
+        ctx = self._ctx
+        answer = self._send_rename(plan)
+        target = plan.target
+        handed = HandedRename(
+            plan.source_dir, plan.name, plan.target_dir, plan.new_name, source, target is not None
+        )
+        moved_was_stale = source.stale
+        ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)
+        expected = RenameResult(1, handed.replaced, ctx.now_ns())
+        _renamed(plan.source_dir, plan.target_dir, source, target, expected, moved_was_stale)
+        settle = ctx.namespace_lock.hand_off_sent(source.ino)
+        deferred_line = line.defer()
+        answer.addBoth(
+            lambda result: settle_rename(
+                ctx, self._hand_offs, handed, deferred_line, settle, result
+            )
         )
 
     async def link(
@@ -673,6 +723,53 @@ class NamespaceOps:
         """The kernel dropped lookups: C{(ino, count)} pairs."""
         for ino, count in inodes:
             self._ctx.table.forget(ino, count)
+
+
+@attrs.frozen
+class _RenamePlan:
+    """
+    A rename's directories, paths and (once L{decoded}) names and the nodes
+    the inode table holds at them.
+    """
+
+    source_dir: Node
+    target_dir: Node
+    rel: str
+    to_rel: str
+    raw_name: bytes
+    raw_new_name: bytes
+    name: str = ""
+    new_name: str = ""
+    source: Node | None = None
+    target: Node | None = None
+
+    @classmethod
+    def of(
+        cls, ctx: FSContext, parent: int, name: bytes, new_parent: int, new_name: bytes
+    ) -> _RenamePlan:
+        """The directories and paths (before the audit line: ENOTDIR, ENOENT)."""
+        source_dir = ctx.directory(parent)
+        target_dir = ctx.directory(new_parent)
+        return cls(
+            source_dir,
+            target_dir,
+            join(ctx.rel_of(source_dir), audit_name(name)),
+            join(ctx.rel_of(target_dir), audit_name(new_name)),
+            name,
+            new_name,
+        )
+
+    def decoded(self, table: InodeTable) -> _RenamePlan:
+        """With the names decoded (EINVAL) and the nodes C{table} holds at them."""
+        name = decode_name(self.raw_name)
+        new_name = decode_name(self.raw_new_name)
+        return attrs.evolve(
+            self,
+            name=name,
+            new_name=new_name,
+            source=table.child(self.source_dir, name),
+            target=table.child(self.target_dir, new_name),
+        )
 
 
 def _renamed(

@@ -75,7 +75,8 @@ def settle_unlink(
     The answer to a handed-off unlink (or rmdir) of C{name} in C{folder},
     which already counts the removal (version, link count, the mount's
     time). Success: the folder's times become the server's, as a
-    waited-for unlink would have set them, and the audit line is written.
+    waited-for unlink would have set them (the kernel is told to forget
+    the times it may hold), and the audit line is written.
     Failure (the name still exists on the server, or nobody knows): the
     line with C{allowed: false}, a warning, and the folder is forgotten as
     listed (L{_forget_listing}) so the next lookup or listing asks the
@@ -85,6 +86,9 @@ def settle_unlink(
     try:
         if not isinstance(answer, Failure):
             folder.entries_changed(answer, versions=0)  # the server's times
+            # The kernel may hold the mount's own times (a getattr while the
+            # unlink was in flight) for the attribute timeout.
+            ctx.forget_attributes(folder.ino)
             hand_offs.succeeded()
             line.write(True)
             return
@@ -122,28 +126,50 @@ def settle_rename(
     The answer to a handed-off rename, which the mount's picture already
     shows (the directories' versions and link counts, the mount's time).
     Success: the directories' times and the moved node's ctime become the
-    server's; an answer other than the one expected (nothing moved, a
-    target replaced that the mount did not know) makes them stale, to be
-    fetched again. Failure (the server still has the old names, or nobody
-    knows): the line with C{allowed: false}, a warning, the new name is
-    forgotten and both directories are forgotten as listed, so the next
-    lookups ask the server and see its names; changes wait for their
-    answers until one succeeds. Either way the rename stops counting as in
-    flight.
+    server's (the kernel is told to forget the ones it may hold); an
+    answer other than the one expected (nothing moved, a target replaced
+    that the mount did not know) makes them stale, to be fetched again.
+    Failure (the server still has the old names, or nobody knows): the
+    line with C{allowed: false}, a warning, the moved node goes back to its
+    old name (L{_move_back}) and both directories are forgotten as listed,
+    so the next lookups ask the server and see its names; changes wait for
+    their answers until one succeeds. Either way the rename stops counting
+    as in flight (after the correction, so a write-back of the node waiting
+    for it commits at the old name).
     """
     try:
         if not isinstance(answer, Failure):
             _renamed_on_server(rename, answer)
+            # As for an unlink: the kernel may hold the mount's own times.
+            for node in {rename.source_dir, rename.target_dir, rename.moved}:
+                ctx.forget_attributes(node.ino)
             hand_offs.succeeded()
             line.write(True)
             return
         _refused(ctx, hand_offs, line, answer, "rename", "the old names are shown again")
-        if ctx.table.child(rename.target_dir, rename.new_name) is rename.moved:
-            ctx.table.forget_name(rename.target_dir, rename.new_name)
+        _move_back(ctx, rename)
         _forget_listing(ctx, rename.source_dir, rename.name)
         _forget_listing(ctx, rename.target_dir, rename.new_name)
     finally:
         settle()
+
+
+def _move_back(ctx: FSContext, rename: HandedRename) -> None:
+    """
+    A refused rename: the moved node is named as the server still names it
+    (or, for a new file whose commit was refused too, where its next
+    write-back will create it), unless it has moved on or the old name was
+    taken meanwhile; then the new name is only forgotten.
+    """
+    table = ctx.table
+    moved = rename.moved
+    if table.child(rename.target_dir, rename.new_name) is not moved:
+        return
+    if table.child(rename.source_dir, rename.name) is not None:
+        table.forget_name(rename.target_dir, rename.new_name)
+        return
+    table.move(rename.target_dir, rename.new_name, rename.source_dir, rename.name)
+    moved.stale = not moved.pending  # a pending file has nothing to fetch yet
 
 
 def _renamed_on_server(rename: HandedRename, answer: RenameResult) -> None:

@@ -37,6 +37,13 @@ lock.handing_off():} -- the next removal or rename -- waits only for
 commits, so a stream of them (C{rm -r}, atomic saves) is pipelined.
 Commits and creates go on beside handed-off changes in flight: the server
 runs them in arrival order.
+
+A handed-off rename may even go out beside commits in flight (an atomic
+save's rename right behind its temporary file's commit, ``mount-consistency.md``
+section 2.6): it is counted for the node it moves too
+(C{hand_off_sent(ino)}), and a write-back of that node waits for
+L{NamespaceLock.moves_settled} before it computes the path it commits at, so
+a refused rename's correction comes first.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
 
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import Deferred, DeferredLock, succeed
 
 from svc.mount.in_flight import InFlight
 
@@ -57,6 +64,7 @@ class NamespaceLock:
         self._lock = DeferredLock()
         self._commits = InFlight()
         self._handed_off = InFlight()
+        self._moving: dict[int, InFlight] = {}
         self._exclusive_waiting = InFlight()
 
     @property
@@ -75,7 +83,10 @@ class NamespaceLock:
 
     @asynccontextmanager
     async def sending_commit(self) -> AsyncIterator[None]:
-        """Hold the lock to send a commit, after any operation already waiting."""
+        """
+        Hold the lock to send a commit (or a rename beside the commits in
+        flight), after any operation already waiting.
+        """
         while self._exclusive_waiting.count:
             await self._exclusive_waiting.settled()
         async with self._lock:
@@ -95,9 +106,34 @@ class NamespaceLock:
         finally:
             self._lock.release()
 
-    def hand_off_sent(self) -> Callable[[], None]:
-        """One more handed-off change in flight; the returned callable settles it (once)."""
-        return _counted(self._handed_off)
+    def hand_off_sent(self, moved: int | None = None) -> Callable[[], None]:
+        """
+        One more handed-off change in flight (a rename of inode C{moved}, if
+        given, counts for that inode too); the returned callable settles it
+        (once).
+        """
+        settle_all = _counted(self._handed_off)
+        if moved is None:
+            return settle_all
+        moving = self._moving.setdefault(moved, InFlight())
+        settle_node = _counted(moving)
+
+        def settle() -> None:
+            settle_node()
+            if moving.count == 0 and self._moving.get(moved) is moving:
+                del self._moving[moved]
+            settle_all()
+
+        return settle
+
+    def moving(self, ino: int) -> bool:
+        """Whether a handed-off rename of inode C{ino} is in flight."""
+        return ino in self._moving
+
+    def moves_settled(self, ino: int) -> Deferred[None]:
+        """Fires once no handed-off rename of inode C{ino} is in flight (at once when none is)."""
+        moving = self._moving.get(ino)
+        return moving.settled() if moving is not None else succeed(None)
 
     def hand_offs_settled(self) -> Deferred[None]:
         """Fires once no handed-off change is in flight (at once when none is)."""

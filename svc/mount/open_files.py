@@ -273,6 +273,9 @@ class FileState:
         flight (which it does not carry) is kept for the next
         (L{committed}).
     @ivar handles: open handles sharing this state.
+    @ivar commits_in_flight: commits of this state sent and not yet
+        answered (a closed file's handed-off commit); a rename of the file
+        may go out behind it (``mount-consistency.md`` section 2.6).
     @ivar write_behind: the uploads running ahead of the write-back
         (L{svc.mount.write_behind}), if started; told of every change here.
     """
@@ -296,6 +299,7 @@ class FileState:
         self.attributes_changed = False
         self.attribute_changes = 0
         self.handles = 0
+        self.commits_in_flight = 0
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
         self._grant_guard = threading.Lock()

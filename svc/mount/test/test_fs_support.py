@@ -137,6 +137,7 @@ class Mount:
         who: AgentIdentity,
         settings: FSSettings,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        clock_ahead: float = 0.0,
     ) -> None:
         self.fixture = fixture
         case = fixture.case
@@ -156,7 +157,7 @@ class Mount:
             session_id=session_id,
             spill_dir=self.spill_dir,
             worker=ImmediateWorker(),
-            now=fixture.service.clock.seconds,
+            now=lambda: fixture.service.clock.seconds() + clock_ahead,
             emit=self.audit.append,
             policy=policy,
             invalidate=self.invalidated.append,
@@ -276,8 +277,12 @@ class FSFixture:
         who: AgentIdentity = AGENT,
         settings: FSSettings | None = None,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        clock_ahead: float = 0.0,
     ) -> Mount:
-        """A new started L{MountFS} on a new connection (session at C{epoch})."""
+        """
+        A new started L{MountFS} on a new connection (session at C{epoch}),
+        its clock C{clock_ahead} seconds ahead of the data plane's.
+        """
         return Mount(
             self,
             session_id=session_id if session_id is not None else self.session(epoch, who),
@@ -285,4 +290,5 @@ class FSFixture:
             who=who,
             settings=settings or FSSettings(),
             quota=quota,
+            clock_ahead=clock_ahead,
         )

@@ -53,8 +53,11 @@ class UnlinkHandOffTests(SynchronousTestCase):
         lookup = self.mount.fs.lookup(self.folder, b"f0", CALLER)
         self.assertEqual(self.mount.errno(lookup), errno.ENOENT)
         self.assertEqual(self.unlink_lines(self.mount), [])
+        forgotten = len(self.mount.forgotten_attributes)
         self.mount.answers.release()
         self.assertEqual(self.unlink_lines(self.mount), [(f"/d/{n}", True) for n in NAMES])
+        # The kernel forgets the mount's own times for the folder.
+        self.assertEqual(self.mount.forgotten_attributes[forgotten:], [self.folder] * 3)
         self.assertEqual(self.fixture.mount().names("d"), [])
 
     def test_rmdir_of_the_emptied_directory_goes_too_and_shutdown_waits(self) -> None:
@@ -151,7 +154,8 @@ class RenameHandOffTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.fixture = FSFixture(self)
-        self.mount = self.fixture.mount()
+        # The mount's clock is ahead: its own stamps differ from the server's.
+        self.mount = self.fixture.mount(clock_ahead=0.25)
         self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
         self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER))
         self.mount.write_file("d/final", b"old")
@@ -185,8 +189,14 @@ class RenameHandOffTests(SynchronousTestCase):
         self.assertEqual(self.names("d"), ["final"])
         self.assertEqual(self.mount.read_file("d/final"), b"new")
         self.assertEqual(self.rename_lines(), [])
+        forgotten = len(self.mount.forgotten_attributes)
         self.mount.answers.release()
         self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", True)])
+        # The kernel forgets the mount's own times for the directory and the file.
+        moved = self.mount.lookup_path("d/final").ino
+        self.assertEqual(
+            sorted(self.mount.forgotten_attributes[forgotten:]), sorted([self.folder, moved])
+        )
         fresh = self.fixture.mount()
         self.assertEqual(sorted(fresh.names("d")), ["final"])
         self.assertEqual(fresh.read_file("d/final"), b"new")
@@ -222,11 +232,12 @@ class RenameHandOffTests(SynchronousTestCase):
                 (theirs.mtime_ns, theirs.ctime_ns, theirs.nlink),
             )
 
-    def test_waits_for_the_source_commit_not_its_own_answer(self) -> None:
+    def test_atomic_save_goes_behind_the_temporary_files_commit(self) -> None:
         """
         A rename right after the close that handed off the source's commit
-        is sent once that commit is answered (the mount's picture of the
-        new file is updated then), and returns without its own answer.
+        goes out behind that commit, without waiting for its answer or its
+        own (the server runs them in order); the new file is bound when the
+        commit's answer arrives, and reads and a fresh mount see the save.
         """
         fs = self.mount.fs
         self.mount.answers.hold("manifest_put", "manifest_rename")
@@ -236,16 +247,24 @@ class RenameHandOffTests(SynchronousTestCase):
         self.mount.ok(fs.write(opened.fh, 0, b"new", CALLER))
         self.mount.ok(fs.flush(opened.fh, CALLER))  # the close: its commit handed off
         released = fs.release(opened.fh, CALLER)
-        renamed = self.rename("final.tmp", "final")
-        self.assertNoResult(renamed)
-        self.assertEqual(self.mount.count("manifest_rename"), 0)
-        self.mount.answers.release("manifest_rename")  # the commit's answer arrives
-        self.mount.ok(released)
-        self.mount.ok(renamed)
-        self.assertEqual(self.mount.count("manifest_rename"), 1)
-        self.assertEqual(self.mount.answers.held, 1)
-        self.assertEqual(self.mount.read_file("d/final"), b"new")
+        self.mount.ok(self.rename("final.tmp", "final"))
+        self.assertEqual(self.mount.connection.calls[-2:], ["manifest_put", "manifest_rename"])
+        self.assertEqual(self.mount.answers.held, 2)
+        self.assertEqual(self.names("d"), ["final"])
         self.mount.answers.release()
+        self.mount.ok(released)
+        self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", True)])
+        self.assertEqual([event.allowed for event in self.mount.events("flush")][-1], True)
+        self.assertEqual(self.mount.read_file("d/final"), b"new")
+        fresh = self.fixture.mount()
+        self.assertEqual(sorted(fresh.names("d")), ["final"])
+        self.assertEqual(fresh.read_file("d/final"), b"new")
+        mine = self.mount.lookup_path("d").attributes
+        theirs = fresh.lookup_path("d").attributes
+        self.assertEqual(
+            (mine.version, mine.mtime_ns, mine.nlink),
+            (theirs.version, theirs.mtime_ns, theirs.nlink),
+        )
 
     def test_what_the_mount_cannot_judge_waits(self) -> None:
         """
@@ -320,3 +339,65 @@ class RenameHandOffTests(SynchronousTestCase):
         self.mount.answers.hold("manifest_rename")
         self.mount.ok(self.rename("again", "again2"))  # handed off again
         self.mount.answers.release()
+
+    def save_behind_held_commit(self, content: bytes) -> Deferred[None]:
+        """
+        Write C{d/final.tmp}, close (its commit handed off) and rename it
+        over C{d/final} with every answer held: the release's Deferred.
+        """
+        fs = self.mount.fs
+        self.mount.answers.hold("manifest_put", "manifest_rename")
+        opened, _ = self.mount.ok(
+            fs.create(self.folder, b"final.tmp", 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        )
+        self.mount.ok(fs.write(opened.fh, 0, content, CALLER))
+        self.mount.ok(fs.flush(opened.fh, CALLER))
+        released = fs.release(opened.fh, CALLER)
+        self.mount.ok(self.rename("final.tmp", "final"))
+        return released
+
+    def test_refused_commit_and_rename_leave_the_file_at_its_old_name(self) -> None:
+        """
+        The temporary file's commit and the rename behind it are both
+        refused: the file goes back to its old name, where its next
+        write-back (the release's) creates it; the real name keeps its old
+        content. Nothing written is lost.
+        """
+        policies = self.fixture.service.policies
+        policies[("tenant-a", "agent-1")] = PathPolicy(readonly=True)  # the server's alone
+        released = self.save_behind_held_commit(b"new")
+        del policies[("tenant-a", "agent-1")]
+        self.mount.answers.release()
+        self.mount.ok(released)
+        self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", False)])
+        self.assertEqual(
+            [event.allowed for event in self.mount.events("flush")][-2:], [False, True]
+        )
+        self.assertEqual(self.names("d"), ["final", "final.tmp"])
+        fresh = self.fixture.mount()
+        self.assertEqual(fresh.read_file("d/final.tmp"), b"new")
+        self.assertEqual(fresh.read_file("d/final"), b"old")
+        self.assertEqual(self.mount.read_file("d/final.tmp"), b"new")
+
+    def test_lost_race_behind_the_rename_is_resolved_at_the_new_name(self) -> None:
+        """
+        Another writer created the temporary name first: the commit is
+        refused (ESTALE), and the rename behind it moves the other writer's
+        file over the real name. The commit is not retried at the old path
+        (the file is no longer there); the release's write-back resolves at
+        the new name: the other writer's file stays, ours is saved as a
+        conflict copy beside it.
+        """
+        other = self.fixture.mount()
+        other.write_file("d/final.tmp", b"theirs")
+        released = self.save_behind_held_commit(b"new")
+        self.mount.answers.release()
+        self.assertEqual(self.mount.errno(released), errno.ESTALE)
+        self.assertEqual(self.rename_lines(), [("/d/final.tmp", "/d/final", True)])
+        fresh = self.fixture.mount()
+        names = sorted(fresh.names("d"))
+        self.assertEqual(names[0], "final")
+        self.assertEqual(len(names), 2)
+        self.assertTrue(names[1].startswith("final.conflict-"), names)
+        self.assertEqual(fresh.read_file("d/final"), b"theirs")
+        self.assertEqual(fresh.read_file(f"d/{names[1]}"), b"new")
