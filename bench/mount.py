@@ -188,6 +188,28 @@ def chmod_after_close(directory: Path) -> float:
     return elapsed
 
 
+def atomic_saves(directory: Path) -> float:
+    """
+    Seconds to save SMALL_FILES // 2 files of SMALL_SIZE bytes atomically,
+    as editors, compilers, Python's byte code, pip and git do: write and
+    close C{<name>.tmp}, then rename it over C{<name>} (each name saved
+    twice, so half the renames replace a file).
+    """
+    directory.mkdir()
+    payload = os.urandom(SMALL_SIZE)
+    names = [str(directory / f"a{index:05d}") for index in range(SMALL_FILES // 4)]
+    start = time.perf_counter()
+    for name in names + names:
+        fd = os.open(name + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, payload)
+        os.close(fd)
+        os.rename(name + ".tmp", name)
+    elapsed = time.perf_counter() - start
+    if sorted(os.listdir(directory)) != sorted(os.path.basename(name) for name in names):
+        raise SystemExit(f"{directory}: atomic saves left other names")
+    return elapsed
+
+
 def run_target(
     directory: Path, data: memoryview, cold_prepare: Callable[[], None]
 ) -> dict[str, Any]:
@@ -209,6 +231,7 @@ def run_target(
     shutil.rmtree(directory / "small")
     small["remove_s"] = round(time.perf_counter() - removing, 3)
     chmodded = chmod_after_close(directory / "chmod")
+    saved = atomic_saves(directory / "saves")
     mb = size / 1e6
     return {
         "write_mb_s": round(mb / write_s, 1),
@@ -220,6 +243,7 @@ def run_target(
         "warm_read_s": round(warm_s, 3),
         "small_files": small,
         "chmod_after_close_s": round(chmodded, 3),
+        "atomic_save_s": round(saved, 3),
     }
 
 
@@ -381,6 +405,7 @@ def ratios(
         found["svc_chmod_after_close_vs_bindfs"] = ratio(
             mounted["chmod_after_close_s"], bind["chmod_after_close_s"]
         )
+        found["svc_atomic_save_vs_bindfs"] = ratio(mounted["atomic_save_s"], bind["atomic_save_s"])
         found["svc_small_files_cpu_vs_bindfs"] = ratio(
             mounted["small_files"]["cpu_ms_per_file"], bind["small_files"]["cpu_ms_per_file"]
         )
