@@ -22,9 +22,7 @@ it; C{ping} waits for nothing. A write's C{changed} push is sent once it
 has committed and before its turn ends, so before the connection's next
 ordered request starts and before the write's own answer is sent.
 
-C{statfs}, C{ping}, C{close} and the lease requests write no per-request
-audit line: the specification names no event for them (lease events come
-from the lease table).
+The audit lines are L{svc.dataplane.connection_audit}'s.
 """
 
 from __future__ import annotations
@@ -36,9 +34,7 @@ import attrs
 from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
 from twisted.logger import Logger
 
-from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
-from svc.audit.names import Origin, event_for_op, shape_of
-from svc.audit.server_events import path_denied_event
+from svc.audit.events import AuditEvent, CertFields
 from svc.dataplane.calls import Call, Outcome, inline_segments, payload_size
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
@@ -49,6 +45,7 @@ from svc.dataplane.confinement import (
     is_confined,
     relative_to_disk,
 )
+from svc.dataplane.connection_audit import ConnectionAudit
 from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
 from svc.dataplane.interfaces import IConnectionSink, OpReply
@@ -76,24 +73,8 @@ from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
 from svc.wire.ops import Op
 
-AUDIT_PATH_LIMIT = 4096
-"""A refused path longer than this (in characters) is logged truncated."""
-
 _UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
 _AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS, Op.STATFS})
-_PATH_EMPTY_OPS = frozenset(
-    {Op.CHUNK_GET, Op.CHUNK_PUT, Op.CHUNK_HAS, Op.JOURNAL_QUERY, Op.JOURNAL_REVERT_PATH}
-)
-_AUDITED_OPS = frozenset(Op) - {
-    Op.LEASE_GRANT,
-    Op.LEASE_REFRESH,
-    Op.LEASE_RELEASE,
-    Op.LEASE_REVOKE,
-    Op.CHANGED,
-    Op.STATFS,
-    Op.PING,
-    Op.CLOSE,
-}
 
 
 class Seconds(Protocol):
@@ -184,6 +165,13 @@ class AgentConnection:
         self.agent_id = identity.agent_id
         self.root = disk_root(identity.agent_id)
         self.cert = CertFields.of_agent(identity)
+        self.audit = ConnectionAudit(
+            agent_id=identity.agent_id,
+            cert=self.cert,
+            now=self.now,
+            emit=context.audit_emit,
+            metrics=context.metrics,
+        )
         self.visible = VisibleChunks(context.visible_memory)
         self.session_id: str | None = None
         self.closing = False
@@ -367,7 +355,7 @@ class AgentConnection:
             request = parse_request(op, payload)
             segments = inline_segments(request, raw)
         except OpFailed:
-            self._audit_failure(op, _raw_path(payload), None)
+            self.audit.failed(op, _raw_path(payload), None)
             raise
         call = Call(op, request, inline_stored=self._store_inline(request, segments))
         upload = self._begin_upload(request)
@@ -380,14 +368,14 @@ class AgentConnection:
             except PathOutsideSubtree:
                 raise
             except StoreError as e:
-                self._audit_failure(op, first_path(request), call)
+                self.audit.failed(op, first_path(request), call)
                 raise from_store_error(e) from None
             except Exception:
-                self._audit_failure(op, first_path(request), call)
+                self.audit.failed(op, first_path(request), call)
                 raise
             finally:
                 turn.release()
-            self._audit_success(call, outcome)
+            self.audit.succeeded(call, outcome)
         finally:
             # After the line: a put waiting for this upload writes its own after it.
             self._end_upload(request, upload)
@@ -437,7 +425,7 @@ class AgentConnection:
         uses = path_uses(call.op, call.request)
         for use in uses:
             if not is_confined(use.path, self.agent_id):
-                self._deny_path(call.op, use.path)
+                self.audit.path_denied(call.op, use.path)
                 raise PathOutsideSubtree()
         for use in uses:
             confine(use.path, self.agent_id)
@@ -484,76 +472,6 @@ class AgentConnection:
                 assert decision.reason is not None
                 raise PolicyDenied(decision.reason.value)
 
-    # Audit
-
-    def _deny_path(self, op: Op, path: str) -> None:
-        """A path-confinement refusal: its line (if the op has one) and the counter."""
-        self.metrics.count_path_denied(op_label(op))
-        if op in _AUDITED_OPS:
-            self._context.audit_emit(
-                path_denied_event(
-                    ts=self.now(),
-                    op=op,
-                    cert=self.cert,
-                    path="" if op in _PATH_EMPTY_OPS else _audit_path(path),
-                )
-            )
-        else:
-            self._log.info(
-                "{op} refused for {agent}: path outside agent subtree",
-                op=op.value,
-                agent=self.agent_id,
-            )
-
-    def _line(
-        self,
-        op: Op,
-        path: str | None,
-        allowed: bool,
-        session_id: str | None,
-        size: int | None = None,
-        extra: Mapping[str, ExtraValue] | None = None,
-    ) -> AuditEvent:
-        event = event_for_op(op)
-        if not shape_of(Origin.SERVER, event).session_id:
-            session_id = None
-        return server_event(
-            event,
-            ts=self.now(),
-            cert=self.cert,
-            path="" if op in _PATH_EMPTY_OPS else _audit_path(path or ""),
-            allowed=allowed,
-            size=size,
-            session_id=session_id,
-            **dict(extra or {}),
-        )
-
-    def _audit_success(self, call: Call, outcome: Outcome) -> None:
-        if call.op in _AUDITED_OPS:
-            self._context.audit_emit(
-                self._line(
-                    call.op,
-                    first_path(call.request),
-                    True,
-                    call.session_id,
-                    outcome.size,
-                    outcome.extra,
-                )
-            )
-
-    def _audit_failure(self, op: Op, path: str | None, call: Call | None) -> None:
-        if op not in _AUDITED_OPS:
-            return
-        extra: dict[str, ExtraValue] = {}
-        if call is not None:
-            request = call.request
-            if isinstance(request, ChunkGetRequest | ChunkPutRequest):
-                extra["hash"] = request.hash
-            elif isinstance(request, ChunkHasRequest):
-                extra["count"] = len(request.hashes)
-        session_id = None if call is None else call.session_id
-        self._context.audit_emit(self._line(op, path, False, session_id, None, extra))
-
 
 _NO_RAW = memoryview(b"")
 
@@ -577,7 +495,3 @@ def _named_hashes(request: Request) -> list[str]:
 def _raw_path(payload: Mapping[str, object]) -> str | None:
     path = payload.get("path")
     return path if isinstance(path, str) else None
-
-
-def _audit_path(path: str) -> str:
-    return path[:AUDIT_PATH_LIMIT]
