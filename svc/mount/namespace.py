@@ -465,8 +465,8 @@ class NamespaceOps:
         Whether a rename of C{source} may return once sent: the mount can
         tell what the server will do (a file, symlink or device node on the
         server, or on its way there, moved to a name known free in a
-        directory listed whole, or over another such node that is no commit
-        is about), neither is open nor holds changes not committed (a
+        directory listed whole, or over another such node that no commit is
+        about), neither is open nor holds changes not committed (a
         failure would leave them without a name; a closed file's state may
         linger while its release finishes) -- except, with
         C{source_committing}, the source's own commit in flight, which the
