@@ -22,6 +22,21 @@ from svc.policy import PathPolicy
 NAMES = [f"f{index}" for index in range(3)]
 
 
+def wait_then_release(mount: Mount, name: bytes) -> None:
+    """
+    With answers held: a mkdir of C{name} (not handed off) and shutdown's
+    wait both wait for them; once released, both end.
+    """
+    case = mount.fixture.case
+    made = mount.fs.mkdir(ROOT_INODE, name, 0o755, CALLER)
+    settled = mount.fs.write_backs_settled()
+    case.assertNoResult(made)
+    case.assertNoResult(settled)
+    mount.answers.release()
+    mount.ok(made)
+    mount.ok(settled)
+
+
 class UnlinkHandOffTests(SynchronousTestCase):
     """Unlinks of files in a directory, the data plane's answers held back."""
 
@@ -77,13 +92,7 @@ class UnlinkHandOffTests(SynchronousTestCase):
         after = self.mount.fs.known_attributes(ROOT_INODE)
         assert after is not None
         self.assertEqual(after.nlink, root.nlink - 1)
-        made = self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER)
-        settled = self.mount.fs.write_backs_settled()
-        self.assertNoResult(made)
-        self.assertNoResult(settled)
-        self.mount.answers.release()
-        self.mount.ok(made)
-        self.mount.ok(settled)
+        wait_then_release(self.mount, b"e")
         self.assertEqual(self.mount.names(""), ["e"])
         self.assertEqual([event.allowed for event in self.mount.events("rmdir")], [True])
         self.assertEqual(self.fixture.mount().names(""), ["e"])
@@ -214,13 +223,7 @@ class RenameHandOffTests(SynchronousTestCase):
         self.mount.ok(self.rename("a", "a2"))
         self.mount.ok(self.rename("b", "b2", to="e"))
         self.assertEqual(self.mount.answers.held, 2)
-        made = self.mount.fs.mkdir(ROOT_INODE, b"f", 0o755, CALLER)
-        settled = self.mount.fs.write_backs_settled()
-        self.assertNoResult(made)
-        self.assertNoResult(settled)
-        self.mount.answers.release()
-        self.mount.ok(made)
-        self.mount.ok(settled)
+        wait_then_release(self.mount, b"f")
         self.assertEqual(self.names("d"), ["a2", "final"])
         self.assertEqual(self.names("e"), ["b2"])
         fresh = self.fixture.mount()
