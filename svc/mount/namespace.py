@@ -527,9 +527,17 @@ class NamespaceOps:
     async def link(
         self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess
     ) -> Entry:
-        """Give inode C{ino} the further name C{new_parent/new_name}."""
+        """
+        Give inode C{ino} the further name C{new_parent/new_name}: beside the
+        commits in flight when the file exists on the data plane or a commit
+        already sent creates it (L{_exists_or_committing}; git's object
+        store links each closed temporary file), else after them, creating a
+        pending file first. Either way the call waits for its own answer.
+        """
         ctx = self._ctx
-        async with ctx.namespace_lock:
+        known = ctx.table.get(ino)
+        behind = known is not None and self._exists_or_committing(known)
+        async with ctx.namespace_lock.sending_commit() if behind else ctx.namespace_lock:
             node = ctx.node(ino)
             target_dir = ctx.directory(new_parent)
             rel = ctx.rel_of(node)
@@ -547,7 +555,8 @@ class NamespaceOps:
                 if node.kind is FileKind.DIR:
                     raise FSError(errno.EPERM, "hard link to a directory")
                 self.refuse_pending(target_dir, decoded, to_rel)
-                await self.materialize(node)
+                if not self._exists_or_committing(node):
+                    await self.materialize(node)
                 linked = await self.write(
                     ctx.remote.link(
                         ctx.server_path(rel),
@@ -559,6 +568,18 @@ class NamespaceOps:
                 target_dir.entry_added(linked)
                 ctx.table.looked_up(node)
                 return Entry(node.ino, ctx.attributes(node))
+
+    def _exists_or_committing(self, node: Node) -> bool:
+        """
+        Whether C{node} is a file the data plane has, or will have once the
+        commit already sent for it (a closed new file's) is run.
+        """
+        if node.kind is not FileKind.FILE:
+            return False
+        if not node.pending:
+            return True
+        state = self._ctx.files.state(node.ino)
+        return state is not None and state.commits_in_flight > 0
 
     async def symlink(
         self, parent: int, name: bytes, target: bytes, caller: CallerProcess

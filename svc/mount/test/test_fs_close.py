@@ -124,6 +124,30 @@ class HandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names(""), [])
         self.assertEqual(self.mount.names(""), [])
 
+    def test_link_goes_behind_the_commit_in_flight(self) -> None:
+        """
+        A hard link to a new file whose first commit is in flight (git
+        stores an object so: write a temporary file, close, link) is sent
+        at once behind that commit, which creates the file, and answered
+        after it: the new name is the same inode, with the content.
+        """
+        self.mount.names("")  # listed whole: a new file stays pending until its commit
+        opened = create(self.mount, "a", b"object")
+        ino = self.mount.lookup_path("a").ino
+        self.answers.hold("manifest_put", "link")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        linked = self.mount.fs.link(ino, ROOT_INODE, b"b", CALLER)
+        self.assertEqual(self.mount.connection.calls[-2:], ["manifest_put", "link"])
+        self.assertEqual(self.mount.count("mknod"), 0, "the commit creates it")
+        self.assertNoResult(linked)
+        self.answers.release()
+        entry = self.mount.ok(linked)
+        self.assertEqual((entry.ino, entry.attributes.nlink), (ino, 2))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        fresh = self.fixture.mount()
+        self.assertEqual((fresh.read_file("a"), fresh.read_file("b")), (b"object", b"object"))
+        self.assertEqual(fresh.lookup_path("a").ino, fresh.lookup_path("b").ino)
+
     def chmod_while_in_flight(self, changes: AttributeChanges) -> tuple[OpenResult, int]:
         """
         Create C{f}, close it with its commit held, change C{changes}: the
