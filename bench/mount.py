@@ -214,6 +214,30 @@ def atomic_saves(directory: Path) -> float:
     return elapsed
 
 
+GIT_FILES = 300
+
+
+def git_add_commit(directory: Path) -> float | None:
+    """
+    Seconds for C{git add -A} and C{git commit} of GIT_FILES small new files
+    (git stores each object as a temporary file linked into place);
+    L{None} without git.
+    """
+    git = shutil.which("git")
+    if git is None:
+        return None
+    directory.mkdir()
+    for index in range(GIT_FILES):
+        (directory / f"d{index % 10}").mkdir(exist_ok=True)
+        (directory / f"d{index % 10}" / f"f{index}.txt").write_text(f"file {index}\n" * 20)
+    identity = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run([git, "init", "-q"], cwd=directory, check=True)
+    start = time.perf_counter()
+    subprocess.run([git, "add", "-A"], cwd=directory, check=True)
+    subprocess.run([git, *identity, "commit", "-q", "-m", "bench"], cwd=directory, check=True)
+    return time.perf_counter() - start
+
+
 def run_target(
     directory: Path, data: memoryview, cold_prepare: Callable[[], None]
 ) -> dict[str, Any]:
@@ -236,6 +260,7 @@ def run_target(
     small["remove_s"] = round(time.perf_counter() - removing, 3)
     chmodded = chmod_after_close(directory / "chmod")
     saved = atomic_saves(directory / "saves")
+    committed = git_add_commit(directory / "git")
     mb = size / 1e6
     return {
         "write_mb_s": round(mb / write_s, 1),
@@ -248,6 +273,7 @@ def run_target(
         "small_files": small,
         "chmod_after_close_s": round(chmodded, 3),
         "atomic_save_s": round(saved, 3),
+        "git_add_commit_s": None if committed is None else round(committed, 3),
     }
 
 
@@ -454,6 +480,10 @@ def ratios(
             mounted["chmod_after_close_s"], bind["chmod_after_close_s"]
         )
         found["svc_atomic_save_vs_bindfs"] = ratio(mounted["atomic_save_s"], bind["atomic_save_s"])
+        if mounted["git_add_commit_s"] is not None:
+            found["svc_git_add_commit_vs_bindfs"] = ratio(
+                mounted["git_add_commit_s"], bind["git_add_commit_s"]
+            )
         found["svc_small_files_cpu_vs_bindfs"] = ratio(
             mounted["small_files"]["cpu_ms_per_file"], bind["small_files"]["cpu_ms_per_file"]
         )
