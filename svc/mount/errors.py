@@ -36,6 +36,8 @@ class RemoteFailure(FSError):
     @ivar wire: the server's L{WireErrno}, or L{None} when the request never
         got an answer (connection lost, timeout: then C{errno} is EIO).
     @ivar details: the ERROR frame's machine-readable extras (maybe empty).
+    @ivar unknown: the request was sent and its answer never came (the
+        connection was lost, or the call timed out): it may have run.
     """
 
     def __init__(
@@ -44,10 +46,13 @@ class RemoteFailure(FSError):
         message: str,
         wire: WireErrno | None = None,
         details: Mapping[str, object] | None = None,
+        *,
+        unknown: bool = False,
     ) -> None:
         super().__init__(errno, message)
         self.wire = wire
         self.details: Mapping[str, object] = dict(details or {})
+        self.unknown = unknown
 
 
 def local_errno(wire: WireErrno) -> int:

@@ -38,6 +38,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, InodeTable, Node
 from svc.mount.namespace_hand_off import (
+    HandedRemoval,
     HandedRename,
     NamespaceHandOffs,
     settle_rename,
@@ -355,6 +356,9 @@ class NamespaceOps:
                     )
                 ):
                     answer = remove(path, session_id=session)
+                    removal = HandedRemoval(
+                        folder, decoded, child, path, lambda: remove(path, session_id=session)
+                    )
                     ctx.table.unlink(folder, decoded)
                     # Its link count and times now, as the server will; the
                     # answer brings the server's times.
@@ -363,7 +367,7 @@ class NamespaceOps:
                     handed = line.defer()
                     answer.addBoth(
                         lambda result: settle_unlink(
-                            ctx, self._hand_offs, folder, decoded, handed, settle, result
+                            ctx, self._hand_offs, removal, handed, settle, result
                         )
                     )
                     return
@@ -510,7 +514,16 @@ class NamespaceOps:
         answer = self._send_rename(plan)
         target = plan.target
         handed = HandedRename(
-            plan.source_dir, plan.name, plan.target_dir, plan.new_name, source, target is not None
+            plan.source_dir,
+            plan.name,
+            plan.target_dir,
+            plan.new_name,
+            source,
+            target is not None,
+            path=ctx.server_path(plan.rel),
+            to_path=ctx.server_path(plan.to_rel),
+            replaced_inode=None if target is None else target.attributes.server_inode,
+            resend=lambda: self._send_rename(plan),
         )
         moved_was_stale = source.stale
         ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)

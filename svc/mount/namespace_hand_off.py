@@ -14,16 +14,26 @@ shows the change at once. L{NamespaceHandOffs} decides (the same rules as a
 close's hand-off: not in C{durable_close} mode, bounded, and not after a
 failure until a change succeeds again); L{settle_unlink} and
 L{settle_rename} handle the answers.
+
+An answer that never came (the connection was lost after the request was
+sent) does not say whether the server made the change. The mount then asks
+the server what the names hold (C{head_file}): a change that ran is
+settled as a success, one that did not is sent again when the mount's
+picture still allows it, and only what cannot be told is handled as a
+refusal (L{_removal_outcome}, L{_rename_outcome}).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 
 import attrs
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from svc.mount.attributes import Attributes
 from svc.mount.client_audit import AuditLine
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext
@@ -62,27 +72,62 @@ class NamespaceHandOffs:
         self._failed = True
 
 
+@attrs.frozen
+class HandedRemoval:
+    """
+    An unlink or rmdir the mount already applied: C{node}, named C{name} in
+    C{folder} (the server's C{path}), is gone from its picture; C{resend}
+    sends the request again.
+    """
+
+    folder: Node
+    name: str
+    node: Node
+    path: str
+    resend: Callable[[], Deferred[int | None]]
+
+
 def settle_unlink(
     ctx: FSContext,
     hand_offs: NamespaceHandOffs,
-    folder: Node,
-    name: str,
+    removal: HandedRemoval,
     line: AuditLine,
     settle: Callable[[], None],
     answer: int | Failure | None,
 ) -> None:
     """
-    The answer to a handed-off unlink (or rmdir) of C{name} in C{folder},
-    which already counts the removal (version, link count, the mount's
-    time). Success: the folder's times become the server's, as a
-    waited-for unlink would have set them (the kernel is told to forget
-    the times it may hold), and the audit line is written.
+    The answer to a handed-off unlink (or rmdir) of C{removal}, which
+    already counts the removal (version, link count, the mount's time).
+    Success: the folder's times become the server's, as a waited-for
+    unlink would have set them (the kernel is told to forget the times it
+    may hold), and the audit line is written.
     Failure (the name still exists on the server, or nobody knows): the
     line with C{allowed: false}, a warning, and the folder is forgotten as
     listed (L{_forget_listing}) so the next lookup or listing asks the
     server and the name is seen again; changes wait for their answers until
-    one succeeds. Either way the unlink stops counting as in flight.
+    one succeeds. An answer that never came is first looked into
+    (L{_removal_outcome}). Either way the unlink stops counting as in
+    flight.
     """
+    if _unanswered(answer):
+        hand_offs.failed()  # nothing more hands off while the server is asked
+        assert isinstance(answer, Failure)
+        Deferred.fromCoroutine(_removal_outcome(ctx, removal, answer)).addBoth(
+            lambda outcome: _settle_removal(ctx, hand_offs, removal, line, settle, outcome)
+        )
+        return
+    _settle_removal(ctx, hand_offs, removal, line, settle, answer)
+
+
+def _settle_removal(
+    ctx: FSContext,
+    hand_offs: NamespaceHandOffs,
+    removal: HandedRemoval,
+    line: AuditLine,
+    settle: Callable[[], None],
+    answer: int | Failure | None,
+) -> None:
+    folder = removal.folder
     try:
         if not isinstance(answer, Failure):
             folder.entries_changed(answer, versions=0)  # the server's times
@@ -93,7 +138,7 @@ def settle_unlink(
             line.write(True)
             return
         _refused(ctx, hand_offs, line, answer, "removal", "the name is shown again")
-        _forget_listing(ctx, folder, name)
+        _forget_listing(ctx, folder, removal.name)
     finally:
         settle()
 
@@ -102,8 +147,10 @@ def settle_unlink(
 class HandedRename:
     """
     A rename the mount already applied to its picture: C{moved}, named
-    C{name} in C{source_dir}, is now C{new_name} in C{target_dir},
-    replacing a known target if C{replaced}.
+    C{name} in C{source_dir} (the server's C{path}), is now C{new_name} in
+    C{target_dir} (C{to_path}), replacing a known target if C{replaced},
+    whose server inode was C{replaced_inode}; C{resend} sends the request
+    again.
     """
 
     source_dir: Node
@@ -112,6 +159,10 @@ class HandedRename:
     new_name: str
     moved: Node
     replaced: bool
+    path: str
+    to_path: str
+    replaced_inode: int | None
+    resend: Callable[[], Deferred[RenameResult]]
 
 
 def settle_rename(
@@ -135,8 +186,27 @@ def settle_rename(
     so the next lookups ask the server and see its names; changes wait for
     their answers until one succeeds. Either way the rename stops counting
     as in flight (after the correction, so a write-back of the node waiting
-    for it commits at the old name).
+    for it commits at the old name). An answer that never came is first
+    looked into (L{_rename_outcome}).
     """
+    if _unanswered(answer):
+        hand_offs.failed()  # nothing more hands off while the server is asked
+        assert isinstance(answer, Failure)
+        Deferred.fromCoroutine(_rename_outcome(ctx, rename, answer)).addBoth(
+            lambda outcome: _settle_rename(ctx, hand_offs, rename, line, settle, outcome)
+        )
+        return
+    _settle_rename(ctx, hand_offs, rename, line, settle, answer)
+
+
+def _settle_rename(
+    ctx: FSContext,
+    hand_offs: NamespaceHandOffs,
+    rename: HandedRename,
+    line: AuditLine,
+    settle: Callable[[], None],
+    answer: RenameResult | Failure,
+) -> None:
     try:
         if not isinstance(answer, Failure):
             _renamed_on_server(rename, answer)
@@ -152,6 +222,97 @@ def settle_rename(
         _forget_listing(ctx, rename.target_dir, rename.new_name)
     finally:
         settle()
+
+
+def _unanswered(answer: object) -> bool:
+    """Whether C{answer} is a failure that says the request may have run."""
+    return (
+        isinstance(answer, Failure)
+        and isinstance(answer.value, RemoteFailure)
+        and answer.value.unknown
+    )
+
+
+class _CannotTell(Exception):
+    """The server could not be asked what a path holds."""
+
+
+async def _found_at(ctx: FSContext, path: str) -> Attributes | None:
+    """What the server has at C{path}: its attributes, L{None} when nothing."""
+    try:
+        return await ctx.remote.head_file(path)
+    except RemoteFailure as error:
+        if error.errno == errno.ENOENT and error.wire is not None:
+            return None
+        raise _CannotTell(str(error)) from None
+
+
+async def _removal_outcome(
+    ctx: FSContext, removal: HandedRemoval, unanswered: Failure
+) -> int | Failure | None:
+    """
+    An unlink or rmdir whose answer never came, settled by what the server
+    has at its path: nothing, or another inode (a name created since) --
+    it ran (L{None}: the folder's times are fetched again); the removed
+    inode -- it did not, and is sent again unless the mount has given the
+    name to something else meanwhile (the answer to that). Otherwise, and
+    when the server cannot be asked, C{unanswered}.
+    """
+    removed = removal.node.attributes.server_inode
+    try:
+        found = await _found_at(ctx, removal.path)
+    except _CannotTell:
+        return unanswered
+    if found is None or found.server_inode != removed:
+        return None
+    if not removed or ctx.table.child(removal.folder, removal.name) is not None:
+        return unanswered
+    return await removal.resend()  # its failure is the outcome
+
+
+async def _rename_outcome(
+    ctx: FSContext, rename: HandedRename, unanswered: Failure
+) -> RenameResult | Failure:
+    """
+    A rename whose answer never came, settled by what the server has at
+    both paths (``mount-consistency.md`` section 2.6):
+
+     - a source the server had: at the new path -- it ran; still at the
+       old one -- it did not;
+     - a new file whose commit went just before, unanswered too (the
+       server's inode unknown): something at the old path -- the commit
+       ran, the rename did not; the new path changed from what the mount
+       expected (free, or the replaced target's inode) -- both ran.
+
+    A rename that ran is settled as a success whose times are fetched
+    again; one that did not is sent again while the mount still shows the
+    source at the new name and nothing at the old (the answer to that).
+    Anything else, or a server that cannot be asked: C{unanswered}.
+    """
+    moved = rename.moved.attributes.server_inode
+    try:
+        at_target = await _found_at(ctx, rename.to_path)
+        at_source = await _found_at(ctx, rename.path)
+    except _CannotTell:
+        return unanswered
+    ran = RenameResult(1, rename.replaced, None)
+    if moved:
+        if at_target is not None and at_target.server_inode == moved:
+            return ran
+        not_run = at_source is not None and at_source.server_inode == moved
+    else:
+        target_now = None if at_target is None else at_target.server_inode
+        if at_source is None and target_now != rename.replaced_inode:
+            return ran
+        not_run = at_source is not None
+    table = ctx.table
+    if (
+        not not_run
+        or table.child(rename.target_dir, rename.new_name) is not rename.moved
+        or table.child(rename.source_dir, rename.name) is not None
+    ):
+        return unanswered
+    return await rename.resend()  # its failure is the outcome
 
 
 def _move_back(ctx: FSContext, rename: HandedRename) -> None:

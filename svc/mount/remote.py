@@ -7,7 +7,8 @@ L{svc.mount.local_connection.LocalConnection}) with one method per
 operation of ``docs/specifications/dataplane-ops.md``, returning frozen
 values. Failures are translated here, once, into L{RemoteFailure}: the
 server's wire errno becomes the local errno of the same name; a request that
-got no answer (connection lost, timeout, refused before sending) is EIO.
+got no answer (connection lost, timeout, refused before sending) is EIO,
+marked C{unknown} when it was sent and may have run.
 A reply that does not have the documented shape is EIO too.
 
 The reply values are in L{svc.mount.remote_values} (re-exported here).
@@ -26,7 +27,12 @@ from twisted.logger import Logger
 
 from svc.chunking import chunk_hash
 from svc.dataplane.client import PushCallback, Reply
-from svc.dataplane.client_errors import DataPlaneError, RemoteError
+from svc.dataplane.client_errors import (
+    CallTimedOut,
+    DataPlaneError,
+    OutcomeUnknown,
+    RemoteError,
+)
 from svc.mount.attributes import AttributeChanges, Attributes, FileKind
 from svc.mount.errors import RemoteFailure, local_errno
 from svc.mount.remote_values import (
@@ -133,6 +139,13 @@ def _with_session(payload: dict[str, object], session_id: str | None) -> dict[st
     return payload
 
 
+def _may_have_run(error: Exception) -> bool:
+    """Whether the request that failed with C{error} was sent and may have run."""
+    if isinstance(error, CallTimedOut):
+        return error.sent
+    return isinstance(error, OutcomeUnknown)
+
+
 class Remote:
     """
     The data-plane operations over one L{IDataPlaneCaller}; see the module
@@ -162,7 +175,9 @@ class Remote:
                     error.details,
                 ) from None
             except (DataPlaneError, CodecError) as error:
-                raise RemoteFailure(errno.EIO, f"{op}: {error}") from None
+                raise RemoteFailure(
+                    errno.EIO, f"{op}: {error}", unknown=_may_have_run(error)
+                ) from None
             try:
                 return parse(reply)
             except (BadReply, ValueError, TypeError) as error:

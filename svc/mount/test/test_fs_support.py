@@ -10,16 +10,17 @@ instances over it with recorded audit lines. No tests of its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from blake3 import blake3
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent, CallerProcess
 from svc.dataplane.client import Reply
+from svc.dataplane.client_errors import OutcomeUnknown
 from svc.dataplane.test.test_service_support import ServiceFixture, identity
 from svc.mount.attributes import Entry, QuotaReport
 from svc.mount.errors import FSError, RemoteFailure
@@ -82,32 +83,56 @@ class HeldAnswers:
     """
     A connection whose answers to the ops named in L{hold} are kept back
     until L{release}: the request has run on the server, the mount has not
-    heard back yet (a commit in flight).
+    heard back yet (a commit in flight). Or it has not even run yet
+    (C{hold(unsent=...)}: still on its way), and answers can be lost with
+    the connection (L{release} with C{lost}, L{lose}).
     """
 
     def __init__(self, connection: LocalConnection) -> None:
         self._connection = connection
         self._ops: frozenset[str] = frozenset()
-        self._held: list[tuple[Deferred[Reply], Deferred[Reply]]] = []
+        self._unsent: frozenset[str] = frozenset()
+        self._held: list[tuple[Callable[[], Deferred[Reply]], bool, Deferred[Reply]]] = []
+        self._lost: dict[str, bool] = {}
 
     @property
     def held(self) -> int:
         """Answers kept back now."""
         return len(self._held)
 
-    def hold(self, *ops: str) -> None:
-        """Keep back the answers of C{ops} from now on."""
+    def hold(self, *ops: str, unsent: Collection[str] = ()) -> None:
+        """
+        Keep back the answers of C{ops} from now on; for those also in
+        C{unsent}, the requests too (they run when released).
+        """
         self._ops = frozenset(ops)
+        self._unsent = frozenset(unsent)
 
-    def release(self, *still: str) -> None:
+    def release(self, *still: str, lost: bool = False) -> None:
         """
         Deliver every answer kept back, in order, holding from now on only
-        the answers of C{still} (none by default).
+        the answers of C{still} (none by default). With C{lost}, the
+        connection is lost instead: every request kept back fails
+        L{OutcomeUnknown}, and those not run yet never run.
         """
         self._ops = frozenset(still)
+        self._unsent = frozenset()
         held, self._held = self._held, []
-        for answer, waiter in held:
-            answer.chainDeferred(waiter)
+        for answer, ran, waiter in held:
+            if not lost:
+                answer().chainDeferred(waiter)
+                continue
+            if ran:
+                answer().addErrback(lambda _: None)  # the mount never hears
+            waiter.errback(OutcomeUnknown("the connection was lost"))
+
+    def lose(self, *ops: str, ran: bool) -> None:
+        """
+        The next call of each of C{ops} fails L{OutcomeUnknown} (the
+        connection lost with the answer): having run on the server when
+        C{ran}, else without reaching it.
+        """
+        self._lost.update(dict.fromkeys(ops, ran))
 
     def call(
         self,
@@ -117,11 +142,22 @@ class HeldAnswers:
         *,
         timeout: float | None = None,
     ) -> Deferred[Reply]:
-        answer = self._connection.call(op, payload, raw, timeout=timeout)
+        def run() -> Deferred[Reply]:
+            return self._connection.call(op, payload, raw, timeout=timeout)
+
+        ran = self._lost.pop(op, None)
+        if ran is not None:
+            if ran:
+                run().addErrback(lambda _: None)  # whatever it answered, the mount never hears
+            return fail(OutcomeUnknown(f"{op}: the connection was lost"))
         if op not in self._ops:
-            return answer
+            return run()
         waiter: Deferred[Reply] = Deferred()
-        self._held.append((answer, waiter))
+        if op not in self._unsent:
+            answer = run()
+            self._held.append((lambda: answer, True, waiter))
+        else:
+            self._held.append((run, False, waiter))
         return waiter
 
 

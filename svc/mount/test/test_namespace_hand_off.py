@@ -404,3 +404,171 @@ class RenameHandOffTests(SynchronousTestCase):
         self.assertTrue(names[1].startswith("final.conflict-"), names)
         self.assertEqual(fresh.read_file("d/final"), b"theirs")
         self.assertEqual(fresh.read_file(f"d/{names[1]}"), b"new")
+
+
+class UnansweredHandOffTests(SynchronousTestCase):
+    """
+    Handed-off unlinks and renames whose answers never came (the connection
+    was lost): the mount asks the server what the names hold, settles what
+    ran, sends again what did not, and only what it cannot tell is handled
+    as a refusal.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.write_file("d/final", b"old")
+        self.folder = self.mount.lookup_path("d").ino
+        self.mount.names("d")  # listed whole: the mount knows which names are free
+
+    def lines(self, event: str) -> list[tuple[str, object, bool]]:
+        return [
+            (line.path, dict(line.extra).get("to_path"), line.allowed)
+            for line in self.mount.events(event)
+        ]
+
+    def rename(self) -> Deferred[None]:
+        return self.mount.fs.rename(self.folder, b"final.tmp", self.folder, b"final", CALLER)
+
+    def assert_saved(self) -> None:
+        """The save is done here, on the server, and changes hand off again."""
+        self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", True)])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final"])
+            self.assertEqual(mount.read_file("d/final"), b"new")
+        self.assert_hands_off_again()
+
+    def assert_hands_off_again(self) -> None:
+        self.mount.write_file("d/again", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"again", CALLER))
+        self.assertEqual(self.mount.answers.held, 1)
+        self.mount.answers.release()
+
+    def save(self, *unsent: str) -> Deferred[None]:
+        """
+        An atomic save with the temporary file's commit and the rename
+        kept back (they ran on the server, except the C{unsent} ops): the
+        release's Deferred.
+        """
+        fs = self.mount.fs
+        self.mount.answers.hold("manifest_put", "manifest_rename", unsent=unsent)
+        opened, _ = self.mount.ok(
+            fs.create(self.folder, b"final.tmp", 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        )
+        self.mount.ok(fs.write(opened.fh, 0, b"new", CALLER))
+        self.mount.ok(fs.flush(opened.fh, CALLER))
+        released = fs.release(opened.fh, CALLER)
+        self.mount.ok(self.rename())
+        self.assertEqual(self.mount.answers.held, 2)
+        return released
+
+    def test_unlink_that_ran_is_done(self) -> None:
+        """
+        The answer to an unlink that ran was lost: the server no longer
+        has the name, so the unlink succeeded; its line says so and the
+        next unlink hands off again.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.mount.answers.release(lost=True)
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.assertEqual(self.mount.names("d"), ["final"])
+        self.assertEqual(self.fixture.mount().names("d"), ["final"])
+        self.assert_hands_off_again()
+
+    def test_unlink_that_never_ran_is_sent_again(self) -> None:
+        """
+        An unlink lost on its way: the server still has the file, so the
+        unlink is sent again, and the name is gone on the server too.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.lose("manifest_delete", ran=False)
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.assertEqual(self.fixture.mount().names("d"), ["final"])
+        self.assert_hands_off_again()
+
+    def test_unlink_of_a_name_taken_again_is_not_sent_again(self) -> None:
+        """
+        An unlink lost on its way, whose name this mount has given to a new
+        file meanwhile: sending it again would remove the new file, so it
+        is handled as refused; the server's names are shown again.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete", unsent=["manifest_delete"])
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.mount.write_file("d/gone", b"y")  # a new file under the name
+        self.mount.answers.release(lost=True)
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, False)])
+
+    def test_rename_that_ran_is_done(self) -> None:
+        """The answer to a rename that ran was lost: the new name holds the file."""
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename())
+        self.mount.answers.release(lost=True)
+        self.assert_saved()
+
+    def test_rename_that_never_ran_is_sent_again(self) -> None:
+        """A rename lost on its way: the old name still holds the file; sent again."""
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.lose("manifest_rename", ran=False)
+        self.mount.ok(self.rename())
+        self.assert_saved()
+
+    def test_atomic_save_whose_answers_were_lost(self) -> None:
+        """
+        The temporary file's commit and the rename behind it both ran, and
+        both answers were lost: the server's inode of the new file is
+        unknown, but the real name changed, so the rename ran; the file's
+        next write-back finds its own content there.
+        """
+        released = self.save()
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assert_saved()
+
+    def test_atomic_save_whose_rename_never_ran(self) -> None:
+        """
+        The temporary file's commit ran (its answer lost), the rename behind
+        it never did: the temporary name holds the file, so the rename is
+        sent again.
+        """
+        released = self.save("manifest_rename")
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assert_saved()
+
+    def test_atomic_save_that_never_reached_the_server(self) -> None:
+        """
+        Neither the commit nor the rename ran: the server has nothing at the
+        temporary name and the old file at the real one, so the rename is
+        handled as refused; the new content stays at the temporary name,
+        where the file's next write-back creates it. Nothing is lost.
+        """
+        released = self.save("manifest_put", "manifest_rename")
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", False)])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
+            self.assertEqual(mount.read_file("d/final"), b"old")
+            self.assertEqual(mount.read_file("d/final.tmp"), b"new")
+
+    def test_server_that_cannot_be_asked(self) -> None:
+        """
+        The rename's answer never came and neither did the server's answer
+        about the names: handled as refused (the old names are shown again,
+        as the server has them: the rename had not run).
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.lose("manifest_rename", "head_file", ran=False)
+        self.mount.ok(self.rename())
+        self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", False)])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
+            self.assertEqual(mount.read_file("d/final"), b"old")
+            self.assertEqual(mount.read_file("d/final.tmp"), b"new")
