@@ -261,12 +261,16 @@ async def _removal_outcome(
     removed = removal.node.attributes.server_inode
     try:
         found = await _found_at(ctx, removal.path)
-    except _CannotTell:
-        return unanswered
+    except _CannotTell as error:
+        return _untold(
+            "removal", removal.path, f"the server could not be asked: {error}", unanswered
+        )
     if found is None or found.server_inode != removed:
+        _told("removal", removal.path, "it ran")
         return None
     if not removed or ctx.table.child(removal.folder, removal.name) is not None:
-        return unanswered
+        return _untold("removal", removal.path, "the name was taken again", unanswered)
+    _told("removal", removal.path, "it did not run; sent again")
     return await removal.resend()  # its failure is the outcome
 
 
@@ -282,7 +286,10 @@ async def _rename_outcome(
      - a new file whose commit went just before, unanswered too (the
        server's inode unknown): something at the old path -- the commit
        ran, the rename did not; the new path changed from what the mount
-       expected (free, or the replaced target's inode) -- both ran.
+       expected (free, or the replaced target's inode) -- both ran;
+       nothing at either, the new name having been free -- neither ran,
+       and the file, which never reached the server, stays at the new name
+       (its next write-back creates it there).
 
     A rename that ran is settled as a success whose times are fetched
     again; one that did not is sent again while the mount still shows the
@@ -293,26 +300,55 @@ async def _rename_outcome(
     try:
         at_target = await _found_at(ctx, rename.to_path)
         at_source = await _found_at(ctx, rename.path)
-    except _CannotTell:
-        return unanswered
-    ran = RenameResult(1, rename.replaced, None)
+    except _CannotTell as error:
+        return _untold("rename", rename.path, f"the server could not be asked: {error}", unanswered)
     if moved:
-        if at_target is not None and at_target.server_inode == moved:
-            return ran
+        ran = at_target is not None and at_target.server_inode == moved
         not_run = at_source is not None and at_source.server_inode == moved
     else:
         target_now = None if at_target is None else at_target.server_inode
-        if at_source is None and target_now != rename.replaced_inode:
-            return ran
+        ran = at_source is None and target_now != rename.replaced_inode
         not_run = at_source is not None
+        if at_source is None and target_now is None and rename.replaced_inode is None:
+            # Neither ran, and the new name is free on the server: the file
+            # never reached it. Its next write-back creates it where the
+            # mount shows it.
+            _told(
+                "rename", rename.path, "neither it nor the file ran; the file goes to the new name"
+            )
+            return RenameResult(0, False, None)
+    if ran:
+        _told("rename", rename.path, "it ran")
+        return RenameResult(1, rename.replaced, None)
+    if not not_run:
+        return _untold("rename", rename.path, "neither name shows it", unanswered)
     table = ctx.table
     if (
-        not not_run
-        or table.child(rename.target_dir, rename.new_name) is not rename.moved
+        table.child(rename.target_dir, rename.new_name) is not rename.moved
         or table.child(rename.source_dir, rename.name) is not None
     ):
-        return unanswered
+        return _untold("rename", rename.path, "the names were changed again", unanswered)
+    _told("rename", rename.path, "it did not run; sent again")
     return await rename.resend()  # its failure is the outcome
+
+
+def _told(what: str, path: str, outcome: str) -> None:
+    _log.info(
+        "{what} of {path}: its answer never came; the server shows {outcome}",
+        what=what,
+        path=path,
+        outcome=outcome,
+    )
+
+
+def _untold(what: str, path: str, why: str, unanswered: Failure) -> Failure:
+    _log.info(
+        "{what} of {path}: its answer never came and cannot be settled ({why})",
+        what=what,
+        path=path,
+        why=why,
+    )
+    return unanswered
 
 
 def _move_back(ctx: FSContext, rename: HandedRename) -> None:
@@ -339,7 +375,7 @@ def _renamed_on_server(rename: HandedRename, answer: RenameResult) -> None:
     if stamp is None or answer.moved != 1 or answer.replaced != rename.replaced:
         rename.source_dir.stale = True
         rename.target_dir.stale = True
-        rename.moved.stale = True
+        rename.moved.stale = not rename.moved.pending  # a pending file has nothing to fetch yet
         return
     rename.source_dir.entries_changed(stamp, versions=0)
     rename.target_dir.entries_changed(stamp, versions=0)

@@ -428,8 +428,8 @@ class UnansweredHandOffTests(SynchronousTestCase):
             for line in self.mount.events(event)
         ]
 
-    def rename(self) -> Deferred[None]:
-        return self.mount.fs.rename(self.folder, b"final.tmp", self.folder, b"final", CALLER)
+    def rename(self, new_name: bytes = b"final") -> Deferred[None]:
+        return self.mount.fs.rename(self.folder, b"final.tmp", self.folder, new_name, CALLER)
 
     def assert_saved(self) -> None:
         """The save is done here, on the server, and changes hand off again."""
@@ -446,7 +446,7 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.mount.answers.held, 1)
         self.mount.answers.release()
 
-    def save(self, *unsent: str) -> Deferred[None]:
+    def save(self, *unsent: str, new_name: bytes = b"final") -> Deferred[None]:
         """
         An atomic save with the temporary file's commit and the rename
         kept back (they ran on the server, except the C{unsent} ops): the
@@ -460,7 +460,7 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.mount.ok(fs.write(opened.fh, 0, b"new", CALLER))
         self.mount.ok(fs.flush(opened.fh, CALLER))
         released = fs.release(opened.fh, CALLER)
-        self.mount.ok(self.rename())
+        self.mount.ok(self.rename(new_name))
         self.assertEqual(self.mount.answers.held, 2)
         return released
 
@@ -557,6 +557,23 @@ class UnansweredHandOffTests(SynchronousTestCase):
             self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
             self.assertEqual(mount.read_file("d/final"), b"old")
             self.assertEqual(mount.read_file("d/final.tmp"), b"new")
+
+    def test_new_file_that_never_reached_the_server_stays_at_its_new_name(self) -> None:
+        """
+        A new file written under a temporary name and renamed to a free
+        one, neither its commit nor the rename run: the file never reached
+        the server and the new name is still free there, so it stays where
+        the program put it; its next write-back creates it there.
+        """
+        released = self.save("manifest_put", "manifest_rename", new_name=b"made")
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/made", True)])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "made"])
+            self.assertEqual(mount.read_file("d/made"), b"new")
+            self.assertEqual(mount.read_file("d/final"), b"old")
+        self.assert_hands_off_again()
 
     def test_server_that_cannot_be_asked(self) -> None:
         """
