@@ -51,6 +51,7 @@ from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
+from svc.mount.namespace_hand_off import replay_rename, take_replay
 from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.write_behind import WriteBehind
@@ -87,7 +88,24 @@ class FileOps:
     async def create(
         self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
     ) -> tuple[OpenResult, Entry]:
-        """Create regular file C{name} in C{parent} and open it."""
+        """
+        Create regular file C{name} in C{parent} and open it. Without
+        C{O_EXCL}, a name that turns out to exist (the data plane has it,
+        in a directory the mount has not listed whole: a create whose
+        answer was lost with the connection, say) is opened instead, as
+        the kernel would have opened it had its lookup found it.
+        """
+        try:
+            return await self._create(parent, name, mode, flags, caller)
+        except FSError as error:
+            if error.errno != errno.EEXIST or flags & os.O_EXCL:
+                raise
+        entry = await self._namespace.lookup(parent, name, caller)
+        return await self.open(entry.ino, flags, caller), entry
+
+    async def _create(
+        self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
+    ) -> tuple[OpenResult, Entry]:
         ctx = self._ctx
         # The name is free (checked below), so no commit in flight is about it.
         async with ctx.namespace_lock.beside_commits():
@@ -670,9 +688,10 @@ class FileOps:
             rel = ctx.table.path_of(node)
             if rel is None:
                 return  # unlinked meanwhile
-            line.path = "/" + rel
+            replay = take_replay(ctx, node, state)
+            line.path = "/" + (rel if replay is None else replay.via)
             request = CommitRequest(
-                path=ctx.server_path(rel),
+                path=ctx.server_path(rel if replay is None else replay.via),
                 expected_version=state.version,
                 base=state.layout.base,
                 chunks=chunks,
@@ -704,6 +723,8 @@ class FileOps:
             await self._answered(
                 node, state, line, uploader, request, rel, sent_behind, answer, changes_sent
             )
+            if replay is not None:
+                await replay_rename(ctx, node, replay, line.caller, session)
         finally:
             state.commits_in_flight -= 1
             settled()

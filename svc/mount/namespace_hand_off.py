@@ -33,11 +33,14 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from svc.audit.events import CallerProcess
+from svc.audit.names import EventName
 from svc.mount.attributes import Attributes
-from svc.mount.client_audit import AuditLine
+from svc.mount.client_audit import AuditLine, audit_path
 from svc.mount.errors import FSError, RemoteFailure
-from svc.mount.fs_context import FSContext
+from svc.mount.fs_context import FSContext, join
 from svc.mount.inodes import Node
+from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
 
 _log = Logger()
@@ -187,9 +190,11 @@ def settle_rename(
     their answers until one succeeds. Either way the rename stops counting
     as in flight (after the correction, so a write-back of the node waiting
     for it commits at the old name). An answer that never came is first
-    looked into (L{_rename_outcome}).
+    looked into (L{_rename_outcome}), and so is C{ENOENT} for a new file
+    whose commit did not create it (lost with the connection, the rename
+    sent again on the next one).
     """
-    if _unanswered(answer):
+    if _unanswered(answer) or _never_created(answer, rename):
         hand_offs.failed()  # nothing more hands off while the server is asked
         assert isinstance(answer, Failure)
         Deferred.fromCoroutine(_rename_outcome(ctx, rename, answer)).addBoth(
@@ -230,6 +235,17 @@ def _unanswered(answer: object) -> bool:
         isinstance(answer, Failure)
         and isinstance(answer.value, RemoteFailure)
         and answer.value.unknown
+    )
+
+
+def _never_created(answer: object, rename: HandedRename) -> bool:
+    """Whether C{answer} says the source of C{rename}, a new file, is not on the server."""
+    return (
+        rename.moved.pending
+        and isinstance(answer, Failure)
+        and isinstance(answer.value, RemoteFailure)
+        and answer.value.wire is not None
+        and answer.value.errno == errno.ENOENT
     )
 
 
@@ -309,14 +325,21 @@ async def _rename_outcome(
         target_now = None if at_target is None else at_target.server_inode
         ran = at_source is None and target_now != rename.replaced_inode
         not_run = at_source is not None
-        if at_source is None and target_now is None and rename.replaced_inode is None:
-            # Neither ran, and the new name is free on the server: the file
-            # never reached it. Its next write-back creates it where the
-            # mount shows it.
-            _told(
-                "rename", rename.path, "neither it nor the file ran; the file goes to the new name"
-            )
-            return RenameResult(0, False, None)
+        if at_source is None and target_now == rename.replaced_inode:
+            # Neither ran: the file never reached the server. Its next
+            # write-back creates it where the mount shows it: at once when
+            # the new name is free there, else by replaying the save. (Not
+            # while a commit of it is in flight: it may yet create the old
+            # name.)
+            state = ctx.files.state(rename.moved.ino)
+            if state is not None and state.commits_in_flight:
+                return _untold("rename", rename.path, "the file's commit is in flight", unanswered)
+            if rename.replaced_inode is None:
+                _told("rename", rename.path, "neither it nor the file ran; the file goes there")
+                return RenameResult(0, False, None)
+            if _replay_save(ctx, rename):
+                _told("rename", rename.path, "neither it nor the file ran; the save is replayed")
+                return RenameResult(0, False, None)
     if ran:
         _told("rename", rename.path, "it ran")
         return RenameResult(1, rename.replaced, None)
@@ -330,6 +353,100 @@ async def _rename_outcome(
         return _untold("rename", rename.path, "the names were changed again", unanswered)
     _told("rename", rename.path, "it did not run; sent again")
     return await rename.resend()  # its failure is the outcome
+
+
+def _replay_save(ctx: FSContext, rename: HandedRename) -> bool:
+    """
+    Have the next write-back of C{rename}'s new file replay its atomic save
+    (L{take_replay}), if the mount still shows it at the new name, nothing
+    at the old one, and the file's state is at hand.
+    """
+    state = ctx.files.state(rename.moved.ino)
+    table = ctx.table
+    if (
+        state is None
+        or rename.source_dir is not rename.target_dir
+        or table.child(rename.target_dir, rename.new_name) is not rename.moved
+        or table.child(rename.source_dir, rename.name) is not None
+    ):
+        return False
+    state.replay_via = (rename.source_dir.ino, rename.name)
+    return True
+
+
+@attrs.frozen
+class Replay:
+    """
+    A new file's atomic save replayed (L{take_replay}): committed at
+    C{via} (a mount-relative path in C{folder}, named C{via_name}), then
+    renamed to C{name} in the same folder (C{to}), where the mount shows it.
+    """
+
+    folder: Node
+    name: str
+    via_name: str
+    via: str
+    to: str
+
+
+def take_replay(ctx: FSContext, node: Node, state: FileState) -> Replay | None:
+    """
+    Under the namespace lock, as a write-back of C{node} is about to send
+    its commit: the save to replay (L{FileState.replay_via}, cleared: it
+    is tried once), unless the file is no longer a new file named in that
+    folder or the temporary name was taken meanwhile.
+    """
+    via, state.replay_via = state.replay_via, None
+    if via is None or not node.pending:
+        return None
+    table = ctx.table
+    link = table.primary_name(node)
+    if link is None or link[0].ino != via[0] or table.child(link[0], via[1]) is not None:
+        return None
+    folder, name = link
+    folder_rel = ctx.rel_of(folder)
+    return Replay(folder, name, via[1], join(folder_rel, via[1]), join(folder_rel, name))
+
+
+async def replay_rename(
+    ctx: FSContext, node: Node, replay: Replay, caller: CallerProcess, session: str | None
+) -> None:
+    """
+    The second half of a replayed save, the file just committed at
+    C{replay.via}: rename it to its own name. A refusal leaves it at the
+    temporary name on the server; the mount then shows it there, as for a
+    refused rename, warns, and writes a C{rename} line with C{allowed:
+    false}.
+    """
+    try:
+        await ctx.remote.rename(
+            ctx.server_path(replay.via), ctx.server_path(replay.to), session_id=session
+        )
+    except FSError as error:
+        ctx.audit.line(
+            EventName.RENAME, replay.via, caller, session_id=session, to_path=audit_path(replay.to)
+        ).write(False)
+        _log.warn(
+            "replaying the save of {path} failed: {error}; the file stays at {via}",
+            path=replay.to,
+            error=error,
+            via=replay.via,
+        )
+        table = ctx.table
+        folder = replay.folder
+        if (
+            table.child(folder, replay.name) is node
+            and table.child(folder, replay.via_name) is None
+        ):
+            table.move(folder, replay.name, folder, replay.via_name)
+            node.stale = True
+        _forget_listing(ctx, folder, replay.name)
+        _forget_listing(ctx, folder, replay.via_name)
+        return
+    replay.folder.stale = True  # its times: the rename's, fetched again
+    node.stale = True
+    ctx.forget_attributes(replay.folder.ino)
+    ctx.forget_attributes(node.ino)
 
 
 def _told(what: str, path: str, outcome: str) -> None:

@@ -278,6 +278,11 @@ class FileState:
         may go out behind it (``mount-consistency.md`` section 2.6).
     @ivar write_behind: the uploads running ahead of the write-back
         (L{svc.mount.write_behind}), if started; told of every change here.
+    @ivar replay_via: a new file's atomic save to replay: its next commit
+        goes to this C{(directory inode, name)} (the temporary name), and
+        the file is then renamed to its own name. Set when neither the save's
+        commit nor its rename over an existing file reached the server
+        (``mount-consistency.md`` section 2.6).
     """
 
     def __init__(
@@ -300,6 +305,7 @@ class FileState:
         self.attribute_changes = 0
         self.handles = 0
         self.commits_in_flight = 0
+        self.replay_via: tuple[int, str] | None = None
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
         self._grant_guard = threading.Lock()

@@ -231,6 +231,28 @@ class PendingCreateTests(SynchronousTestCase):
         close(fresh, opened)
         self.assertEqual(self.fixture.mount().names("d"), ["f"])
 
+    def test_create_of_a_name_the_server_has_opens_it(self) -> None:
+        """
+        In a directory not listed in full, a create (without C{O_EXCL}) of
+        a name the data plane has (the answer to an earlier create lost with
+        the connection, say) opens that file, truncated with C{O_TRUNC}, as
+        C{open(2)} would have; with C{O_EXCL} it is C{EEXIST}.
+        """
+        self.mount.write_file("d/f", b"there")
+        fresh = self.fixture.mount()
+        parent, name = fresh.parent_of("d/f")
+        flags = os.O_WRONLY | os.O_CREAT
+        excl = fresh.fs.create(parent, name, 0o640, flags | os.O_EXCL, CALLER)
+        self.assertEqual(fresh.errno(excl), errno.EEXIST)
+        opened, entry = fresh.ok(fresh.fs.create(parent, name, 0o640, flags | os.O_TRUNC, CALLER))
+        self.assertEqual(entry.ino, fresh.lookup_path("d/f").ino)
+        fresh.ok(fresh.fs.write(opened.fh, 0, b"new", CALLER))
+        close(fresh, opened)
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"new")
+        opened, _ = fresh.ok(fresh.fs.create(parent, name, 0o640, flags, CALLER))
+        close(fresh, opened)
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"new")
+
     def test_conflicting_creation_is_saved_as_a_copy(self) -> None:
         """A name taken on the data plane meanwhile keeps that file; ours becomes a copy."""
         opened = create(self.mount, "d/f")

@@ -92,7 +92,7 @@ class HeldAnswers:
         self._connection = connection
         self._ops: frozenset[str] = frozenset()
         self._unsent: frozenset[str] = frozenset()
-        self._held: list[tuple[Callable[[], Deferred[Reply]], bool, Deferred[Reply]]] = []
+        self._held: list[tuple[str, Callable[[], Deferred[Reply]], bool, Deferred[Reply]]] = []
         self._lost: dict[str, bool] = {}
 
     @property
@@ -108,18 +108,19 @@ class HeldAnswers:
         self._ops = frozenset(ops)
         self._unsent = frozenset(unsent)
 
-    def release(self, *still: str, lost: bool = False) -> None:
+    def release(self, *still: str, lost: bool | Collection[str] = False) -> None:
         """
         Deliver every answer kept back, in order, holding from now on only
         the answers of C{still} (none by default). With C{lost}, the
-        connection is lost instead: every request kept back fails
-        L{OutcomeUnknown}, and those not run yet never run.
+        connection is lost instead: every request kept back (C{True}), or
+        of the ops named, fails L{OutcomeUnknown}, and those not run yet
+        never run.
         """
         self._ops = frozenset(still)
         self._unsent = frozenset()
         held, self._held = self._held, []
-        for answer, ran, waiter in held:
-            if not lost:
+        for op, answer, ran, waiter in held:
+            if lost is False or (lost is not True and op not in lost):
                 answer().chainDeferred(waiter)
                 continue
             if ran:
@@ -155,9 +156,9 @@ class HeldAnswers:
         waiter: Deferred[Reply] = Deferred()
         if op not in self._unsent:
             answer = run()
-            self._held.append((lambda: answer, True, waiter))
+            self._held.append((op, lambda: answer, True, waiter))
         else:
-            self._held.append((run, False, waiter))
+            self._held.append((op, run, False, waiter))
         return waiter
 
 

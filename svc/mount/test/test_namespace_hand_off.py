@@ -542,17 +542,70 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.mount.ok(released)
         self.assert_saved()
 
-    def test_atomic_save_that_never_reached_the_server(self) -> None:
+    def test_atomic_save_that_never_reached_the_server_is_replayed(self) -> None:
         """
         Neither the commit nor the rename ran: the server has nothing at the
-        temporary name and the old file at the real one, so the rename is
-        handled as refused; the new content stays at the temporary name,
-        where the file's next write-back creates it. Nothing is lost.
+        temporary name and the old file at the real one. The file's next
+        write-back replays the save: its commit goes to the temporary name,
+        then the rename over the real one.
         """
         released = self.save("manifest_put", "manifest_rename")
         self.mount.answers.release(lost=True)
         self.mount.ok(released)
+        self.assertEqual(
+            [line.path for line in self.mount.events("flush")][-2:], ["/d/final.tmp"] * 2
+        )
+        self.assert_saved()
+
+    def test_rename_sent_again_without_its_commit_is_replayed(self) -> None:
+        """
+        The temporary file's commit was lost unsent with the connection;
+        the rename behind it, sent again on the next connection, finds no
+        such file (C{ENOENT}): the save is replayed as when neither ran.
+        """
+        released = self.save("manifest_put")
+        self.mount.answers.release(lost=["manifest_put"])
+        self.mount.ok(released)
+        self.assert_saved()
+
+    def test_rename_refused_while_its_commit_is_in_flight_is_refused(self) -> None:
+        """
+        C{ENOENT} for a rename whose file's commit has not been answered:
+        that commit may still create the old name, so nothing is replayed;
+        the rename is refused as before and the content is kept at the
+        temporary name.
+        """
+        self.mount.answers.hold("manifest_put", unsent=["manifest_put"])
+        fs = self.mount.fs
+        opened, _ = self.mount.ok(
+            fs.create(self.folder, b"final.tmp", 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        )
+        self.mount.ok(fs.write(opened.fh, 0, b"new", CALLER))
+        self.mount.ok(fs.flush(opened.fh, CALLER))
+        released = fs.release(opened.fh, CALLER)
+        self.mount.ok(self.rename())  # refused at once: the put has not run
         self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", False)])
+        self.mount.answers.release()
+        self.mount.ok(released)
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
+            self.assertEqual(mount.read_file("d/final"), b"old")
+            self.assertEqual(mount.read_file("d/final.tmp"), b"new")
+
+    def test_replayed_save_whose_rename_fails_keeps_the_temporary_name(self) -> None:
+        """
+        A replayed save whose rename fails: the new content stays at the
+        temporary name, where the server has it, and a second C{rename}
+        line says the save failed. Nothing is lost.
+        """
+        released = self.save("manifest_put", "manifest_rename")
+        self.mount.answers.lose("manifest_rename", ran=False)  # the replay's
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assertEqual(
+            self.lines("rename"),
+            [("/d/final.tmp", "/d/final", True), ("/d/final.tmp", "/d/final", False)],
+        )
         for mount in (self.mount, self.fixture.mount()):
             self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
             self.assertEqual(mount.read_file("d/final"), b"old")
