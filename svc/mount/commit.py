@@ -15,6 +15,11 @@ On C{ESTALE} it fetches the path's manifest again and:
    version at the path and saves ours as a conflict copy
    (L{conflict_name}), never overwriting and never dropping either.
 
+A put whose answer was lost with the connection (C{RemoteFailure.unknown})
+is sent once more: if the first ran, the compare-and-swap refuses the
+second, and a current version with exactly the committed content, size and
+mtime is adopted as the commit (no second version is made).
+
 On C{EINVAL} with C{details.missing} (a chunk the server no longer shows
 this connection, e.g. after a reconnect), the missing chunks are read back
 from the content, uploaded, and the put retried once.
@@ -121,6 +126,17 @@ def _compatible(current: Manifest, request: CommitRequest) -> bool:
     return current.chunks in (entries(request.base), entries(request.chunks))
 
 
+def _ours(current: Manifest, request: CommitRequest) -> bool:
+    """Whether C{current} is what C{request} commits: its content, size and mtime."""
+    found = current.attributes
+    return (
+        found.kind is FileKind.FILE
+        and current.chunks == entries(request.chunks)
+        and found.size == request.size
+        and found.mtime_ns == request.mtime_ns
+    )
+
+
 def _int(details: Mapping[str, object], key: str) -> int | None:
     value = details.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -162,6 +178,7 @@ async def commit(
     expected = request.expected_version
     retries = 0
     reuploaded = False
+    resent = False
     chunks = entries(request.chunks)
     inline = uploader.take_inline()
 
@@ -199,6 +216,13 @@ async def commit(
         except RemoteFailure as failure:
             if moved():
                 raise  # renamed behind the put: its next write-back, at its new name
+            if failure.unknown and not resent:
+                # The answer was lost with the connection: sent again (on the
+                # next one). If the first ran, the compare-and-swap refuses
+                # this one, and the version found is ours (adopted below).
+                resent = True
+                attempt = put(expected, inline)
+                continue
             missing = failure.details.get("missing")
             if failure.wire is WireErrno.EINVAL and isinstance(missing, list) and not reuploaded:
                 reuploaded = True
@@ -208,28 +232,38 @@ async def commit(
                 continue
             if failure.wire is not WireErrno.ESTALE:
                 raise
-            reason = failure.details.get("reason")
-            kind = LEASE_CONFLICT if reason == "lease_conflict" else CAS_CONFLICT
             current = await _current(remote, request.path)
+            if resent and current is not None and _ours(current, request):
+                uploader.inline_stored(inline)
+                found = current.attributes
+                return Committed(found.version, retries, found.server_inode, found.ctime_ns)
             if current is not None and retries < max_retries and _compatible(current, request):
                 retries += 1
                 expected = current.attributes.version
                 attempt = put(expected)
                 continue
-            current_version = _int(failure.details, "current_version")
-            if current is not None:
-                current_version = current.attributes.version
             uploader.inline_stored(inline)  # refused on its version, not its chunks
-            return Conflict(
-                kind=kind,
-                your_version=request.expected_version,
-                current_version=current_version or 0,
-                last_writer=_last_writer(failure.details, current),
-                cas_retries=retries,
-                current=current,
-            )
+            return _conflict(failure, current, request, retries)
         uploader.inline_stored(inline)
         return Committed(result.version, retries, result.inode, result.ctime_ns)
+
+
+def _conflict(
+    failure: RemoteFailure, current: Manifest | None, request: CommitRequest, retries: int
+) -> Conflict:
+    """The lost compare-and-swap C{failure} of C{request}, C{current} found at its path."""
+    reason = failure.details.get("reason")
+    current_version = _int(failure.details, "current_version")
+    if current is not None:
+        current_version = current.attributes.version
+    return Conflict(
+        kind=LEASE_CONFLICT if reason == "lease_conflict" else CAS_CONFLICT,
+        your_version=request.expected_version,
+        current_version=current_version or 0,
+        last_writer=_last_writer(failure.details, current),
+        cas_retries=retries,
+        current=current,
+    )
 
 
 async def _current(remote: Remote, path: str) -> Manifest | None:

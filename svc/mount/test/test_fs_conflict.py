@@ -95,3 +95,50 @@ class ConflictTests(SynchronousTestCase):
         self.assertEqual(line.get("cas_retries"), 3)
         self.assertEqual(len(self.copies()), 1)
         self.assertEqual(self.fixture.mount().read_file("f"), b"version one")
+
+
+class LostAnswerTests(SynchronousTestCase):
+    """
+    A commit whose answer was lost with the connection is sent once more:
+    a first put that ran is then found and adopted, one that did not is
+    made by the second.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.entry = self.mount.write_file("f", b"version one")
+        self.version = self.fixture.mount().lookup_path("f").attributes.version
+        self.opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))
+
+    def assert_committed_once(self) -> None:
+        """The new content is the next version (no second one), and the line says so."""
+        fresh = self.fixture.mount()
+        self.assertEqual(fresh.read_file("f"), b"MINEion one")
+        self.assertEqual(fresh.lookup_path("f").attributes.version, self.version + 1)
+        line = self.mount.events("flush")[-1]
+        self.assertTrue(line.allowed)
+        self.assertEqual((line.get("cas_retries"), line.get("version_new")), (0, self.version + 1))
+
+    def test_put_that_ran_is_adopted(self) -> None:
+        """The first put ran: the second is refused, and the version found is ours."""
+        puts = self.mount.count("manifest_put")
+        self.mount.answers.lose("manifest_put", ran=True)
+        self.mount.ok(self.mount.fs.fsync(self.opened.fh, False, CALLER))
+        self.assert_committed_once()
+        self.assertEqual(self.mount.count("manifest_put") - puts, 2)
+
+    def test_put_that_never_ran_is_sent_again(self) -> None:
+        """The first put never reached the server: the second makes the version."""
+        self.mount.answers.lose("manifest_put", ran=False)
+        self.mount.ok(self.mount.fs.fsync(self.opened.fh, False, CALLER))
+        self.assert_committed_once()
+
+    def test_sent_again_once(self) -> None:
+        """Both puts' answers lost: the write-back fails (EIO), the file stays dirty."""
+        self.mount.answers.lose("manifest_put", ran=False, times=2)
+        synced = self.mount.fs.fsync(self.opened.fh, False, CALLER)
+        self.assertEqual(self.mount.errno(synced), errno.EIO)
+        self.mount.ok(self.mount.fs.release(self.opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")

@@ -93,7 +93,7 @@ class HeldAnswers:
         self._ops: frozenset[str] = frozenset()
         self._unsent: frozenset[str] = frozenset()
         self._held: list[tuple[str, Callable[[], Deferred[Reply]], bool, Deferred[Reply]]] = []
-        self._lost: dict[str, bool] = {}
+        self._lost: dict[str, list[bool]] = {}
 
     @property
     def held(self) -> int:
@@ -127,13 +127,14 @@ class HeldAnswers:
                 answer().addErrback(lambda _: None)  # the mount never hears
             waiter.errback(OutcomeUnknown("the connection was lost"))
 
-    def lose(self, *ops: str, ran: bool) -> None:
+    def lose(self, *ops: str, ran: bool, times: int = 1) -> None:
         """
-        The next call of each of C{ops} fails L{OutcomeUnknown} (the
-        connection lost with the answer): having run on the server when
-        C{ran}, else without reaching it.
+        The next C{times} calls of each of C{ops} fail L{OutcomeUnknown}
+        (the connection lost with the answer): having run on the server
+        when C{ran}, else without reaching it.
         """
-        self._lost.update(dict.fromkeys(ops, ran))
+        for op in ops:
+            self._lost[op] = [ran] * times
 
     def call(
         self,
@@ -146,7 +147,8 @@ class HeldAnswers:
         def run() -> Deferred[Reply]:
             return self._connection.call(op, payload, raw, timeout=timeout)
 
-        ran = self._lost.pop(op, None)
+        losses = self._lost.get(op)
+        ran = losses.pop() if losses else None
         if ran is not None:
             if ran:
                 run().addErrback(lambda _: None)  # whatever it answered, the mount never hears
