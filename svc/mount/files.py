@@ -51,9 +51,9 @@ from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
-from svc.mount.namespace_hand_off import replay_rename, take_replay
 from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
+from svc.mount.unanswered import replay_rename, take_replay
 from svc.mount.write_behind import WriteBehind
 from svc.mount.writeback import ChunkUploader, rechunk
 

@@ -192,6 +192,17 @@ class FSContext:
             raise FSError(errno.ENOTDIR, f"inode {ino} is not a directory")
         return node
 
+    def forget_listing(self, folder: Node, name: str) -> None:
+        """
+        Forget C{folder} as listed (no longer complete, attributes stale,
+        the kernel's attributes and its entry C{name} dropped): the next
+        lookup or listing there asks the server.
+        """
+        folder.complete = False
+        folder.stale = True
+        self.invalidate(folder.ino)
+        self.invalidate_entry(folder.ino, name.encode("utf-8", "surrogateescape"))
+
     def rel_of(self, node: Node) -> str:
         """The mount-relative path of C{node} (ENOENT once unlinked)."""
         rel = self.table.path_of(node)

@@ -46,6 +46,7 @@ from svc.mount.namespace_hand_off import (
 )
 from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
+from svc.mount.unanswered import send_removal, send_rename
 
 T = TypeVar("T")
 
@@ -371,7 +372,10 @@ class NamespaceOps:
                         )
                     )
                     return
-                changed = await self.write(remove(path, session_id=session))
+                removed = 0 if child is None else child.attributes.server_inode
+                changed = await self.write(
+                    send_removal(ctx, path, removed, lambda: remove(path, session_id=session))
+                )
                 self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
@@ -411,7 +415,15 @@ class NamespaceOps:
                 for node in (source, target):
                     if node is not None:
                         await self.materialize(node)
-                renamed = await self.write(self._send_rename(plan))
+                renamed = await self.write(
+                    send_rename(
+                        ctx,
+                        ctx.server_path(plan.rel),
+                        ctx.server_path(plan.to_rel),
+                        0 if source is None else source.attributes.server_inode,
+                        lambda: self._send_rename(plan),
+                    )
+                )
                 self._hand_offs.succeeded()
                 moved_was_stale = source is None or source.stale
                 ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)

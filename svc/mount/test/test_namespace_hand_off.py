@@ -642,3 +642,53 @@ class UnansweredHandOffTests(SynchronousTestCase):
             self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
             self.assertEqual(mount.read_file("d/final"), b"old")
             self.assertEqual(mount.read_file("d/final.tmp"), b"new")
+
+
+class UnansweredWaitedChangeTests(SynchronousTestCase):
+    """
+    Unlinks and renames the caller waits for (here: with C{durable_close},
+    and a directory's rename), whose answers never came: settled by what
+    the server has, rather than failing C{EIO} for a change that ran.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount(settings=FSSettings(durable_close=True))
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"sub", 0o755, CALLER))
+        self.mount.write_file("d/f", b"x")
+        self.folder = self.mount.lookup_path("d").ino
+
+    def rename_sub(self) -> Deferred[None]:
+        return self.mount.fs.rename(ROOT_INODE, b"sub", ROOT_INODE, b"moved", CALLER)
+
+    def test_rename_that_ran_succeeds(self) -> None:
+        """The directory's rename ran: the call succeeds, and both mounts see it."""
+        self.mount.answers.lose("manifest_rename", ran=True)
+        self.mount.ok(self.rename_sub())
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("")), ["d", "moved"])
+
+    def test_rename_that_never_ran_is_sent_again(self) -> None:
+        """The rename never reached the server: sent again, it succeeds."""
+        self.mount.answers.lose("manifest_rename", ran=False)
+        self.mount.ok(self.rename_sub())
+        self.assertEqual(sorted(self.fixture.mount().names("")), ["d", "moved"])
+
+    def test_rename_whose_server_cannot_be_asked_fails(self) -> None:
+        """Nobody can tell whether it ran: C{EIO}, as before."""
+        self.mount.answers.lose("manifest_rename", "head_file", ran=False)
+        self.assertEqual(self.mount.errno(self.rename_sub()), errno.EIO)
+
+    def test_unlink_that_ran_succeeds(self) -> None:
+        """The unlink ran: the call succeeds, and the name is gone for both mounts."""
+        self.mount.answers.lose("manifest_delete", ran=True)
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"f", CALLER))
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(mount.names("d"), [])
+
+    def test_unlink_that_never_ran_is_sent_again(self) -> None:
+        """The unlink never reached the server: sent again, it succeeds."""
+        self.mount.answers.lose("manifest_delete", ran=False)
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"f", CALLER))
+        self.assertEqual(self.fixture.mount().names("d"), [])
