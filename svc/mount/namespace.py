@@ -46,7 +46,7 @@ from svc.mount.namespace_hand_off import (
 )
 from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
-from svc.mount.unanswered import send_removal, send_rename
+from svc.mount.unanswered import send_creation, send_removal, send_rename
 
 T = TypeVar("T")
 
@@ -298,13 +298,22 @@ class NamespaceOps:
                 ctx.check_write(rel)
                 self.refuse_pending(directory, decoded, rel)
                 uid, gid = _owner(caller)
+                path = ctx.server_path(rel)
                 created = await self.write(
-                    ctx.remote.dir_create(
-                        ctx.server_path(rel),
-                        mode=stat.S_IMODE(mode),
-                        uid=uid,
-                        gid=gid,
-                        session_id=ctx.write_session(),
+                    send_creation(
+                        ctx,
+                        "mkdir",
+                        path,
+                        lambda: ctx.remote.dir_create(
+                            path,
+                            mode=stat.S_IMODE(mode),
+                            uid=uid,
+                            gid=gid,
+                            session_id=ctx.write_session(),
+                        ),
+                        lambda found: (
+                            found.kind is FileKind.DIR and (found.uid, found.gid) == (uid, gid)
+                        ),
                     )
                 )
                 node = ctx.table.learn(directory, decoded, created)
@@ -582,11 +591,17 @@ class NamespaceOps:
                 self.refuse_pending(target_dir, decoded, to_rel)
                 if not self._exists_or_committing(node):
                     await self.materialize(node)
+                path, to_path = ctx.server_path(rel), ctx.server_path(to_rel)
                 linked = await self.write(
-                    ctx.remote.link(
-                        ctx.server_path(rel),
-                        ctx.server_path(to_rel),
-                        session_id=ctx.write_session(),
+                    send_creation(
+                        ctx,
+                        "link",
+                        to_path,
+                        lambda: ctx.remote.link(path, to_path, session_id=ctx.write_session()),
+                        lambda found: (
+                            bool(node.attributes.server_inode)
+                            and found.server_inode == node.attributes.server_inode
+                        ),
                     )
                 )
                 node = ctx.table.learn(target_dir, decoded, linked)
@@ -623,13 +638,18 @@ class NamespaceOps:
                 ctx.check_write(rel)
                 self.refuse_pending(directory, decoded, rel)
                 uid, gid = _owner(caller)
+                path = ctx.server_path(rel)
                 created = await self.write(
-                    ctx.remote.symlink(
-                        ctx.server_path(rel),
-                        text,
-                        uid=uid,
-                        gid=gid,
-                        session_id=ctx.write_session(),
+                    send_creation(
+                        ctx,
+                        "symlink",
+                        path,
+                        lambda: ctx.remote.symlink(
+                            path, text, uid=uid, gid=gid, session_id=ctx.write_session()
+                        ),
+                        lambda found: (
+                            found.kind is FileKind.SYMLINK and (found.uid, found.gid) == (uid, gid)
+                        ),
                     )
                 )
                 node = ctx.table.learn(directory, decoded, created)
@@ -676,15 +696,22 @@ class NamespaceOps:
             return  # unlinked: it will never reach the server
         directory, _name = link
         attributes = node.attributes
+        path = ctx.server_path(ctx.rel_of(node))
         created = await self.write(
-            ctx.remote.mknod(
-                ctx.server_path(ctx.rel_of(node)),
-                kind=FileKind.FILE,
-                mode=attributes.mode,
-                rdev=0,
-                uid=attributes.uid,
-                gid=attributes.gid,
-                session_id=ctx.write_session(),
+            send_creation(
+                ctx,
+                "mknod",
+                path,
+                lambda: ctx.remote.mknod(
+                    path,
+                    kind=FileKind.FILE,
+                    mode=attributes.mode,
+                    rdev=0,
+                    uid=attributes.uid,
+                    gid=attributes.gid,
+                    session_id=ctx.write_session(),
+                ),
+                lambda found: _made_node(found, FileKind.FILE, attributes.uid, attributes.gid),
             )
         )
         ctx.table.bind(node, created)
@@ -712,15 +739,22 @@ class NamespaceOps:
         ctx = self._ctx
         self.refuse_pending(directory, decoded, rel)
         uid, gid = _owner(caller)
+        path = ctx.server_path(rel)
         created = await self.write(
-            ctx.remote.mknod(
-                ctx.server_path(rel),
-                kind=kind,
-                mode=stat.S_IMODE(mode),
-                rdev=rdev if kind in (FileKind.CHARDEV, FileKind.BLOCKDEV) else 0,
-                uid=uid,
-                gid=gid,
-                session_id=ctx.write_session(),
+            send_creation(
+                ctx,
+                "mknod",
+                path,
+                lambda: ctx.remote.mknod(
+                    path,
+                    kind=kind,
+                    mode=stat.S_IMODE(mode),
+                    rdev=rdev if kind in (FileKind.CHARDEV, FileKind.BLOCKDEV) else 0,
+                    uid=uid,
+                    gid=gid,
+                    session_id=ctx.write_session(),
+                ),
+                lambda found: _made_node(found, kind, uid, gid),
             )
         )
         node = ctx.table.learn(directory, decoded, created)
@@ -816,6 +850,15 @@ class _RenamePlan:
             source=table.child(self.source_dir, name),
             target=table.child(self.target_dir, new_name),
         )
+
+
+def _made_node(found: Attributes, kind: FileKind, uid: int, gid: int) -> bool:
+    """Whether C{found} is what a mknod of C{kind} by C{uid}/C{gid} makes (an empty file)."""
+    return (
+        found.kind is kind
+        and (found.uid, found.gid) == (uid, gid)
+        and (kind is not FileKind.FILE or found.size == 0)
+    )
 
 
 def _renamed(

@@ -330,6 +330,42 @@ async def send_rename(
     raise _untold("rename", path, "neither name shows it", lost)
 
 
+async def send_creation(
+    ctx: FSContext,
+    what: str,
+    path: str,
+    send: Callable[[], Deferred[Attributes]],
+    made: Callable[[Attributes], bool],
+) -> Attributes:
+    """
+    C{send()} a request that makes C{path} (the server's path: a mkdir,
+    mknod, symlink or link) for a caller that waits: its answer, the new
+    node's attributes. One that never came is settled by what the server
+    has at the path: a node C{made} recognizes as this request's -- it ran,
+    and those are its attributes; nothing -- it did not, and it is sent
+    again; anything else, or a server that cannot be asked: the failure.
+    (The caller holds the namespace lock, and the kernel the directory's:
+    nothing else made the name meanwhile.)
+    """
+    try:
+        return await send()
+    except RemoteFailure as failure:
+        if not failure.unknown:
+            raise
+        lost = failure
+    try:
+        found = await _found_at(ctx, path)
+    except _CannotTell as error:
+        raise _untold(what, path, f"the server could not be asked: {error}", lost) from None
+    if found is None:
+        _told(what, path, "it did not run; sent again")
+        return await send()
+    if made(found):
+        _told(what, path, "it ran")
+        return found
+    raise _untold(what, path, "the name holds something else", lost)
+
+
 def _told(what: str, path: str, outcome: str) -> None:
     _log.info(
         "{what} of {path}: its answer never came; the server shows {outcome}",

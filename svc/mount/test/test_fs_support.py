@@ -127,6 +127,11 @@ class HeldAnswers:
                 answer().addErrback(lambda _: None)  # the mount never hears
             waiter.errback(OutcomeUnknown("the connection was lost"))
 
+    @property
+    def losses_left(self) -> int:
+        """Calls still to be lost (L{lose})."""
+        return sum(len(losses) for losses in self._lost.values())
+
     def lose(self, *ops: str, ran: bool, times: int = 1) -> None:
         """
         The next C{times} calls of each of C{ops} fail L{OutcomeUnknown}

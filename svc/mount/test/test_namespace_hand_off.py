@@ -692,3 +692,41 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
         self.mount.answers.lose("manifest_delete", ran=False)
         self.mount.ok(self.mount.fs.unlink(self.folder, b"f", CALLER))
         self.assertEqual(self.fixture.mount().names("d"), [])
+
+    def test_creations_that_ran_succeed(self) -> None:
+        """
+        A mkdir, symlink, hard link and a create in a directory not listed
+        whole, each of whose answer never came though it ran: each call
+        succeeds, with the node the server has.
+        """
+        fs = self.mount.fs
+        lose = self.mount.answers.lose
+        lose("dir_create", ran=True)
+        made = self.mount.ok(fs.mkdir(self.folder, b"e", 0o755, CALLER))
+        lose("symlink", ran=True)
+        self.mount.ok(fs.symlink(self.folder, b"s", b"f", CALLER))
+        lose("link", ran=True)
+        linked = self.mount.ok(
+            fs.link(self.mount.lookup_path("d/f").ino, self.folder, b"g", CALLER)
+        )
+        self.assertEqual(linked.attributes.nlink, 2)
+        fresh = self.fixture.mount(settings=FSSettings(durable_close=True))
+        fresh.answers.lose("mknod", ran=True)
+        opened, _ = fresh.ok(
+            fresh.fs.create(fresh.lookup_path("d").ino, b"n", 0o644, os.O_WRONLY, CALLER)
+        )
+        fresh.ok(fresh.fs.release(opened.fh, CALLER))
+        self.assertEqual(made.attributes.kind.name, "DIR")
+        self.assertEqual(self.mount.answers.losses_left + fresh.answers.losses_left, 0)
+        last = self.fixture.mount()
+        self.assertEqual(sorted(last.names("d")), ["e", "f", "g", "n", "s"])
+        self.assertEqual(last.read_file("d/g"), b"x")
+
+    def test_creations_that_never_ran_are_sent_again(self) -> None:
+        """A mkdir and a symlink lost on their way: sent again, they succeed."""
+        fs = self.mount.fs
+        self.mount.answers.lose("dir_create", "symlink", ran=False)
+        self.mount.ok(fs.mkdir(self.folder, b"e", 0o755, CALLER))
+        self.mount.ok(fs.symlink(self.folder, b"s", b"f", CALLER))
+        self.assertEqual(self.mount.answers.losses_left, 0)
+        self.assertEqual(sorted(self.fixture.mount().names("d")), ["e", "f", "s"])
