@@ -53,7 +53,7 @@ from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps
 from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
-from svc.mount.unanswered import replay_rename, take_replay
+from svc.mount.unanswered import replay_rename, send_setattr, take_replay
 from svc.mount.write_behind import WriteBehind
 from svc.mount.writeback import ChunkUploader, rechunk
 
@@ -478,12 +478,14 @@ class FileOps:
             return
         if size == 0:
             async with ctx.namespace_lock:
-                rel = ctx.rel_of(node)
+                path = ctx.server_path(ctx.rel_of(node))
                 emptied = await self._namespace.write(
-                    ctx.remote.setattr(
-                        ctx.server_path(rel),
-                        AttributeChanges(size=0),
-                        session_id=ctx.write_session(),
+                    send_setattr(
+                        ctx,
+                        path,
+                        lambda: ctx.remote.setattr(
+                            path, AttributeChanges(size=0), session_id=ctx.write_session()
+                        ),
                     )
                 )
                 node.set_attributes(emptied)

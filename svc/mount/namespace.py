@@ -46,7 +46,7 @@ from svc.mount.namespace_hand_off import (
 )
 from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
-from svc.mount.unanswered import send_creation, send_removal, send_rename
+from svc.mount.unanswered import send_creation, send_removal, send_rename, send_setattr
 
 T = TypeVar("T")
 
@@ -258,10 +258,15 @@ class NamespaceOps:
                 return
             else:
                 await self.materialize(node)
+                path = ctx.server_path(rel)
                 node.set_attributes(
                     await self.write(
-                        ctx.remote.setattr(
-                            ctx.server_path(rel), changes, session_id=ctx.write_session()
+                        send_setattr(
+                            ctx,
+                            path,
+                            lambda: ctx.remote.setattr(
+                                path, changes, session_id=ctx.write_session()
+                            ),
                         )
                     )
                 )

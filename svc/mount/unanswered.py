@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 _log = Logger()
 
 U = TypeVar("U", Failure, RemoteFailure)
+T = TypeVar("T")
 
 
 def unanswered(answer: object) -> bool:
@@ -364,6 +365,22 @@ async def send_creation(
         _told(what, path, "it ran")
         return found
     raise _untold(what, path, "the name holds something else", lost)
+
+
+async def send_setattr(ctx: FSContext, path: str, send: Callable[[], Deferred[T]]) -> T:
+    """
+    C{send()} a C{setattr} of C{path} (the server's path) for a caller that
+    waits: its answer. One that never came is sent once more: it sets the
+    same values whether or not the first ran (at worst the version counts
+    one change more).
+    """
+    try:
+        return await send()
+    except RemoteFailure as failure:
+        if not failure.unknown:
+            raise
+    _told("setattr", path, "whatever it shows; sent again")
+    return await send()
 
 
 def _told(what: str, path: str, outcome: str) -> None:

@@ -13,6 +13,7 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount.attributes import AttributeChanges
 from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
 from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
@@ -730,3 +731,13 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
         self.mount.ok(fs.symlink(self.folder, b"s", b"f", CALLER))
         self.assertEqual(self.mount.answers.losses_left, 0)
         self.assertEqual(sorted(self.fixture.mount().names("d")), ["e", "f", "s"])
+
+    def test_setattr_is_sent_again(self) -> None:
+        """A chmod whose answer never came (ran or not) is sent once more, and holds."""
+        ino = self.mount.lookup_path("d/f").ino
+        for ran, mode in ((True, 0o600), (False, 0o640)):
+            self.mount.answers.lose("setattr", ran=ran)
+            self.mount.ok(self.mount.fs.setattr(ino, AttributeChanges(mode=mode), CALLER))
+            self.assertEqual(self.mount.answers.losses_left, 0)
+            found = self.fixture.mount().lookup_path("d/f").attributes.mode
+            self.assertEqual(found & 0o777, mode)
