@@ -411,7 +411,10 @@ def interleaved_small_files(bind_mnt: Path | None, svc: SvcStack) -> list[dict[s
     alternately (which goes first alternates too), each in a fresh
     directory: this machine's speed drifts within a run, so a ratio of two
     runs minutes apart can be far off; the median of these pairs is the
-    figure to judge the target by. The directories are kept until the end:
+    figure to judge the target by. Each round notes the CPU time the
+    hypervisor took from each side (C{*_cpu_stolen_fraction}): on a busy
+    host it slows the side with more work to do (svc) far more than the
+    other. The directories are kept until the end:
     removing 2,000 files from bindfs's backing directory (ext4 mounted with
     C{discard} here) slowed its next round's creates, up to threefold by
     the fifth, while removing them from svc costs the disk nothing yet.
@@ -426,7 +429,9 @@ def interleaved_small_files(bind_mnt: Path | None, svc: SvcStack) -> list[dict[s
             targets.reverse()
         totals: dict[str, float] = {}
         for name, root in targets:
-            totals[f"{name}_total_s"] = small_files(root / f"round-{index}")["total_s"]
+            measured = small_files(root / f"round-{index}")
+            totals[f"{name}_total_s"] = measured["total_s"]
+            totals[f"{name}_cpu_stolen_fraction"] = measured["cpu_stolen_fraction"]
         totals["ratio"] = ratio(totals["svc_total_s"], totals["bindfs_total_s"])
         rounds.append(totals)
     return rounds
