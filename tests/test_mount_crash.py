@@ -1,0 +1,96 @@
+"""
+The mount client killed mid-work (C{kill -9}): what the data plane keeps is
+a prefix of what the program did. A close and a rename return once their
+requests are sent (``docs/specifications/mount-consistency.md`` 2.5, 2.6),
+in order on one connection, and the data plane runs them in that order; so
+after the crash every file holds one whole version, and the files a program
+saved one after another show the saves up to some point and none after it.
+A new mount on the same cache directory (left as the crash left it) shows
+exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.mount_harness import MountStackCase
+
+FILES = 40
+"""Files the saver saves atomically, one after another, pass after pass."""
+
+SAVER = """
+import os, sys
+folder = sys.argv[1]
+os.makedirs(folder, exist_ok=True)
+generation = 0
+while True:
+    generation += 1
+    for index in range(int(sys.argv[2])):
+        with open(f"{folder}/f{index}.tmp", "wb") as out:
+            out.write(f"pass {generation} file {index}\\n".encode() * 64)
+        os.rename(f"{folder}/f{index}.tmp", f"{folder}/f{index}")
+    with open(f"{folder}/generation.tmp", "w") as out:
+        out.write(str(generation))
+    os.rename(f"{folder}/generation.tmp", f"{folder}/generation")
+"""
+"""A program saving files atomically until its mount goes away under it."""
+
+
+def content(generation: int, index: int) -> bytes:
+    return f"pass {generation} file {index}\n".encode() * 64
+
+
+class MountCrashTests(MountStackCase):
+    """A mount killed while a program saves files through it."""
+
+    def pass_of(self, path: Path, index: int) -> int:
+        """The pass whose whole content C{path} holds (a torn file fails the test)."""
+        data = path.read_bytes()
+        first = data.split(b"\n", 1)[0].decode()
+        generation = int(first.split()[1])
+        self.assertEqual(data, content(generation, index), f"{path.name} is torn")
+        return generation
+
+    def test_saves_are_kept_up_to_a_point(self) -> None:
+        """
+        Every file holds one whole version; the files of the pass the crash
+        interrupted are saved up to some file and not after it; the only
+        temporary file left, if any, is the next one's, whole.
+        """
+        mount = self.mount()
+        cache = mount.cache
+        folder = self.mount_point / "saves"
+        saver = subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(folder), str(FILES)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(4)
+        finally:
+            os.kill(mount.process.pid, signal.SIGKILL)
+            mount.process.wait(30)
+            saver.wait(60)  # its mount is gone: it fails
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+        self.assertNotEqual(saver.returncode, 0)
+
+        again = self.mount(cache=cache)
+        names = set(os.listdir(folder))
+        done = int((folder / "generation").read_text()) if "generation" in names else 0
+        self.assertGreater(done, 0, "the saver ran long enough for a whole pass")
+        passes = [self.pass_of(folder / f"f{index}", index) for index in range(FILES)]
+        # A prefix of the interrupted pass (done + 1), the rest as the last whole pass left it.
+        saved = sum(1 for generation in passes if generation == done + 1)
+        self.assertEqual(passes, [done + 1] * saved + [done] * (FILES - saved))
+        temporary = sorted(name for name in names if name.endswith(".tmp"))
+        if temporary:
+            expected = "generation.tmp" if saved == FILES else f"f{saved}.tmp"
+            self.assertEqual(temporary, [expected])
+            if saved < FILES:
+                self.assertEqual(self.pass_of(folder / expected, saved), done + 1)
+        self.unmount(again)
