@@ -701,23 +701,8 @@ class NamespaceOps:
             return  # unlinked: it will never reach the server
         directory, _name = link
         attributes = node.attributes
-        path = ctx.server_path(ctx.rel_of(node))
-        created = await self.write(
-            send_creation(
-                ctx,
-                "mknod",
-                path,
-                lambda: ctx.remote.mknod(
-                    path,
-                    kind=FileKind.FILE,
-                    mode=attributes.mode,
-                    rdev=0,
-                    uid=attributes.uid,
-                    gid=attributes.gid,
-                    session_id=ctx.write_session(),
-                ),
-                lambda found: _made_node(found, FileKind.FILE, attributes.uid, attributes.gid),
-            )
+        created = await self._mknod(
+            ctx.rel_of(node), FileKind.FILE, attributes.mode, 0, attributes.uid, attributes.gid
         )
         ctx.table.bind(node, created)
         directory.entry_added(created)
@@ -726,6 +711,30 @@ class NamespaceOps:
         state = ctx.files.state(node.ino)
         if state is not None:
             state.version = created.version
+
+    async def _mknod(
+        self, rel: str, kind: FileKind, mode: int, rdev: int, uid: int, gid: int
+    ) -> Attributes:
+        """C{mknod} at C{rel}: the new node's attributes (an answer lost is settled)."""
+        ctx = self._ctx
+        path = ctx.server_path(rel)
+        return await self.write(
+            send_creation(
+                ctx,
+                "mknod",
+                path,
+                lambda: ctx.remote.mknod(
+                    path,
+                    kind=kind,
+                    mode=mode,
+                    rdev=rdev,
+                    uid=uid,
+                    gid=gid,
+                    session_id=ctx.write_session(),
+                ),
+                lambda found: _made_node(found, kind, uid, gid),
+            )
+        )
 
     async def make_node(
         self,
@@ -744,24 +753,8 @@ class NamespaceOps:
         ctx = self._ctx
         self.refuse_pending(directory, decoded, rel)
         uid, gid = _owner(caller)
-        path = ctx.server_path(rel)
-        created = await self.write(
-            send_creation(
-                ctx,
-                "mknod",
-                path,
-                lambda: ctx.remote.mknod(
-                    path,
-                    kind=kind,
-                    mode=stat.S_IMODE(mode),
-                    rdev=rdev if kind in (FileKind.CHARDEV, FileKind.BLOCKDEV) else 0,
-                    uid=uid,
-                    gid=gid,
-                    session_id=ctx.write_session(),
-                ),
-                lambda found: _made_node(found, kind, uid, gid),
-            )
-        )
+        device = kind in (FileKind.CHARDEV, FileKind.BLOCKDEV)
+        created = await self._mknod(rel, kind, stat.S_IMODE(mode), rdev if device else 0, uid, gid)
         node = ctx.table.learn(directory, decoded, created)
         directory.entry_added(created)
         if kind is FileKind.FILE:

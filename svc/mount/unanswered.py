@@ -65,6 +65,23 @@ def never_created(answer: object, rename: HandedRename) -> bool:
     )
 
 
+@attrs.frozen
+class _Lost:
+    """A request whose answer never came (L{_sent})."""
+
+    failure: RemoteFailure
+
+
+async def _sent(send: Callable[[], Deferred[T]]) -> T | _Lost:
+    """C{send()}'s answer, or L{_Lost} when it never came; any other failure is raised."""
+    try:
+        return await send()
+    except RemoteFailure as failure:
+        if not failure.unknown:
+            raise
+        return _Lost(failure)
+
+
 class _CannotTell(Exception):
     """The server could not be asked what a path holds."""
 
@@ -276,12 +293,10 @@ async def send_removal(
     folder's times unknown) when it ran, the answer to the request sent
     again when it did not, the failure raised when that cannot be told.
     """
-    try:
-        return await send()
-    except RemoteFailure as failure:
-        if not failure.unknown:
-            raise
-        lost = failure
+    first = await _sent(send)
+    if not isinstance(first, _Lost):
+        return first
+    lost = first.failure
     try:
         found = await _found_at(ctx, path)
     except _CannotTell as error:
@@ -311,12 +326,10 @@ async def send_rename(
     the new path holds the inode, the answer to the request sent again
     when the old one still does, the failure raised otherwise.
     """
-    try:
-        return await send()
-    except RemoteFailure as failure:
-        if not failure.unknown:
-            raise
-        lost = failure
+    first = await _sent(send)
+    if not isinstance(first, _Lost):
+        return first
+    lost = first.failure
     try:
         at_target = await _found_at(ctx, to_path)
         at_source = await _found_at(ctx, path)
@@ -348,12 +361,10 @@ async def send_creation(
     (The caller holds the namespace lock, and the kernel the directory's:
     nothing else made the name meanwhile.)
     """
-    try:
-        return await send()
-    except RemoteFailure as failure:
-        if not failure.unknown:
-            raise
-        lost = failure
+    first = await _sent(send)
+    if not isinstance(first, _Lost):
+        return first
+    lost = first.failure
     try:
         found = await _found_at(ctx, path)
     except _CannotTell as error:
@@ -374,11 +385,9 @@ async def send_setattr(ctx: FSContext, path: str, send: Callable[[], Deferred[T]
     same values whether or not the first ran (at worst the version counts
     one change more).
     """
-    try:
-        return await send()
-    except RemoteFailure as failure:
-        if not failure.unknown:
-            raise
+    first = await _sent(send)
+    if not isinstance(first, _Lost):
+        return first
     _told("setattr", path, "whatever it shows; sent again")
     return await send()
 
