@@ -50,7 +50,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
-from svc.mount.namespace import NamespaceOps
+from svc.mount.namespace import NamespaceOps, new_mode, new_owner
 from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.unanswered import replay_rename, send_setattr, take_replay
@@ -123,7 +123,9 @@ class FileOps:
                 if ctx.table.child(directory, decoded) is not None:
                     raise FSError(errno.EEXIST, f"{rel!r} exists")
                 if directory.complete:
-                    node = ctx.table.add_pending(directory, decoded, self._new_file(mode, caller))
+                    node = ctx.table.add_pending(
+                        directory, decoded, self._new_file(mode, caller, directory)
+                    )
                 else:
                     node = await self._namespace.make_node(
                         directory, rel, decoded, FileKind.FILE, mode, 0, caller
@@ -153,15 +155,16 @@ class FileOps:
             return
         state.offer_grant(grant)
 
-    def _new_file(self, mode: int, caller: CallerProcess) -> Attributes:
+    def _new_file(self, mode: int, caller: CallerProcess, directory: Node) -> Attributes:
         """The attributes of a pending file until its first commit."""
         now = self._ctx.now_ns()
+        uid, gid = new_owner(caller, directory)
         return Attributes(
             server_inode=0,
             kind=FileKind.FILE,
-            mode=stat.S_IMODE(mode),
-            uid=caller.uid or 0,
-            gid=caller.gid or 0,
+            mode=new_mode(mode, directory, FileKind.FILE),
+            uid=uid,
+            gid=gid,
             size=0,
             mtime_ns=now,
             atime_ns=now,
@@ -473,8 +476,18 @@ class FileOps:
         ctx = self._ctx
         state = ctx.files.state(node.ino)
         if state is not None:
-            async with state.lock:
-                await state.truncate(size)
+            # A handle of our own keeps the state registered while we wait
+            # for its lock: the last handle's release may be writing it back
+            # meanwhile (a close just handed off), and would otherwise
+            # retire it with our change in it, uncommitted. Released last,
+            # ours commits the change; with other handles open it stays for
+            # their write-back, as before.
+            handle = ctx.files.open(state, writable=True)
+            try:
+                async with handle.state.lock:
+                    await handle.state.truncate(size)
+            finally:
+                await self.release(handle.fh, caller)
             return
         if size == 0:
             async with ctx.namespace_lock:

@@ -70,8 +70,27 @@ def setattr_fields(changes: AttributeChanges) -> SetattrField:
     return fields
 
 
-def _owner(caller: CallerProcess) -> tuple[int, int]:
-    return (caller.uid or 0, caller.gid or 0)
+def new_owner(caller: CallerProcess, directory: Node) -> tuple[int, int]:
+    """
+    The uid and gid of a node C{caller} creates in C{directory}: the
+    caller's, except that a node made in a set-group-ID directory takes the
+    directory's group (as Linux's C{inode_init_owner} does on a local disk).
+    """
+    gid = directory.attributes.gid if directory.attributes.mode & stat.S_ISGID else caller.gid
+    return (caller.uid or 0, gid or 0)
+
+
+def new_mode(mode: int, directory: Node, kind: FileKind) -> int:
+    """
+    The permission bits of a node of C{kind} created with C{mode} in
+    C{directory}: a directory made in a set-group-ID directory is
+    set-group-ID too, so the group passes down the tree. (The kernel has
+    already cleared the bit of a new file whose caller is not in that group.)
+    """
+    bits = stat.S_IMODE(mode)
+    if kind is FileKind.DIR and directory.attributes.mode & stat.S_ISGID:
+        bits |= stat.S_ISGID
+    return bits
 
 
 class NamespaceOps:
@@ -302,7 +321,8 @@ class NamespaceOps:
                 decoded = decode_name(name)
                 ctx.check_write(rel)
                 self.refuse_pending(directory, decoded, rel)
-                uid, gid = _owner(caller)
+                uid, gid = new_owner(caller, directory)
+                bits = new_mode(mode, directory, FileKind.DIR)
                 path = ctx.server_path(rel)
                 created = await self.write(
                     send_creation(
@@ -311,7 +331,7 @@ class NamespaceOps:
                         path,
                         lambda: ctx.remote.dir_create(
                             path,
-                            mode=stat.S_IMODE(mode),
+                            mode=bits,
                             uid=uid,
                             gid=gid,
                             session_id=ctx.write_session(),
@@ -642,7 +662,7 @@ class NamespaceOps:
                     raise FSError(errno.EINVAL, "symlink target is not UTF-8") from None
                 ctx.check_write(rel)
                 self.refuse_pending(directory, decoded, rel)
-                uid, gid = _owner(caller)
+                uid, gid = new_owner(caller, directory)
                 path = ctx.server_path(rel)
                 created = await self.write(
                     send_creation(
@@ -752,9 +772,10 @@ class NamespaceOps:
         """
         ctx = self._ctx
         self.refuse_pending(directory, decoded, rel)
-        uid, gid = _owner(caller)
+        uid, gid = new_owner(caller, directory)
         device = kind in (FileKind.CHARDEV, FileKind.BLOCKDEV)
-        created = await self._mknod(rel, kind, stat.S_IMODE(mode), rdev if device else 0, uid, gid)
+        bits = new_mode(mode, directory, kind)
+        created = await self._mknod(rel, kind, bits, rdev if device else 0, uid, gid)
         node = ctx.table.learn(directory, decoded, created)
         directory.entry_added(created)
         if kind is FileKind.FILE:

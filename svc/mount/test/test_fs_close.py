@@ -201,6 +201,28 @@ class HandOffTests(SynchronousTestCase):
         local = self.mount.ok(self.mount.fs.getattr(ino, CALLER))
         self.assertEqual((local.atime_ns, local.mtime_ns), (1_000, 2_000))
 
+    def test_truncate_while_the_last_release_writes_back_is_committed(self) -> None:
+        """
+        C{truncate(path)} right after the close: the kernel's release of the
+        file is still writing it back (its commit unanswered), and the
+        truncate waits for the file's lock behind it. The change is
+        committed, not retired with the file's state uncommitted (which
+        lost it: a later extension then read the old bytes back).
+        """
+        opened = create(self.mount, "f", b"a" * 100)
+        self.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        released = self.mount.fs.release(opened.fh, CALLER)
+        ino = self.mount.lookup_path("f").ino
+        truncated = self.mount.fs.setattr(ino, AttributeChanges(size=10), CALLER)
+        self.answers.release()
+        self.mount.ok(released)
+        self.assertEqual(self.mount.ok(truncated).size, 10)
+        self.assertEqual(self.mount.read_file("f"), b"a" * 10)
+        self.mount.ok(self.mount.fs.setattr(ino, AttributeChanges(size=50), CALLER))
+        self.assertEqual(self.mount.read_file("f"), b"a" * 10 + bytes(40))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"a" * 10 + bytes(40))
+
 
 class NothingToFlushTests(SynchronousTestCase):
     """When the FUSE thread may answer a flush itself."""

@@ -272,6 +272,39 @@ class AttributeTests(SynchronousTestCase):
         self.assertEqual((fresh.mode, fresh.uid, fresh.mtime_ns), (0o600, 7, 10**18))
         self.assertEqual(self.mount.events("setattr")[0].get("setattr_fields"), 0x37)
 
+    def test_nodes_made_in_a_set_group_id_directory_take_its_group(self) -> None:
+        """
+        As on a local disk: a file, directory, symlink or FIFO made in a
+        set-group-ID directory belongs to the directory's group, not the
+        caller's, and a new directory there is set-group-ID itself. Elsewhere
+        the caller's group.
+        """
+        fs = self.mount.fs
+        shared = self.mount.ok(fs.mkdir(ROOT_INODE, b"shared", 0o775, CALLER))
+        changes = AttributeChanges(mode=0o2775, gid=50)
+        self.mount.ok(fs.setattr(shared.ino, changes, CALLER))
+        opened, made = self.mount.ok(fs.create(shared.ino, b"file", 0o664, 0o1, CALLER))
+        self.mount.ok(fs.release(opened.fh, CALLER))
+        self.mount.ok(fs.mkdir(shared.ino, b"sub", 0o755, CALLER))
+        self.mount.ok(fs.symlink(shared.ino, b"link", b"file", CALLER))
+        self.mount.ok(fs.mknod(shared.ino, b"fifo", stat.S_IFIFO | 0o644, 0, CALLER))
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"plain", 0o755, CALLER))
+        expected = {
+            "shared/file": (0o664, 50),
+            "shared/sub": (0o2755, 50),
+            "shared/link": (None, 50),
+            "shared/fifo": (0o644, 50),
+            "plain": (0o755, CALLER.gid),
+        }
+        self.assertEqual(made.attributes.gid, 50, "the pending file too")
+        for mount in (self.mount, self.fixture.mount()):
+            for path, (mode, gid) in expected.items():
+                attributes = mount.lookup_path(path).attributes
+                self.assertEqual(attributes.gid, gid, path)
+                self.assertEqual(attributes.uid, CALLER.uid, path)
+                if mode is not None:
+                    self.assertEqual(attributes.mode, mode, path)
+
     def test_mtime_of_dirty_file_survives_flush(self) -> None:
         """An mtime set on a dirty open file is the one committed."""
         entry = self.mount.write_file("f", b"x")
