@@ -174,6 +174,21 @@ class FileModel(RuleBasedStateMachine):
     def truncate(self, path: str, size: int) -> None:
         self.both(f"truncate({path!r}, {size})", lambda root: os.truncate(root / path, size))
 
+    @rule(path=st.sampled_from(PATHS), data=DATA, size=SIZES)
+    def save_then_truncate(self, path: str, data: bytes, size: int) -> None:
+        """A truncate right after the close, while the close's commit may be in flight."""
+
+        def op(root: Path) -> bytes:
+            fd = os.open(root / path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            os.truncate(root / path, size)
+            return (root / path).read_bytes()
+
+        self.both(f"save_then_truncate({path!r}, {len(data)} bytes, {size})", op)
+
     @rule(path=st.sampled_from(PATHS))
     def read(self, path: str) -> None:
         self.both(f"read({path!r})", lambda root: (root / path).read_bytes())
