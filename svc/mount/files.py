@@ -577,7 +577,14 @@ class FileOps:
             return
         failure: FSError | None = None
         try:
-            await self.write_back(state, caller)
+            while True:
+                version = state.version
+                await self.write_back(state, caller)
+                # A change kept while that commit was in flight (a chmod
+                # right after the close) is still to go: commit it before
+                # letting the state go, as long as commits get through.
+                if not state.dirty or state.handles or state.version == version:
+                    break
         except FSError as error:
             failure = error
         if ctx.files.retire_if_idle(state):

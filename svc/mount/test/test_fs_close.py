@@ -201,6 +201,27 @@ class HandOffTests(SynchronousTestCase):
         local = self.mount.ok(self.mount.fs.getattr(ino, CALLER))
         self.assertEqual((local.atime_ns, local.mtime_ns), (1_000, 2_000))
 
+    def test_attributes_changed_during_the_last_release_commit_are_committed(self) -> None:
+        """
+        A chmod kept while the close's commit was in flight is committed
+        by the release's write-back; a chown arriving while that second
+        commit is in flight is kept too, and the release commits it as well
+        before it lets the file go (it was discarded: the mount showed the
+        new owner, then the server's old one).
+        """
+        opened, ino = self.chmod_while_in_flight(AttributeChanges(mode=0o600))
+        released = self.mount.fs.release(opened.fh, CALLER)
+        self.answers.release("manifest_put")  # the close's; the release's commit is held
+        self.assertEqual(self.answers.held, 1, "the release's commit, with the mode")
+        owner = AttributeChanges(uid=7, gid=8)
+        self.mount.ok(self.mount.fs.setattr(ino, owner, CALLER))
+        self.answers.release()
+        self.mount.ok(released)
+        self.mount.ok(self.mount.fs.write_backs_settled())
+        for mount in (self.mount, self.fixture.mount()):
+            stored = mount.ok(mount.fs.getattr(mount.lookup_path("f").ino, CALLER))
+            self.assertEqual((stored.mode, stored.uid, stored.gid), (0o600, 7, 8))
+
     def test_truncate_while_the_last_release_writes_back_is_committed(self) -> None:
         """
         C{truncate(path)} right after the close: the kernel's release of the
