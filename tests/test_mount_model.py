@@ -73,18 +73,18 @@ def outcome(call: Any) -> tuple[str, Any]:
 def tree(root: Path) -> dict[str, tuple[Any, ...]]:
     """
     Everything comparable under C{root}, without following symlinks: per
-    path its kind, permission bits, link count and content (file bytes and
-    size, symlink target and size, a directory's sorted listing).
+    path its kind, permission bits, owner, link count and content (file
+    bytes and size, symlink target and size, a directory's sorted listing).
 
     Left out because they legitimately differ between two file systems:
-    atime/mtime/ctime, inode numbers, st_dev, st_blocks/st_blksize, uid/gid
-    (both sides run as root anyway) and a directory's st_size.
+    atime/mtime/ctime, inode numbers, st_dev, st_blocks/st_blksize and a
+    directory's st_size.
     """
     found: dict[str, tuple[Any, ...]] = {}
 
     def visit(path: Path, rel: str) -> None:
         info = os.lstat(path)
-        perm = stat.S_IMODE(info.st_mode)
+        perm = (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
         if stat.S_ISLNK(info.st_mode):
             found[rel] = ("link", perm, info.st_nlink, info.st_size, os.readlink(path))
         elif stat.S_ISDIR(info.st_mode):
@@ -188,6 +188,30 @@ class FileModel(RuleBasedStateMachine):
             return (root / path).read_bytes()
 
         self.both(f"save_then_truncate({path!r}, {len(data)} bytes, {size})", op)
+
+    @rule(
+        path=st.sampled_from(PATHS), data=DATA, modes=st.lists(st.sampled_from(MODES), max_size=2)
+    )
+    def save_then_chown_chmod(self, path: str, data: bytes, modes: list[int]) -> None:
+        """
+        pip's and rsync's pattern: attributes changed right after the
+        close, while the close's commit (and then the release's) may be in
+        flight.
+        """
+
+        def op(root: Path) -> tuple[int, int, int]:
+            fd = os.open(root / path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            for mode in modes:
+                os.chmod(root / path, mode)
+            os.chown(root / path, 7, 8)
+            info = os.stat(root / path)
+            return (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid)
+
+        self.both(f"save_then_chown_chmod({path!r}, {len(data)} bytes, {modes})", op)
 
     @rule(path=st.sampled_from(PATHS))
     def read(self, path: str) -> None:
