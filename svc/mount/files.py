@@ -51,7 +51,7 @@ from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
-from svc.mount.open_files import FileState, Handle, SpillWrite, WriteGrant
+from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.unanswered import replay_rename, send_setattr, take_replay
 from svc.mount.write_behind import WriteBehind
@@ -338,6 +338,8 @@ class FileOps:
         """
         try:
             state = self._writable_state(fh)
+            if offset + len(data) > MAX_FILE_BYTES:
+                raise FSError(errno.EFBIG, f"a file may hold at most {MAX_FILE_BYTES} bytes")
             if not state.lock.locked:
                 pending = state.begin_spill_write(offset, data)
                 if pending is not None:

@@ -44,7 +44,7 @@ from svc.mount.namespace_hand_off import (
     settle_rename,
     settle_unlink,
 )
-from svc.mount.open_files import FileState
+from svc.mount.open_files import MAX_FILE_BYTES, FileState
 from svc.mount.remote_values import RenameResult
 from svc.mount.unanswered import send_creation, send_removal, send_rename, send_setattr
 
@@ -245,6 +245,8 @@ class NamespaceOps:
                     raise FSError(errno.EINVAL, "size of a special file")
                 if changes.size < 0:
                     raise FSError(errno.EINVAL, "negative size")
+                if changes.size > MAX_FILE_BYTES:
+                    raise FSError(errno.EFBIG, f"a file may hold at most {MAX_FILE_BYTES} bytes")
                 await self._truncate(node, changes.size, caller)
             rest = attrs.evolve(changes, size=None)
             if rest != AttributeChanges():

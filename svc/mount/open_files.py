@@ -28,9 +28,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.buffer_pool import footprint
-from svc.chunking import ChunkRef
+from svc.chunking import MAX_CHUNK_SIZE, ChunkRef
 from svc.mount.extents import FileLayout, Source
-from svc.mount.remote import IChunkSource, gather
+from svc.mount.remote import MANIFEST_CHUNK_LIMIT, IChunkSource, gather
 from svc.mount.spill import MemorySpill, SpillDirectory, SpillFile
 from svc.mount.write_behind import WriteBehind
 from svc.worker import IWorker
@@ -39,6 +39,13 @@ _log = Logger()
 
 DEFAULT_MEMO_BYTES = 64 << 20
 """Chunk bytes kept in memory for reads (a few maximum-size chunks)."""
+
+MAX_FILE_BYTES = MANIFEST_CHUNK_LIMIT * MAX_CHUNK_SIZE
+"""
+The largest file a commit could name (12000 chunks of at most 16 MiB:
+187.5 GiB): a write or truncate beyond it fails C{EFBIG} at once, instead
+of being accepted and then refused whole by the write-back.
+"""
 
 READ_AHEAD_BYTES = 16 << 20
 """
@@ -203,6 +210,8 @@ class WriteGrant:
         to a spill file).
         """
         spill = self._spill
+        if offset + length > MAX_FILE_BYTES:
+            return False  # the reactor refuses it
         return not isinstance(spill, MemorySpill) or spill.fits(offset + length)
 
     def store(self, offset: int, data: bytes) -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import errno
 import os
 
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
-from svc.mount.attributes import AttributeChanges
+from svc.mount.attributes import AttributeChanges, Attributes
 from svc.mount.fs_context import FSSettings
-from svc.mount.open_files import SpillWrite, WriteGrant
+from svc.mount.open_files import MAX_FILE_BYTES, SpillWrite, WriteGrant
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
 MiB = 1 << 20
@@ -437,6 +438,38 @@ class TruncateTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"new", CALLER))
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
         self.assertEqual(self.fixture.mount().read_file("f"), b"new")
+
+    def test_beyond_the_largest_committable_file(self) -> None:
+        """
+        A truncate or write past MAX_FILE_BYTES (what one commit can name)
+        fails EFBIG at once, on the reactor and on the FUSE thread's grant
+        alike; the file keeps what it had, and up to the limit is allowed.
+        """
+        self.assertEqual(self.mount.errno(self._set_size(MAX_FILE_BYTES + 1)), errno.EFBIG)
+        fs = self.mount.fs
+        opened = self.mount.ok(fs.open(self.entry.ino, os.O_WRONLY, CALLER))
+        self.assertEqual(
+            self.mount.errno(fs.write(opened.fh, MAX_FILE_BYTES, b"x", CALLER)), errno.EFBIG
+        )
+        # A stored write (of the same byte) leaves a grant for the next one.
+        started = self.mount.ok(fs.start_write(opened.fh, MiB, self.data[MiB : MiB + 1], CALLER))
+        assert isinstance(started, SpillWrite)
+        started.store()
+        started.finish(True)
+        grant = fs.take_write_grant(opened.fh)
+        assert grant is not None
+        self.assertFalse(grant.accepts(MAX_FILE_BYTES - 1, 2))
+        self.assertTrue(grant.accepts(MAX_FILE_BYTES - 2, 2))
+        grant.give_back()
+        self.mount.ok(fs.release(opened.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), self.data)
+        empty = self.mount.write_file("empty", b"")
+        self.mount.ok(self._set_size(MAX_FILE_BYTES, empty.ino))  # all holes: 12000 zero chunks
+        self.assertEqual(self.fixture.mount().lookup_path("empty").attributes.size, MAX_FILE_BYTES)
+
+    def _set_size(self, size: int, ino: int | None = None) -> Deferred[Attributes]:
+        changes = AttributeChanges(size=size)
+        return self.mount.fs.setattr(self.entry.ino if ino is None else ino, changes, CALLER)
 
     def test_size_of_directory(self) -> None:
         """The size of a directory cannot be set (EISDIR)."""
