@@ -2,7 +2,8 @@
 C{svc audit tail}: print and follow the local audit log.
 
 Flags (filters AND together): C{--event NAME} (repeatable; any listed name
-matches), C{--lease-id HEX} (only lines carrying that C{lease_id}),
+matches; a name the specification does not have is a usage error),
+C{--lease-id HEX} (only lines carrying that C{lease_id}),
 C{--limit N} (print the last N matching lines), C{--follow} (keep streaming
 new matching lines; the default when neither C{--limit} nor C{--follow} is
 given, starting at the end of the file; with C{--limit}, after the last N),
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import BinaryIO, TextIO
 
+from svc.audit.names import EventName
 from svc.audit.reader import (
     LineFilter,
     LogFollower,
@@ -52,13 +54,29 @@ def _lease_id(text: str) -> str:
     return value
 
 
+def _event(text: str) -> str:
+    if text not in _EVENT_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"no such audit event: {text!r} (one of: {', '.join(sorted(_EVENT_NAMES))})"
+        )
+    return text
+
+
+_EVENT_NAMES = frozenset(name.value for name in EventName)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add C{svc audit tail} to the C{svc} command."""
     audit = subparsers.add_parser("audit", help="read the local audit log")
     commands = audit.add_subparsers(dest="audit_command", required=True)
     tail = commands.add_parser("tail", help="print and follow audit lines", description=__doc__)
     tail.add_argument(
-        "--event", action="append", default=[], metavar="NAME", help="repeatable event filter"
+        "--event",
+        action="append",
+        default=[],
+        type=_event,
+        metavar="NAME",
+        help="repeatable event filter (an event name of the specification)",
     )
     tail.add_argument("--lease-id", type=_lease_id, metavar="HEX", help="lease id filter")
     tail.add_argument("--limit", type=_limit, metavar="N", help="print the last N matching lines")

@@ -144,10 +144,12 @@ class TailTests(SynchronousTestCase):
         self.assertEqual(self.printed(), [2, 3, 4])
 
     def test_bad_flags(self) -> None:
-        """A non-hex lease id or a negative limit is a usage error."""
+        """A non-hex lease id, a negative limit or an unknown event name is a usage error."""
         usage = io.StringIO()
         with contextlib.redirect_stderr(usage):
             self.assertRaises(SystemExit, self.tail, "--lease-id", "xyz")
             self.assertRaises(SystemExit, self.tail, "--limit", "-1")
+            self.assertRaises(SystemExit, self.tail, "--event", "flsuh", "--limit", "1")
         self.assertIn("not a hex lease id", usage.getvalue())
         self.assertIn("must not be negative", usage.getvalue())
+        self.assertIn("no such audit event: 'flsuh'", usage.getvalue())
