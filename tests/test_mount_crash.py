@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -39,6 +40,30 @@ while True:
     os.rename(f"{folder}/generation.tmp", f"{folder}/generation")
 """
 """A program saving files atomically until its mount goes away under it."""
+
+
+SQLITE_WRITER = """
+import sqlite3, sys
+database, journal, synchronous, progress = sys.argv[1:5]
+connection = sqlite3.connect(database, isolation_level=None)
+connection.execute(f"PRAGMA journal_mode={journal}")
+connection.execute(f"PRAGMA synchronous={synchronous}")
+connection.execute("CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, body BLOB)")
+with open(progress, "a") as out:
+    row = 0
+    while True:
+        row += 1
+        connection.execute("BEGIN")
+        body = bytes([row % 251]) * (100 + row % 3000)
+        connection.execute("INSERT INTO rows VALUES (?, ?)", (row, body))
+        if row % 7 == 0:
+            connection.execute("DELETE FROM rows WHERE id = ?", (row - 5,))
+            connection.execute("INSERT INTO rows VALUES (?, ?)", (row - 5, b"again" * 50))
+        connection.execute("COMMIT")
+        out.write(f"{row}\\n")
+        out.flush()
+"""
+"""A program committing one row per transaction until its mount goes away under it."""
 
 
 def content(generation: int, index: int) -> bytes:
@@ -93,4 +118,63 @@ class MountCrashTests(MountStackCase):
             self.assertEqual(temporary, [expected])
             if saved < FILES:
                 self.assertEqual(self.pass_of(folder / expected, saved), done + 1)
+        self.unmount(again)
+
+    def test_sqlite_survives_with_a_prefix_of_its_transactions(self) -> None:
+        """
+        SQLite on the mount, killed mid-work in its default mode (rollback
+        journal, synchronous FULL) and in WAL with synchronous NORMAL: on a
+        new mount, recovery leaves a database whose integrity check passes
+        and whose rows are those of a prefix of the transactions; with FULL,
+        at least every transaction whose COMMIT returned (each waited for
+        its fsyncs, committed on the data plane).
+        """
+        for journal, synchronous in (("DELETE", "FULL"), ("WAL", "NORMAL")):
+            with self.subTest(journal=journal):
+                self.sqlite_crash(journal, synchronous)
+
+    def sqlite_crash(self, journal: str, synchronous: str) -> None:
+        mount = self.mount()
+        folder = self.mount_point / f"db-{journal.lower()}"
+        folder.mkdir()
+        progress = self.tmp / f"progress-{journal.lower()}"
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SQLITE_WRITER,
+                str(folder / "agent.db"),
+                journal,
+                synchronous,
+                str(progress),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(4)
+        finally:
+            os.kill(mount.process.pid, signal.SIGKILL)
+            mount.process.wait(30)
+            writer.wait(60)
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+        reported = int(progress.read_text().split()[-1])
+        self.assertGreater(reported, 10, "the writer committed some transactions")
+
+        again = self.mount(cache=mount.cache)
+        connection = sqlite3.connect(folder / "agent.db")
+        try:
+            self.assertEqual(connection.execute("PRAGMA integrity_check").fetchall(), [("ok",)])
+            rows = dict(connection.execute("SELECT id, body FROM rows").fetchall())
+        finally:
+            connection.close()
+        last = max(rows, default=0)
+        self.assertEqual(sorted(rows), list(range(1, last + 1)), "a prefix of the transactions")
+        for row, body in rows.items():
+            if row + 5 <= last and (row + 5) % 7 == 0:
+                self.assertEqual(body, b"again" * 50, row)
+            else:
+                self.assertEqual(body, bytes([row % 251]) * (100 + row % 3000), row)
+        if synchronous == "FULL":
+            self.assertGreaterEqual(last, reported, "every COMMIT that returned is kept")
         self.unmount(again)
