@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,42 @@ def git_add_commit(directory: Path) -> float | None:
     return time.perf_counter() - start
 
 
+SQLITE_COMMITS = 200
+
+SQLITE_MODES = {"delete_full": ("DELETE", "FULL"), "wal_normal": ("WAL", "NORMAL")}
+"""SQLite's default (rollback journal, synchronous FULL) and the mode the
+consistency guide recommends for databases that commit often."""
+
+
+def sqlite_commits(directory: Path) -> dict[str, float]:
+    """
+    Milliseconds per SQLite transaction of one 100-byte row (SQLITE_COMMITS
+    of them, one connection), in each of SQLITE_MODES: an agent's memory or
+    task database. Every commit syncs the journal and the database (FULL)
+    or only at checkpoints (WAL with NORMAL).
+    """
+    directory.mkdir()
+    found: dict[str, float] = {}
+    for label, (journal, synchronous) in SQLITE_MODES.items():
+        connection = sqlite3.connect(directory / f"{label}.db", isolation_level=None)
+        try:
+            connection.execute(f"PRAGMA journal_mode={journal}")
+            connection.execute(f"PRAGMA synchronous={synchronous}")
+            connection.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, body BLOB)")
+            start = time.perf_counter()
+            for row in range(SQLITE_COMMITS):
+                connection.execute("BEGIN")
+                connection.execute("INSERT INTO rows VALUES (?, ?)", (row, b"x" * 100))
+                connection.execute("COMMIT")
+            elapsed = time.perf_counter() - start
+            if connection.execute("PRAGMA integrity_check").fetchall() != [("ok",)]:
+                raise SystemExit(f"{directory}: {label} database fails its integrity check")
+        finally:
+            connection.close()
+        found[f"{label}_ms_per_commit"] = round(elapsed * 1000 / SQLITE_COMMITS, 3)
+    return found
+
+
 def run_target(
     directory: Path, data: memoryview, cold_prepare: Callable[[], None]
 ) -> dict[str, Any]:
@@ -261,6 +298,7 @@ def run_target(
     chmodded = chmod_after_close(directory / "chmod")
     saved = atomic_saves(directory / "saves")
     committed = git_add_commit(directory / "git")
+    databases = sqlite_commits(directory / "sqlite")
     mb = size / 1e6
     return {
         "write_mb_s": round(mb / write_s, 1),
@@ -274,6 +312,7 @@ def run_target(
         "chmod_after_close_s": round(chmodded, 3),
         "atomic_save_s": round(saved, 3),
         "git_add_commit_s": None if committed is None else round(committed, 3),
+        "sqlite": databases,
     }
 
 
@@ -472,6 +511,9 @@ def ratios(
         "target_write_vs_local": 0.3,
         "svc_cold_read_vs_local": ratio(mounted["cold_read_mb_s"], local["cold_read_mb_s"]),
     }
+    for label in SQLITE_MODES:
+        key = f"{label}_ms_per_commit"
+        found[f"svc_sqlite_{label}_vs_local"] = ratio(mounted["sqlite"][key], local["sqlite"][key])
     if rounds:
         found["svc_small_files_vs_bindfs_median_of_rounds"] = median(
             [entry["ratio"] for entry in rounds]
@@ -503,6 +545,11 @@ def ratios(
         found["svc_durable_close_small_files_vs_bindfs"] = ratio(
             durable["small_files"]["total_s"], bind["small_files"]["total_s"]
         )
+        for label in SQLITE_MODES:
+            key = f"{label}_ms_per_commit"
+            found[f"svc_sqlite_{label}_vs_bindfs"] = ratio(
+                mounted["sqlite"][key], bind["sqlite"][key]
+            )
     return found
 
 
