@@ -73,6 +73,32 @@ def content(generation: int, index: int) -> bytes:
 class MountCrashTests(MountStackCase):
     """A mount killed while a program saves files through it."""
 
+    def killed_under(
+        self, program: str, *arguments: str, folder: Path | None = None
+    ) -> tuple[Path, int | None]:
+        """
+        Start a mount (making C{folder} on it, if given), run C{program}
+        with C{arguments} on it for 4 seconds, then kill the mount with
+        C{SIGKILL} and unmount it: the crashed mount's cache directory, and
+        the program's exit status (its mount gone, it stops).
+        """
+        mount = self.mount()
+        if folder is not None:
+            folder.mkdir()
+        running = subprocess.Popen(
+            [sys.executable, "-c", program, *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(4)
+        finally:
+            os.kill(mount.process.pid, signal.SIGKILL)
+            mount.process.wait(30)
+            running.wait(60)
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+        return mount.cache, running.returncode
+
     def pass_of(self, path: Path, index: int) -> int:
         """The pass whose whole content C{path} holds (a torn file fails the test)."""
         data = path.read_bytes()
@@ -87,22 +113,9 @@ class MountCrashTests(MountStackCase):
         interrupted are saved up to some file and not after it; the only
         temporary file left, if any, is the next one's, whole.
         """
-        mount = self.mount()
-        cache = mount.cache
         folder = self.mount_point / "saves"
-        saver = subprocess.Popen(
-            [sys.executable, "-c", SAVER, str(folder), str(FILES)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            time.sleep(4)
-        finally:
-            os.kill(mount.process.pid, signal.SIGKILL)
-            mount.process.wait(30)
-            saver.wait(60)  # its mount is gone: it fails
-            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
-        self.assertNotEqual(saver.returncode, 0)
+        cache, status = self.killed_under(SAVER, str(folder), str(FILES))
+        self.assertNotEqual(status, 0, "its mount is gone: it fails")
 
         again = self.mount(cache=cache)
         names = set(os.listdir(folder))
@@ -134,35 +147,17 @@ class MountCrashTests(MountStackCase):
                 self.sqlite_crash(journal, synchronous)
 
     def sqlite_crash(self, journal: str, synchronous: str) -> None:
-        mount = self.mount()
         folder = self.mount_point / f"db-{journal.lower()}"
-        folder.mkdir()
         progress = self.tmp / f"progress-{journal.lower()}"
-        writer = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                SQLITE_WRITER,
-                str(folder / "agent.db"),
-                journal,
-                synchronous,
-                str(progress),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        database = folder / "agent.db"
+        cache, _status = self.killed_under(
+            SQLITE_WRITER, str(database), journal, synchronous, str(progress), folder=folder
         )
-        try:
-            time.sleep(4)
-        finally:
-            os.kill(mount.process.pid, signal.SIGKILL)
-            mount.process.wait(30)
-            writer.wait(60)
-            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
         reported = int(progress.read_text().split()[-1])
         self.assertGreater(reported, 10, "the writer committed some transactions")
 
-        again = self.mount(cache=mount.cache)
-        connection = sqlite3.connect(folder / "agent.db")
+        again = self.mount(cache=cache)
+        connection = sqlite3.connect(database)
         try:
             self.assertEqual(connection.execute("PRAGMA integrity_check").fetchall(), [("ok",)])
             rows = dict(connection.execute("SELECT id, body FROM rows").fetchall())
