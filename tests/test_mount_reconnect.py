@@ -159,10 +159,7 @@ class MountReconnectTests(MountStackCase):
             stdout=subprocess.PIPE,
         )
         try:
-            for _ in range(3):
-                time.sleep(2)
-                self.kill_dataplane()
-                self.start_dataplane()
+            self.crash_dataplane_three_times()
             # The pass the last crash interrupted is the last one: its saves
             # were handed off when the crash took their answers.
         finally:
@@ -175,6 +172,13 @@ class MountReconnectTests(MountStackCase):
         fresh = self.mount(cache=self.tmp / "fresh-cache")
         self.assert_saved(Path(self.mount_point / "saves"))
         self.unmount(fresh)
+
+    def crash_dataplane_three_times(self) -> None:
+        """Every 2 seconds, kill the data plane with SIGKILL and start it again; three times."""
+        for _ in range(3):
+            time.sleep(2)
+            self.kill_dataplane()
+            self.start_dataplane()
 
     def picture_of(self, root: Path) -> dict[str, str]:
         """What the tree under C{root} holds, as L{tests.crash_workload} pictures it."""
@@ -203,10 +207,7 @@ class MountReconnectTests(MountStackCase):
             [sys.executable, str(WORKLOAD), str(root), str(stop), "7", str(result)]
         )
         try:
-            for _ in range(3):
-                time.sleep(2)
-                self.kill_dataplane()
-                self.start_dataplane()
+            self.crash_dataplane_three_times()
         finally:
             stop.touch()
             workload.wait(120)
