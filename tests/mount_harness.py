@@ -24,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from blake3 import blake3
+from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 
+from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
+from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT, http
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +76,23 @@ def audit_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+async def connect_enrolled(enrollment: dict[str, Any]) -> DataPlaneClient:
+    """
+    A data-plane connection with the credentials of an enrollment (the body
+    of a C{POST /agent/enroll} answer), admitted by the server.
+    """
+    chain = certs_from_pem(enrollment["ca_chain_pem"].encode())
+    tls = client_tls_options(
+        cert_from_pem(enrollment["client_cert_pem"].encode()),
+        key_from_pem(enrollment["client_key_pem"].encode()),
+        chain[:-1],
+        chain[-1],
+        enrollment["server_name"],
+    )
+    host, port = enrollment["server_addr"].rsplit(":", 1)
+    return await connect_dataplane(reactor, (host, int(port)), tls)
 
 
 class Mount:
@@ -164,6 +185,13 @@ class MountStackCase(TestCase):
         self.assertEqual(status, 200, minted)
         token: str = minted["token"]
         return token
+
+    def enroll(self) -> dict[str, Any]:
+        """Another enrollment of the demo agent (its certificate and the server's address)."""
+        status, body = http("POST", self.control_url + "/agent/enroll", None, self.enroll_token())
+        self.assertEqual(status, 200, body)
+        enrollment: dict[str, Any] = body
+        return enrollment
 
     # Mounts
 

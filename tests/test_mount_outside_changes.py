@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.parse
 from http.client import HTTPConnection
 from typing import Any
 
+from twisted.internet.threads import deferToThread
+
 from svc.quickstart import DEMO_AGENT, DEMO_OWNER, Stack
-from tests.mount_harness import MountStackCase
+from tests.mount_harness import MountStackCase, connect_enrolled
 
 WAIT_SECONDS = 15.0
 
@@ -129,3 +132,70 @@ class OwnerRevertTests(MountStackCase):
         self.wait_for(exists, "yes\n", mount)
         self.assertEqual(self.sh("cat notes.txt", mount), "first\n")
         self.unmount(mount)
+
+
+HOLDER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+os.pwrite(fd, b"MINE", 0)
+print("written", flush=True)
+sys.stdin.readline()
+os.pwrite(fd, b"MORE", 4)
+os.close(fd)
+print("closed", flush=True)
+"""
+"""Opens a file for writing, writes, waits for a line, writes again and closes."""
+
+
+class WriteLeaseTests(MountStackCase):
+    """
+    The mount's write lease on a file a program has open for writing, asked
+    for by another connection of the agent (its own certificate).
+    """
+
+    async def test_asked_back_after_writing_back_and_taken_again(self) -> None:
+        """
+        Asked for the lease, the mount commits the open file's changes
+        before yielding it; the program's later close waits for the lease
+        to come back (the other connection releases it when asked), then
+        commits. Nothing is lost and no conflict copy is made.
+        """
+        mount = self.mount()
+        self.sh("printf 'version one' > f", mount)
+        program = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(self.mount_point / "f")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.addCleanup(program.kill)
+        assert program.stdin is not None and program.stdout is not None
+        self.assertEqual(program.stdout.readline(), "written\n")
+        client = await connect_enrolled(self.enroll())
+        self.addCleanup(client.close)
+        path = f"/{DEMO_AGENT}/f"
+
+        async def content() -> bytes:
+            reply = await client.call("manifest_get", {"path": path, "inline_max": 4096})
+            return bytes(reply.raw)
+
+        self.assertEqual(await content(), b"version one")
+
+        def yield_when_asked(op: str, payload: Any, raw: bytes) -> None:
+            if op == "lease_revoke":
+                client.call("lease_release", {"lease_id": payload["lease_id"]})
+
+        client.on_push(yield_when_asked)
+        granted = await client.call("lease_grant", {"path": path, "mode": "write", "wait": True})
+        self.assertTrue(granted.payload["granted"], granted.payload)
+        self.assertEqual(await content(), b"MINEion one", "committed before the lease was yielded")
+
+        program.stdin.write("go\n")
+        program.stdin.flush()
+        closed = await deferToThread(program.stdout.readline)
+        self.assertEqual(closed, "closed\n")
+        self.assertEqual(await deferToThread(program.wait, 60), 0)
+        self.assertEqual(await content(), b"MINEMOREone")
+        self.assertNotIn(".conflict-", self.sh("ls", mount))
+        events = [line["event"] for line in mount.audit_lines()]
+        self.assertNotIn("lease_denied", events)

@@ -20,12 +20,11 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from svc.chunking import chunk_bytes
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane.client import DataPlaneClient
 from svc.dataplane.client_errors import RemoteError
-from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
-from svc.pki.tls import client_tls_options
 from svc.quickstart import Stack, http, sdk_client, start_processes, wait_until
 from svc.wire.errno import WireErrno
+from tests.mount_harness import connect_enrolled
 
 OWNER = "budget-owner"
 AGENT = "budget-agent"
@@ -98,18 +97,6 @@ class BudgetBeforePlacementTests(TestCase):
         enrollment: dict[str, Any] = wait_until("enrollment", enrolled)
         return enrollment
 
-    async def connect(self, enrollment: dict[str, Any]) -> DataPlaneClient:
-        chain = certs_from_pem(enrollment["ca_chain_pem"].encode())
-        tls = client_tls_options(
-            cert_from_pem(enrollment["client_cert_pem"].encode()),
-            key_from_pem(enrollment["client_key_pem"].encode()),
-            chain[:-1],
-            chain[-1],
-            enrollment["server_name"],
-        )
-        host, port = enrollment["server_addr"].rsplit(":", 1)
-        return await connect_dataplane(reactor, (host, int(port)), tls)
-
     async def upload_refused(self, client: DataPlaneClient) -> bool:
         """Whether C{chunk_put} of new bytes (one chunk over the budget) is EDQUOT."""
         data = os.urandom(CHUNK)
@@ -124,7 +111,7 @@ class BudgetBeforePlacementTests(TestCase):
 
     async def refused_within(self, enrollment: dict[str, Any], seconds: float) -> bool:
         """Whether uploads start being refused with EDQUOT within C{seconds}."""
-        client = await self.connect(enrollment)
+        client = await connect_enrolled(enrollment)
         try:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:

@@ -20,6 +20,12 @@ is sent once more: if the first ran, the compare-and-swap refuses the
 second, and a current version with exactly the committed content, size and
 mtime is adopted as the commit (no second version is made).
 
+On C{ESTALE} with C{details.reason} C{lease_conflict} (another connection
+holds the path's write lease), C{wait_for_lease} is called once first: it
+asks for the lease waiting in the path's queue, so the holder is asked to
+yield (``mount-consistency.md`` section 6); the rule above then applies to
+what the path holds once the lease is ours (or not had).
+
 On C{EINVAL} with C{details.missing} (a chunk the server no longer shows
 this connection, e.g. after a reconnect), the missing chunks are read back
 from the content, uploaded, and the put retried once.
@@ -165,6 +171,7 @@ async def commit(
     read: Reader,
     max_retries: int = DEFAULT_MAX_CAS_RETRIES,
     moved: Callable[[], bool] = lambda: False,
+    wait_for_lease: Callable[[], Deferred[bool]] | None = None,
 ) -> Committed | Conflict:
     """
     Commit C{request}; see the module docstring. C{read} reads the new
@@ -172,6 +179,8 @@ async def commit(
     C{manifest_put} is sent before waiting for C{uploader}'s uploads still
     in flight (L{ChunkUploader.settle}). C{moved()} says whether the file
     no longer has C{request.path} (then a refused put is not retried).
+    C{wait_for_lease()} takes the path's write lease, waiting for its
+    holder to yield, and fires whether it is held.
 
     @raise RemoteFailure: any other failure of the put.
     """
@@ -232,6 +241,7 @@ async def commit(
                 continue
             if failure.wire is not WireErrno.ESTALE:
                 raise
+            wait_for_lease = await _lease_waited(failure, wait_for_lease)
             current = await _current(remote, request.path)
             if resent and current is not None and _ours(current, request):
                 uploader.inline_stored(inline)
@@ -246,6 +256,19 @@ async def commit(
             return _conflict(failure, current, request, retries)
         uploader.inline_stored(inline)
         return Committed(result.version, retries, result.inode, result.ctime_ns)
+
+
+async def _lease_waited(
+    failure: RemoteFailure, wait_for_lease: Callable[[], Deferred[bool]] | None
+) -> Callable[[], Deferred[bool]] | None:
+    """
+    Wait for the write lease when C{failure} says another connection holds
+    it; what is left to call next time (L{None} once called: only once).
+    """
+    if wait_for_lease is None or failure.details.get("reason") != "lease_conflict":
+        return wait_for_lease
+    await wait_for_lease()
+    return None
 
 
 def _conflict(

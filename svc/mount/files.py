@@ -33,7 +33,7 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
-from svc.audit.events import CallerProcess
+from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.audit.names import EventName
 from svc.chunking import MAX_CHUNK_SIZE, chunk_hash
 from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
@@ -75,6 +75,39 @@ class FileOps:
         self._hand_offs = HandOffs(
             durable_close=context.settings.durable_close, quota=context.quota
         )
+        context.leases.on_yield(self._yield_file)
+
+    def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool]:
+        """
+        A commit of C{state} at server path C{path} met another connection's
+        write lease: take it, waiting for the holder to yield.
+        """
+
+        def held(granted: bool) -> bool:
+            if granted:
+                state.uncached = False
+            return granted
+
+        return self._ctx.leases.wait_for(state.ino, path).addCallback(held)
+
+    def _yield_file(self, ino: int) -> Deferred[None]:
+        """
+        The data plane asks back the write lease of C{ino}'s open file:
+        write its changes back first; it is written uncached afterwards.
+        """
+        state = self._ctx.files.state(ino)
+        if state is None:
+            return succeed(None)
+
+        async def yielding() -> None:
+            self._hand_offs.started()
+            try:
+                await self.write_back(state, NO_PROCESS)
+            finally:
+                state.uncached = True
+                self._hand_offs.finished()
+
+        return Deferred.fromCoroutine(yielding())
 
     def write_backs_settled(self) -> Deferred[None]:
         """
@@ -195,11 +228,19 @@ class FileOps:
                     ctx.check_write(rel)
             elif rel is not None:
                 ctx.check_read(rel, directory=False)
-            if state is None:
-                assert rel is not None
-                state = await self._load_state(node, rel)
-            handle = ctx.files.open(state, writable)
+            leased = await self._write_lease(node, rel, caller) if writable else None
+            try:
+                if state is None or leased is False:
+                    assert rel is not None
+                    state = await self._load_state(node, rel, fresh=leased is False)
+                handle = ctx.files.open(state, writable)
+            except BaseException:
+                if ctx.files.state(ino) is None:
+                    ctx.leases.release(ino)  # no open state to give it back
+                raise
             state = handle.state  # one opened meanwhile on a FUSE thread, perhaps
+            if leased is not None:
+                state.uncached = not leased
             keep_cache = node.kernel_version == state.version
             node.kernel_version = state.version
             if writable and flags & os.O_TRUNC and state.size:
@@ -244,8 +285,30 @@ class FileOps:
         ctx.audit.simple(EventName.OPEN, rel, caller, size=state.size)
         return OpenResult(handle.fh, keep_cache)
 
-    async def _load_state(self, node: Node, rel: str) -> FileState:
+    async def _write_lease(self, node: Node, rel: str | None, caller: CallerProcess) -> bool | None:
+        """
+        Take the write lease of a file opened for writing that exists on the
+        data plane (L{svc.mount.write_leases}): whether it is held, L{None}
+        when none is asked for (a pending or unlinked file, or leases turned
+        off in the settings). A refusal is
+        audited C{lease_denied}.
+        """
         ctx = self._ctx
+        if rel is None or node.pending or not ctx.settings.write_leases:
+            return None
+        if await ctx.leases.acquire(node.ino, ctx.server_path(rel)):
+            return True
+        ctx.audit.simple(EventName.LEASE_DENIED, rel, caller)
+        return False
+
+    async def _load_state(self, node: Node, rel: str, *, fresh: bool = False) -> FileState:
+        """
+        The open state of C{node}: an open one, or a new one over its chunk
+        list (fetched when not cached for its version, or when C{fresh}).
+        """
+        ctx = self._ctx
+        if fresh and ctx.files.state(node.ino) is None:
+            node.chunks = None
         if node.chunks is None or node.chunks_version != node.attributes.version:
             manifest = await ctx.remote.manifest_get(
                 ctx.server_path(rel), inline_max=ctx.inline_reads.inline_max()
@@ -544,8 +607,12 @@ class FileOps:
         state = self._handle(fh).state
         node = ctx.table.get(state.ino)
         due = state.dirty or (node is not None and node.pending)
-        if due and await self._hand_offs.allowed(
-            state.size, read_only=ctx.read_only_reason is not None
+        if (
+            due
+            and not state.uncached
+            and await self._hand_offs.allowed(
+                state.size, read_only=ctx.read_only_reason is not None
+            )
         ):
             await self._hand_offs.hand_off(
                 state.ino, state.size, partial(self.write_back, state, caller)
@@ -590,6 +657,7 @@ class FileOps:
         except FSError as error:
             failure = error
         if ctx.files.retire_if_idle(state):
+            ctx.leases.release(state.ino)
             node = ctx.table.get(state.ino)
             discarded = state.dirty
             if discarded:
@@ -737,6 +805,11 @@ class FileOps:
                     read=state.read,
                     max_retries=ctx.settings.max_cas_retries,
                     moved=lambda: ctx.table.path_of(node) != rel,
+                    wait_for_lease=(
+                        partial(self._wait_for_lease, state, request.path)
+                        if ctx.settings.write_leases
+                        else None
+                    ),
                 )
             )
             settled = ctx.namespace_lock.commit_sent()

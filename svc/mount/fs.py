@@ -24,6 +24,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent, CallerProcess
+from svc.dataplane.protocol import DataPlaneClock
 from svc.mount.attributes import (
     AttributeChanges,
     Attributes,
@@ -66,6 +67,7 @@ class MountFS:
         spill_dir: Path,
         worker: IWorker,
         now: Callable[[], float],
+        clock: DataPlaneClock,
         emit: Callable[[AuditEvent], object],
         spill_worker: IWorker | None = None,
         policy: PathPolicy = UNRESTRICTED,
@@ -86,6 +88,7 @@ class MountFS:
             worker of its own keeps an application's writes from queueing
             behind the write-behind's chunking and hashing.
         @param now: seconds since the epoch (C{reactor.seconds}).
+        @param clock: schedules the refreshes of the files' write leases.
         @param emit: writes one audit line.
         @param quota: fires with the disk's grant and usage, for C{statfs}.
         @param invalidate: told the FUSE inode number whose content changed
@@ -106,6 +109,7 @@ class MountFS:
             worker=worker,
             spill_worker=spill_worker,
             now=now,
+            clock=clock,
             emit=emit,
             policy=policy,
             quota=quota,
@@ -154,6 +158,17 @@ class MountFS:
         touched the cache.
         """
         return apply_outside_changes(self._ctx, paths, session_id)
+
+    def lease_revoked(self, lease_id: str) -> None:
+        """
+        The data plane asks a file's write lease back: its changes are
+        written back, then the lease is released (L{svc.mount.write_leases}).
+        """
+        self._ctx.leases.revoked(lease_id)
+
+    def stop_leases(self) -> None:
+        """Stop refreshing write leases (shutdown: closing the connection ends them)."""
+        self._ctx.leases.close()
 
     @property
     def open_handles(self) -> int:

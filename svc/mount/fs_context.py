@@ -17,6 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
+from svc.dataplane.protocol import DataPlaneClock
 from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
 from svc.mount.client_audit import ClientAudit
 from svc.mount.errors import FSError, RemoteFailure
@@ -27,6 +28,7 @@ from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
 from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
+from svc.mount.write_leases import WriteLeases
 from svc.mount.writeback import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_INLINE_MAX_BYTES,
@@ -64,6 +66,9 @@ class FSSettings:
     """Files whose write-behind may run at once (0 turns write-behind off)."""
     write_behind_lead_bytes: int = DEFAULT_LEAD_BYTES
     """How far a new file must extend past a write-behind cut's window before the cut."""
+    write_leases: bool = True
+    """Whether files opened for writing take their path's data-plane write
+    lease (``docs/specifications/mount-consistency.md`` section 6)."""
     durable_close: bool = False
     """Whether C{close} (FUSE C{flush}) waits for its commit's answer, and
     C{unlink}, C{rmdir} and C{rename} for their own; by default they may
@@ -122,6 +127,7 @@ class FSContext:
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
+        clock: DataPlaneClock,
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
     ) -> None:
@@ -150,6 +156,7 @@ class FSContext:
         self.inline_reads = InlineReads(self.settings.inline_read_bytes)
         self.namespace_lock = NamespaceLock()
         self.read_only_reason: str | None = None
+        self.leases = WriteLeases(remote, clock, lambda: self.session_id)
         self._table: InodeTable | None = None
 
     # Set-up

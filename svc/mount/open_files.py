@@ -292,6 +292,10 @@ class FileState:
         the file is then renamed to its own name. Set when neither the save's
         commit nor its rename over an existing file reached the server
         (``mount-consistency.md`` section 2.6).
+    @ivar uncached: the file's write lease was refused at an open for
+        writing (another connection holds it): its closes wait for their
+        commits' answers until a lease is held (``mount-consistency.md``
+        section 6).
     """
 
     def __init__(
@@ -315,6 +319,7 @@ class FileState:
         self.handles = 0
         self.commits_in_flight = 0
         self.replay_via: tuple[int, str] | None = None
+        self.uncached = False
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
         self._grant_guard = threading.Lock()

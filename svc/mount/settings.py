@@ -61,13 +61,18 @@ class MountSettings:
     Every C{close}, C{unlink}, C{rmdir} and C{rename} waits for its answer
     (L{svc.mount.fs.FSSettings}).
     """
+    write_leases: bool = True
+    """
+    Files opened for writing take their path's data-plane write lease
+    (L{svc.mount.fs.FSSettings}).
+    """
     workers: int = DEFAULT_WORKERS
     timeouts: BridgeTimeouts = BridgeTimeouts()
 
     @property
     def fs_settings(self) -> FSSettings:
         """The filesystem core's tunables these settings choose."""
-        return FSSettings(durable_close=self.durable_close)
+        return FSSettings(durable_close=self.durable_close, write_leases=self.write_leases)
 
     @property
     def spill_dir(self) -> Path:
@@ -139,5 +144,6 @@ def settings_from(
         allow_other=_flag(merged.get("SVC_MOUNT_ALLOW_OTHER", "")),
         force=_flag(merged.get("SVC_MOUNT_FORCE", "")),
         durable_close=_flag(merged.get("SVC_DURABLE_CLOSE", "")),
+        write_leases=_flag(merged.get("SVC_MOUNT_WRITE_LEASES") or "1"),
         workers=workers,
     )

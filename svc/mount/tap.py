@@ -39,6 +39,7 @@ from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, SettingsError, settings_from
 from svc.mount.start_retry import until_answered
+from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
 from svc.policy import UNRESTRICTED, load_policy_file
 from svc.worker import ThreadWorker
@@ -80,6 +81,12 @@ class Options(usage.Options):
             None,
             "Make every close, unlink, rmdir and rename wait for its answer ($SVC_DURABLE_CLOSE).",
         ],
+        [
+            "no-write-leases",
+            None,
+            "Take no data-plane write leases for files opened for writing"
+            " ($SVC_MOUNT_WRITE_LEASES=0).",
+        ],
     ]
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
@@ -98,6 +105,8 @@ class Options(usage.Options):
             overrides["SVC_MOUNT_FORCE"] = "1"
         if self["durable-close"]:
             overrides["SVC_DURABLE_CLOSE"] = "1"
+        if self["no-write-leases"]:
+            overrides["SVC_MOUNT_WRITE_LEASES"] = "0"
         try:
             self.settings = settings_from(self._environ, overrides)
         except SettingsError as error:
@@ -236,6 +245,7 @@ class MountService(Service):
             worker=self._worker,
             spill_worker=self._spill_worker,
             now=reactor.seconds,
+            clock=reactor,
             emit=self._emit,
             policy=policy,
             invalidate=notices.invalidate,
@@ -246,8 +256,10 @@ class MountService(Service):
         )
         await self._fs.start()
         # The owner's reverts and other connections of this agent: forget
-        # what they changed (mount-consistency.md section 6).
+        # what they changed (mount-consistency.md section 7).
         self._dataplane.on_push(changed_pushes(self._fs.outside_changed))
+        # Write leases asked back: write the file back, then yield.
+        self._dataplane.on_push(revoke_pushes(self._fs.lease_revoked))
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)
         self._loop = FuseLoop(
             reactor,
@@ -332,6 +344,8 @@ class MountService(Service):
         if self._fs is not None and self._bridge is not None:
             failed = await sync_all(self._fs, self._bridge.open_handles())
             _log.info("wrote back open files before unmounting ({failed} failed)", failed=failed)
+        if self._fs is not None:
+            self._fs.stop_leases()
         if self._loop is not None:
             await self._loop.unmount()
         if self._creds is not None and self._control is not None:

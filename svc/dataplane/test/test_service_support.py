@@ -108,6 +108,10 @@ class ManualWorker:
                 done.callback(result)
 
 
+LEASE_TIMINGS = LeaseTimings(ttl=60.0, revoke_timeout=10.0, wait_margin=5.0)
+"""The lease table's timings in L{ServiceFixture}."""
+
+
 class RecordingSink:
     """An L{IConnectionSink} that records pushes and disconnections."""
 
@@ -203,7 +207,7 @@ class ServiceFixture:
                 io_worker or ImmediateWorker(),
                 on_revoke,
                 on_event,
-                lease_timings=LeaseTimings(ttl=60.0, revoke_timeout=10.0, wait_margin=5.0),
+                lease_timings=LEASE_TIMINGS,
             ),
             audit_emit=self.audit.append,
             metrics=self.metrics,

@@ -45,6 +45,19 @@ class SettingsTests(SynchronousTestCase):
         assert options.settings is not None
         self.assertTrue(options.settings.durable_close)
 
+    def test_write_leases(self) -> None:
+        """Write leases are on unless SVC_MOUNT_WRITE_LEASES is off or --no-write-leases given."""
+        self.assertTrue(settings_from(ENV).fs_settings.write_leases)
+        self.assertTrue(settings_from({**ENV, "SVC_MOUNT_WRITE_LEASES": ""}).write_leases)
+        off = settings_from({**ENV, "SVC_MOUNT_WRITE_LEASES": "0"})
+        self.assertFalse(off.fs_settings.write_leases)
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        options = Options(environ=dict(ENV))
+        options.parseOptions(["--mount-point", str(elsewhere), "--no-write-leases"])
+        assert options.settings is not None
+        self.assertFalse(options.settings.fs_settings.write_leases)
+
     def test_default_cache_root(self) -> None:
         """Without SVC_CACHE_DIR the cache is the spec's $XDG_CACHE_HOME/svc, else ~/.cache/svc."""
         self.assertEqual(settings_from(ENV).chunk_dir, Path("/home/agent/.cache/svc"))

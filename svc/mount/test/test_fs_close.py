@@ -280,11 +280,16 @@ class NothingToFlushTests(SynchronousTestCase):
 
 
 class HandOffFailureTests(SynchronousTestCase):
-    """A write-back that fails after its close returned."""
+    """
+    A write-back that fails after its close returned. The mount takes no
+    write leases here, so that another connection's commit can come
+    between its open and its close (with leases, the other would wait for
+    the mount's lease, and the mount would commit before yielding it).
+    """
 
     def setUp(self) -> None:
         self.fixture = FSFixture(self)
-        self.mount = self.fixture.mount()
+        self.mount = self.fixture.mount(settings=FSSettings(write_leases=False))
         self.entry = self.mount.write_file("f", b"version one")
         self.opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
         self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))

@@ -14,19 +14,30 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.dataplane.test.test_service_support import LEASE_TIMINGS
 from svc.mount.test.test_fs_support import CALLER, FSFixture
 
 
 class ConflictTests(SynchronousTestCase):
-    """Another writer changes a file while this mount has it open and dirty."""
+    """
+    Another writer changes a file while this mount has it open and dirty:
+    it held the path's write lease when the mount opened the file (so the
+    mount's was refused, L{svc.mount.test.test_fs_write_leases}), and
+    gives it back after its change.
+    """
 
     def setUp(self) -> None:
         self.fixture = FSFixture(self)
         self.mount = self.fixture.mount()
         self.entry = self.mount.write_file("f", b"version one")
         self.other = self.fixture.service.agent()
+        granted = self.other.ok("lease_grant", path="/agent-1/f", mode="write")
+        self.lease_id = granted["lease_id"]
         self.opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
         self.mount.ok(self.mount.fs.write(self.opened.fh, 0, b"MINE", CALLER))
+
+    def lease_given_back(self) -> None:
+        self.other.ok("lease_release", lease_id=self.lease_id)
 
     def flush_errno(self) -> int:
         return self.mount.errno(self.mount.fs.fsync(self.opened.fh, False, CALLER))
@@ -38,6 +49,7 @@ class ConflictTests(SynchronousTestCase):
         """A different content wins at the path; ours becomes a conflict copy; ESTALE."""
         theirs = self.fixture.session(1)
         self.other.put_file("f", b"their version", expected_version=2, session_id=theirs)
+        self.lease_given_back()
         self.assertEqual(self.flush_errno(), errno.ESTALE)
         [copy] = self.copies()
         self.assertTrue(copy.startswith("f.conflict-"))
@@ -67,6 +79,7 @@ class ConflictTests(SynchronousTestCase):
     def test_compatible_change_is_retried(self) -> None:
         """A new version with the content we started from is overwritten after a retry."""
         self.other.put_file("f", b"version one", expected_version=2)
+        self.lease_given_back()
         self.mount.ok(self.mount.fs.flush(self.opened.fh, CALLER))
         line = self.mount.events("flush")[-1]
         self.assertTrue(line.allowed)
@@ -78,6 +91,7 @@ class ConflictTests(SynchronousTestCase):
     def test_deleted_by_another_writer(self) -> None:
         """A file removed meanwhile is not recreated: ours is saved as a copy."""
         self.other.ok("manifest_delete", path="/agent-1/f")
+        self.lease_given_back()
         self.assertEqual(self.flush_errno(), errno.ESTALE)
         [copy] = self.copies()
         self.assertEqual(self.fixture.mount().read_file(copy), b"MINEion one")
@@ -86,15 +100,30 @@ class ConflictTests(SynchronousTestCase):
         self.assertNotIn("f", self.mount.names(""))
 
     def test_lease_held_elsewhere(self) -> None:
-        """A write lease held by another connection: bounded retries, then a copy."""
-        granted = self.other.ok("lease_grant", path="/agent-1/f", mode="write")
-        self.assertTrue(granted["granted"])
-        self.assertEqual(self.flush_errno(), errno.ESTALE)
+        """
+        A write lease still held by another connection: the commit waits for
+        it (the holder is asked to yield, and dropped at its revoke
+        deadline), then commits; no conflict copy.
+        """
+        synced = self.mount.fs.fsync(self.opened.fh, False, CALLER)
+        self.assertNoResult(synced)
+        [revoke] = [push for push in self.other.sink.pushes if push[0] == "lease_revoke"]
+        self.assertEqual(revoke[1]["lease_id"], self.lease_id)
+        self.fixture.service.clock.advance(LEASE_TIMINGS.revoke_timeout)
+        self.mount.ok(synced)
         line = self.mount.events("flush")[-1]
-        self.assertEqual(line.get("recovery_kind"), "lease_conflict")
-        self.assertEqual(line.get("cas_retries"), 3)
-        self.assertEqual(len(self.copies()), 1)
-        self.assertEqual(self.fixture.mount().read_file("f"), b"version one")
+        self.assertTrue(line.allowed)
+        self.assertEqual(line.get("cas_retries"), 1)
+        self.assertEqual(self.copies(), [])
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
+    def test_lease_given_back_while_waiting(self) -> None:
+        """The holder yields when asked: the waiting commit goes through at once."""
+        synced = self.mount.fs.fsync(self.opened.fh, False, CALLER)
+        self.assertNoResult(synced)
+        self.lease_given_back()
+        self.mount.ok(synced)
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
 
 
 class LostAnswerTests(SynchronousTestCase):

@@ -28,6 +28,7 @@ from svc.mount.fs import FSSettings, MountFS
 from svc.mount.inodes import ROOT_INODE
 from svc.mount.local_connection import LocalConnection
 from svc.mount.remote import Remote
+from svc.mount.write_leases import revoke_pushes
 from svc.pki.identity import AgentIdentity
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.testing.worker import ImmediateWorker
@@ -202,6 +203,7 @@ class Mount:
             spill_dir=self.spill_dir,
             worker=ImmediateWorker(),
             now=lambda: fixture.service.clock.seconds() + clock_ahead,
+            clock=fixture.service.clock,
             emit=self.audit.append,
             policy=policy,
             invalidate=self.invalidated.append,
@@ -210,6 +212,7 @@ class Mount:
             settings=settings,
             quota=quota,
         )
+        self.connection.on_push(revoke_pushes(self.fs.lease_revoked))
         self.ok(self.fs.start())
 
     # Unwrapping

@@ -68,10 +68,16 @@ class OutsideChangeTests(SynchronousTestCase):
         self.assertEqual(self.mount.names("d"), [])
 
     def test_open_changes_are_kept_as_a_conflict_copy(self) -> None:
-        """A file open and written here keeps the program's bytes: its write-back conflicts."""
+        """
+        A file open and written here keeps the program's bytes: its
+        write-back conflicts. (The other connection held the write lease
+        when the file was opened here, and gives it back after its change.)
+        """
+        granted = self.other.ok("lease_grant", path="/agent-1/d/f", mode="write")
         opened = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER))
         self.mount.ok(self.mount.fs.write(opened.fh, 0, b"MINE", CALLER))
         self.other.put_file("d/f", b"their version", expected_version=1, session_id=self.theirs)
+        self.other.ok("lease_release", lease_id=granted["lease_id"])
         self.told("d/f")
         self.assertEqual(
             self.mount.ok(self.mount.fs.getattr(self.entry.ino, CALLER)).size,

@@ -1,0 +1,190 @@
+"""
+Tests for the mount's per-path write leases (L{svc.mount.write_leases},
+``docs/specifications/mount-consistency.md`` section 6), against the real
+data-plane service and its lease table: taken by an open for writing of a
+file on the data plane, shared by its handles, refreshed, given back at the
+last close, yielded after a write-back when asked, taken again after it was
+lost; a refusal is audited C{lease_denied} and the file written uncached.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.dataplane.test.test_service_support import LEASE_TIMINGS
+from svc.mount.fs import FSSettings
+from svc.mount.test.test_fs_close import create
+from svc.mount.test.test_fs_support import CALLER, FSFixture
+from svc.mount.write_leases import revoke_pushes
+
+PATH = "/agent-1/f"
+
+
+class WriteLeaseTests(SynchronousTestCase):
+    """A file of the disk, opened for writing by this mount and by another connection."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.service = self.fixture.service
+        self.mount = self.fixture.mount()
+        self.entry = self.mount.write_file("f", b"version one")
+        self.other = self.service.agent()
+
+    def held(self) -> bool:
+        """Whether anyone holds a lease on the file (the server's gauge)."""
+        return self.service.sample("svc_lease_held", path=PATH) == 1.0
+
+    def grants(self) -> list[str]:
+        """The lease ids the server granted on the file, in order."""
+        return [
+            str(event.get("lease_id"))
+            for event in self.service.events("lease_grant")
+            if event.path == PATH
+        ]
+
+    def open_rw(self) -> int:
+        fh: int = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDWR, CALLER)).fh
+        return fh
+
+    def close(self, fh: int) -> None:
+        self.mount.ok(self.mount.fs.flush(fh, CALLER))
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+
+    def test_open_for_writing_holds_the_lease_until_the_last_close(self) -> None:
+        """Two handles share one lease; the last release gives it back."""
+        first = self.open_rw()
+        self.assertTrue(self.held())
+        second = self.open_rw()
+        self.assertEqual(self.mount.count("lease_grant"), 1)
+        self.mount.ok(self.mount.fs.write(second, 0, b"MINE", CALLER))
+        self.close(first)
+        self.assertTrue(self.held())
+        self.close(second)
+        self.assertFalse(self.held())
+        self.assertEqual(self.mount.count("lease_release"), 1)
+        [release] = self.service.events("lease_release")
+        self.assertEqual(release.get("reason"), "client")
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
+    def test_new_files_and_reading_take_none(self) -> None:
+        """A file created here (not on the data plane yet) and a read-only open ask nothing."""
+        opened = create(self.mount, "g", b"new")
+        self.close(opened.fh)
+        reading = self.mount.ok(self.mount.fs.open(self.entry.ino, os.O_RDONLY, CALLER))
+        self.mount.ok(self.mount.fs.release(reading.fh, CALLER))
+        self.assertEqual(self.mount.count("lease_grant"), 0)
+
+    def test_off_in_the_settings(self) -> None:
+        """C{write_leases=False}: an open for writing asks for none."""
+        mount = self.fixture.mount(settings=FSSettings(write_leases=False))
+        entry = mount.lookup_path("f")
+        opened = mount.ok(mount.fs.open(entry.ino, os.O_RDWR, CALLER))
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(mount.count("lease_grant"), 0)
+
+    def test_refused_lease_is_audited_and_the_file_written_uncached(self) -> None:
+        """
+        Another connection holds the lease: the open succeeds, audits
+        C{lease_denied}, fetches the file's chunk list again, and its
+        close waits for the commit's answer (a leased file's close
+        returns once the commit is sent).
+        """
+        granted = self.other.ok("lease_grant", path=PATH, mode="write")
+        gets = self.mount.count("manifest_get")
+        fh = self.open_rw()
+        self.assertEqual(self.mount.count("manifest_get"), gets + 1)
+        [denied] = self.mount.events("lease_denied")
+        self.assertTrue(denied.allowed)
+        self.assertEqual(denied.path, self.mount.events("open")[-1].path)
+        self.assertEqual(denied.command, CALLER.command)
+        self.mount.ok(self.mount.fs.write(fh, 0, b"MINE", CALLER))
+        self.other.ok("lease_release", lease_id=granted["lease_id"])
+        self.mount.answers.hold("manifest_put")
+        flushed = self.mount.fs.flush(fh, CALLER)
+        self.assertNoResult(flushed)
+        self.mount.answers.release()
+        self.mount.ok(flushed)
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+
+        leased = self.open_rw()
+        self.mount.ok(self.mount.fs.write(leased, 0, b"AGAIN", CALLER))
+        self.mount.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(leased, CALLER))
+        self.mount.answers.release()
+        self.mount.ok(self.mount.fs.release(leased, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"AGAINon one")
+
+    def test_asked_back_after_writing_back(self) -> None:
+        """
+        Another connection waits for the lease: the mount commits the open
+        file's changes, then releases it, and that connection is granted.
+        """
+        fh = self.open_rw()
+        self.mount.ok(self.mount.fs.write(fh, 0, b"MINE", CALLER))
+        waiting = self.other.request("lease_grant", path=PATH, mode="write", wait=True)
+        self.assertNoResult(waiting)
+        self.service.clock.advance(0)  # the mount yields on the next turn
+        answer = self.successResultOf(waiting).payload
+        self.assertTrue(answer["granted"])
+        other_view = self.other.ok("manifest_get", path=PATH)
+        self.assertEqual(other_view["size"], len(b"MINEion one"))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+        [line] = [event for event in self.mount.events("flush") if event.command is None]
+        self.assertTrue(line.allowed)
+        self.assertEqual(self.service.events("lease_violation"), [])
+        self.other.ok("lease_release", lease_id=answer["lease_id"])
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+
+    def test_open_while_yielding_is_refused(self) -> None:
+        """An open for writing after the lease was asked back does not keep it."""
+        fh = self.open_rw()
+        waiting = self.other.request("lease_grant", path=PATH, mode="write", wait=True)
+        second = self.open_rw()
+        self.assertEqual(len(self.mount.events("lease_denied")), 1)
+        self.service.clock.advance(0)
+        self.assertTrue(self.successResultOf(waiting).payload["granted"])
+        self.assertEqual(self.service.events("lease_violation"), [])
+        for handle in (fh, second):
+            self.mount.ok(self.mount.fs.release(handle, CALLER))
+
+    def test_refreshed_while_open(self) -> None:
+        """An open file keeps its lease past the TTL: it is refreshed."""
+        fh = self.open_rw()
+        step = LEASE_TIMINGS.ttl / 6
+        for _ in range(12):
+            self.service.clock.advance(step)
+        self.assertTrue(self.held())
+        self.assertGreaterEqual(self.mount.count("lease_refresh"), 5)
+        self.assertEqual(self.service.events("lease_violation"), [])
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.assertFalse(self.held())
+
+    def test_lost_lease_is_taken_again_at_the_next_refresh(self) -> None:
+        """
+        A lease the server no longer has (its connection went away) is
+        asked for again when its refresh is answered ENOENT.
+        """
+        fh = self.open_rw()
+        [first] = self.grants()
+        self.mount.ok(self.mount.remote.lease_release(first))
+        self.assertFalse(self.held())
+        self.service.clock.advance(LEASE_TIMINGS.ttl / 3)
+        self.assertTrue(self.held())
+        [_, second] = self.grants()
+        self.assertNotEqual(first, second)
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.assertFalse(self.held())
+
+
+class RevokePushTests(SynchronousTestCase):
+    """The push callback that hands C{lease_revoke} pushes to the mount."""
+
+    def test_only_well_formed_revokes_are_delivered(self) -> None:
+        received: list[str] = []
+        pushed = revoke_pushes(received.append)
+        pushed("changed", {"paths": ["/agent-1/f"]}, b"")
+        pushed("lease_revoke", {"lease_id": 7}, b"")
+        pushed("lease_revoke", {"lease_id": "ab" * 16, "path": PATH}, b"")
+        self.assertEqual(received, ["ab" * 16])
