@@ -938,11 +938,18 @@ class FileOps:
         table = self._ctx.table
         link = table.primary_name(node)
         if link is not None:
-            # The data plane stamped the directory with the file's ctime (the
-            # client's clock stands in for a server that does not say). The
-            # kernel may hold the directory's attributes from before the
+            if attributes.version == 1:
+                # The data plane stamped the directory with the file's ctime
+                # (the client's clock stands in for a server that does not
+                # say).
+                link[0].entry_added(attributes)
+            else:
+                # The commit found the file there already (its creation's
+                # answer was lost with the connection, and a compatible retry
+                # overwrote it): the directory did not change now. Ask.
+                link[0].stale = True
+            # The kernel may hold the directory's attributes from before the
             # commit (a getattr while it was in flight), so it forgets them.
-            link[0].entry_added(attributes)
             self._ctx.forget_attributes(link[0].ino)
         if inode is None:  # a server that does not say: unbound, refetched when asked
             node.set_attributes(attributes)

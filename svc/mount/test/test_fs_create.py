@@ -322,3 +322,29 @@ class DirectoryAttributeTests(SynchronousTestCase):
             (server.mtime_ns, server.ctime_ns, server.version, server.nlink),
         )
         self.assertEqual(local_file.ctime_ns, server_file.ctime_ns)
+
+    def test_parent_after_a_first_commit_that_found_the_file_there(self) -> None:
+        """
+        A new file's first commit finds the name taken, with the same bytes
+        (its own creation, answered on a connection that was lost; here
+        another connection's): the compatible retry overwrites it, which
+        does not change the directory, so the directory's attributes are
+        asked for again instead of computed.
+        """
+        fs = self.mount.fs
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        directory = self.mount.lookup_path("d")
+        opened, _ = self.mount.ok(fs.create(directory.ino, b"f", 0o640, os.O_WRONLY, CALLER))
+        self.mount.ok(fs.write(opened.fh, 0, b"same", CALLER))
+        self.fixture.service.agent().put_file("d/f", b"same")
+        self.fixture.service.clock.advance(1)
+        self.mount.ok(fs.flush(opened.fh, CALLER))
+        self.mount.ok(fs.release(opened.fh, CALLER))
+        [line] = self.mount.events("flush")
+        self.assertEqual((line.get("cas_retries"), line.get("version_new")), (1, 2))
+        local = self.mount.ok(fs.getattr(directory.ino, CALLER))
+        server = self.fixture.mount().lookup_path("d").attributes
+        self.assertEqual(
+            (local.mtime_ns, local.ctime_ns, local.version, local.nlink),
+            (server.mtime_ns, server.ctime_ns, server.version, server.nlink),
+        )
