@@ -361,6 +361,7 @@ class NamespaceOps:
         self, parent: int, name: bytes, caller: CallerProcess, *, directory: bool
     ) -> None:
         ctx = self._ctx
+        await self._renamed_here_settled(parent, name)
         # Waits for commits in flight, not for removals (rm -r is pipelined).
         async with ctx.namespace_lock.handing_off():
             folder = ctx.directory(parent)
@@ -376,14 +377,20 @@ class NamespaceOps:
                     raise FSError(errno.EISDIR, f"{rel!r} is a directory")
                 if child is None and folder.complete:
                     raise FSError(errno.ENOENT, f"no {rel!r}")
-                if child is not None and child.pending:
-                    ctx.table.unlink(folder, decoded)  # never reached the server
-                    return
-                if child is not None and ctx.table.has_pending_children(child):
-                    raise FSError(errno.ENOTEMPTY, f"{rel!r} is not empty")
                 path = ctx.server_path(rel)
                 session = ctx.write_session()
                 remove = ctx.remote.dir_remove if directory else ctx.remote.manifest_delete
+                if child is not None and child.pending:
+                    ctx.table.unlink(folder, decoded)  # never reached the server
+                    if self._save_to_replay_dropped(child):
+                        # The file the save was to replace is still there.
+                        changed = await self.write(
+                            send_removal(ctx, path, 0, lambda: remove(path, session_id=session))
+                        )
+                        folder.entry_removed(changed, directory=False)
+                    return
+                if child is not None and ctx.table.has_pending_children(child):
+                    raise FSError(errno.ENOTEMPTY, f"{rel!r} is not empty")
                 if (
                     child is not None
                     and (not directory or (child.complete and not child.children))
@@ -415,6 +422,35 @@ class NamespaceOps:
                 self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
+
+    def _save_to_replay_dropped(self, node: Node) -> bool:
+        """
+        Whether pending C{node} was to replay an atomic save over a file the
+        server still has at its name (L{svc.mount.unanswered.take_replay});
+        that replay is dropped (the file is being removed).
+        """
+        state = self._ctx.files.state(node.ino)
+        if state is None or state.replay_via is None:
+            return False
+        state.replay_via = None
+        return True
+
+    async def _renamed_here_settled(self, parent: int, name: bytes) -> None:
+        """
+        Before removing C{name}: when it names a new file (never committed)
+        renamed there by a rename still in flight (an atomic save, handed
+        off behind the file's commit), wait for that rename's answer. If it
+        is refused or lost, the file goes back to its old name and the file
+        the server still has here is the one to remove; removing the new
+        file locally would leave that one behind.
+        """
+        ctx = self._ctx
+        try:
+            child = ctx.table.child(ctx.directory(parent), decode_name(name))
+        except FSError:
+            return  # reported by the removal itself
+        if child is not None and child.pending and ctx.namespace_lock.moving(child.ino):
+            await ctx.namespace_lock.moves_settled(child.ino)
 
     async def rename(
         self,

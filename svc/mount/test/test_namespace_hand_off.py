@@ -435,9 +435,18 @@ class UnansweredHandOffTests(SynchronousTestCase):
     def assert_saved(self) -> None:
         """The save is done here, on the server, and changes hand off again."""
         self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", True)])
-        for mount in (self.mount, self.fixture.mount()):
+        fresh = self.fixture.mount()
+        for mount in (self.mount, fresh):
             self.assertEqual(sorted(mount.names("d")), ["final"])
             self.assertEqual(mount.read_file("d/final"), b"new")
+        here, there = (
+            m.ok(m.fs.getattr(m.lookup_path("d").ino, CALLER)) for m in (self.mount, fresh)
+        )
+        self.assertEqual(
+            (here.version, here.mtime_ns, here.ctime_ns, here.nlink),
+            (there.version, there.mtime_ns, there.ctime_ns, there.nlink),
+            "the directory's attributes as the server has them",
+        )
         self.assert_hands_off_again()
 
     def assert_hands_off_again(self) -> None:
@@ -464,6 +473,23 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.mount.ok(self.rename(new_name))
         self.assertEqual(self.mount.answers.held, 2)
         return released
+
+    def test_unlink_right_after_a_save_removes_the_old_file_too(self) -> None:
+        """
+        A save over an existing file, then an unlink of its name while the
+        save's commit and rename are in flight: the unlink waits for the
+        rename. Here neither reached the server (lost with the connection):
+        the save is replayed, and the unlink then removes the name on the
+        server, where the old file would otherwise have stayed.
+        """
+        released = self.save("manifest_put", "manifest_rename")
+        removed = self.mount.fs.unlink(self.folder, b"final", CALLER)
+        self.assertNoResult(removed)
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.mount.ok(removed)
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(mount.names("d"), [])
 
     def test_unlink_that_ran_is_done(self) -> None:
         """
