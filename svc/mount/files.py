@@ -228,19 +228,13 @@ class FileOps:
                     ctx.check_write(rel)
             elif rel is not None:
                 ctx.check_read(rel, directory=False)
-            leased = await self._write_lease(node, rel, caller) if writable else None
-            try:
-                if state is None or leased is False:
-                    assert rel is not None
-                    state = await self._load_state(node, rel, fresh=leased is False)
-                handle = ctx.files.open(state, writable)
-            except BaseException:
-                if ctx.files.state(ino) is None:
-                    ctx.leases.release(ino)  # no open state to give it back
-                raise
+            if state is None:
+                assert rel is not None
+                state = await self._load_state(node, rel)
+            handle = ctx.files.open(state, writable)
             state = handle.state  # one opened meanwhile on a FUSE thread, perhaps
-            if leased is not None:
-                state.uncached = not leased
+            if writable:
+                self._ask_write_lease(node, rel, state, caller)
             keep_cache = node.kernel_version == state.version
             node.kernel_version = state.version
             if writable and flags & os.O_TRUNC and state.size:
@@ -285,30 +279,31 @@ class FileOps:
         ctx.audit.simple(EventName.OPEN, rel, caller, size=state.size)
         return OpenResult(handle.fh, keep_cache)
 
-    async def _write_lease(self, node: Node, rel: str | None, caller: CallerProcess) -> bool | None:
+    def _ask_write_lease(
+        self, node: Node, rel: str | None, state: FileState, caller: CallerProcess
+    ) -> None:
         """
-        Take the write lease of a file opened for writing that exists on the
-        data plane (L{svc.mount.write_leases}): whether it is held, L{None}
-        when none is asked for (a pending or unlinked file, or leases turned
-        off in the settings). A refusal is
-        audited C{lease_denied}.
+        Ask for the write lease of a file opened for writing that exists on
+        the data plane (L{svc.mount.write_leases}), not waiting for the
+        answer: the grant goes out before any commit of the file on the
+        connection, so the server decides it first. A refusal is audited
+        C{lease_denied} and leaves the file uncached (its closes wait for
+        their commits' answers). Nothing is asked for a pending or unlinked
+        file, or with leases turned off in the settings.
         """
         ctx = self._ctx
         if rel is None or node.pending or not ctx.settings.write_leases:
-            return None
-        if await ctx.leases.acquire(node.ino, ctx.server_path(rel)):
-            return True
-        ctx.audit.simple(EventName.LEASE_DENIED, rel, caller)
-        return False
+            return
 
-    async def _load_state(self, node: Node, rel: str, *, fresh: bool = False) -> FileState:
-        """
-        The open state of C{node}: an open one, or a new one over its chunk
-        list (fetched when not cached for its version, or when C{fresh}).
-        """
+        def answered(granted: bool) -> None:
+            state.uncached = not granted
+            if not granted:
+                ctx.audit.simple(EventName.LEASE_DENIED, rel, caller)
+
+        ctx.leases.acquire(node.ino, ctx.server_path(rel)).addCallback(answered)
+
+    async def _load_state(self, node: Node, rel: str) -> FileState:
         ctx = self._ctx
-        if fresh and ctx.files.state(node.ino) is None:
-            node.chunks = None
         if node.chunks is None or node.chunks_version != node.attributes.version:
             manifest = await ctx.remote.manifest_get(
                 ctx.server_path(rel), inline_max=ctx.inline_reads.inline_max()

@@ -2,12 +2,14 @@
 The mount's per-path write leases on the data plane
 (``docs/specifications/mount-consistency.md`` section 6).
 
-A file that exists on the data plane and is opened for writing takes the
-write lease on its path (C{lease_grant}, mode C{write}, not waiting) before
-the open is answered, and keeps it while this mount has the file open: the
-lease is refreshed every third of its TTL and released (not waited for)
-when the file's last handle is released and written back. New files (not
-yet on the data plane) take none: nobody else knows their name yet.
+A file that exists on the data plane and is opened for writing asks for
+the write lease on its path (C{lease_grant}, mode C{write}, not waiting;
+the open does not wait for the answer either), and keeps it while this
+mount has the file open and for L{LINGER_SECONDS} after its last handle is
+released and written back (at most L{MAX_LINGERING} such), so that the next
+open for writing asks nothing; then it is released (not waited for). Held
+leases are refreshed every third of their TTL. New files (not yet on the
+data plane) take none: nobody else knows their name yet.
 
 A refused lease (another connection holds it) is the caller's to audit
 (C{lease_denied}); the file is then written uncached (section 6 there).
@@ -28,6 +30,7 @@ or raises to its callers: failures are logged.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -45,6 +48,12 @@ _log = Logger()
 RETRY_SECONDS = 5.0
 """How soon a refresh that could not be sent (no connection) is tried again."""
 
+LINGER_SECONDS = 10.0
+"""How long a lease is kept after its file's last close, for the next open."""
+
+MAX_LINGERING = 256
+"""The most leases kept for closed files (the oldest is given back first)."""
+
 YieldCallback = Callable[[int], Deferred[None]]
 """Writes back the file of an inode whose lease is asked back."""
 
@@ -57,6 +66,7 @@ class _Held:
     lease_id: str
     timer: Timer | None = None
     yielding: bool = False
+    linger: Timer | None = None
 
 
 class WriteLeases:
@@ -79,6 +89,7 @@ class WriteLeases:
         self._session_id = session_id
         self._held: dict[int, _Held] = {}
         self._wanted: set[int] = set()
+        self._lingering: OrderedDict[int, None] = OrderedDict()
         self._yield: YieldCallback | None = None
         self._closed = False
 
@@ -95,7 +106,7 @@ class WriteLeases:
         C{False} when refused or not answered (logged).
         """
         self._wanted.add(ino)
-        held = self._held.get(ino)
+        held = self._kept(ino, path)
         if held is not None:
             # Being yielded: the server would only renew it (same holder).
             return succeed(not held.yielding)
@@ -107,16 +118,55 @@ class WriteLeases:
         queue (the holder is asked to yield); fires whether it is held.
         """
         self._wanted.add(ino)
-        held = self._held.get(ino)
-        if held is not None and held.yielding:
-            return succeed(False)  # asked back: asking again would only renew it
-        if held is not None and held.path == path:
-            return succeed(True)
+        held = self._kept(ino, path)
+        if held is not None:
+            # Asked back: asking again would only renew it.
+            return succeed(not held.yielding)
         return Deferred.fromCoroutine(self._grant(ino, path, wait=True))
 
+    def _kept(self, ino: int, path: str) -> _Held | None:
+        """
+        C{ino}'s lease, if it holds one on C{path} (no longer kept for a
+        closed file: open again); one on another path (the file was
+        renamed) is given back.
+        """
+        held = self._held.get(ino)
+        if held is not None and held.path != path and not held.yielding:
+            self._drop(ino)
+            return None
+        if held is not None:
+            self._lingering.pop(ino, None)
+            _stop(held.linger)
+            held.linger = None
+        return held
+
     def release(self, ino: int) -> None:
-        """C{ino}'s file is closed: give its lease back (not waited for)."""
+        """
+        C{ino}'s file is closed: keep its lease for L{LINGER_SECONDS} (at
+        most L{MAX_LINGERING} of them), then give it back (not waited for).
+        """
         self._wanted.discard(ino)
+        held = self._held.get(ino)
+        if held is None:
+            return
+        if held.yielding or self._closed:
+            self._drop(ino)
+            return
+        _stop(held.linger)
+        held.linger = self._clock.callLater(LINGER_SECONDS, self._linger_over, ino, held)
+        self._lingering[ino] = None
+        while len(self._lingering) > MAX_LINGERING:
+            oldest, _ = self._lingering.popitem(last=False)
+            self._drop(oldest)
+
+    def _linger_over(self, ino: int, held: _Held) -> None:
+        held.linger = None
+        if self._held.get(ino) is held and ino not in self._wanted:
+            self._drop(ino)
+
+    def _drop(self, ino: int) -> None:
+        """Forget C{ino}'s lease and give it back."""
+        self._lingering.pop(ino, None)
         held = self._held.pop(ino, None)
         if held is not None:
             self._give_back(held)
@@ -128,6 +178,7 @@ class WriteLeases:
             _cancel(held)
         self._held.clear()
         self._wanted.clear()
+        self._lingering.clear()
 
     async def _grant(self, ino: int, path: str, *, wait: bool) -> bool:
         try:
@@ -147,6 +198,7 @@ class WriteLeases:
             self._give_back(held)  # the file was closed meanwhile
             return False
         previous = self._held.pop(ino, None)
+        self._lingering.pop(ino, None)
         if previous is not None:
             _cancel(previous)
             if previous.lease_id != held.lease_id:
@@ -196,7 +248,11 @@ class WriteLeases:
                 return
             if failure.wire is WireErrno.ENOENT:
                 # Granted on a connection that is gone: ask on this one.
+                lingering = ino in self._lingering
+                self._lingering.pop(ino, None)
                 del self._held[ino]
+                if lingering:
+                    return  # its file is closed: nothing to keep it for
                 if not await self._grant(ino, held.path, wait=False):
                     _log.warn(
                         "write lease on {path} lost and not granted again;"
@@ -239,8 +295,7 @@ class WriteLeases:
                     error=error,
                 )
         if self._held.get(ino) is held:
-            del self._held[ino]
-            self._give_back(held)
+            self._drop(ino)
             _log.info("write lease on {path} yielded to another writer", path=held.path)
 
 
@@ -266,6 +321,12 @@ def revoke_pushes(
 
 
 def _cancel(held: _Held) -> None:
-    if held.timer is not None and held.timer.active():
-        held.timer.cancel()
-    held.timer = None
+    """Stop C{held}'s timers."""
+    _stop(held.timer)
+    _stop(held.linger)
+    held.timer = held.linger = None
+
+
+def _stop(timer: Timer | None) -> None:
+    if timer is not None and timer.active():
+        timer.cancel()

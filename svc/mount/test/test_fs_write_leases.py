@@ -17,7 +17,7 @@ from svc.dataplane.test.test_service_support import LEASE_TIMINGS
 from svc.mount.fs import FSSettings
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import CALLER, FSFixture
-from svc.mount.write_leases import revoke_pushes
+from svc.mount.write_leases import LINGER_SECONDS, MAX_LINGERING, revoke_pushes
 
 PATH = "/agent-1/f"
 
@@ -52,8 +52,15 @@ class WriteLeaseTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.flush(fh, CALLER))
         self.mount.ok(self.mount.fs.release(fh, CALLER))
 
-    def test_open_for_writing_holds_the_lease_until_the_last_close(self) -> None:
-        """Two handles share one lease; the last release gives it back."""
+    def linger(self) -> None:
+        """Let the time a closed file's lease is kept pass."""
+        self.service.clock.advance(LINGER_SECONDS)
+
+    def test_open_for_writing_holds_the_lease_until_after_the_last_close(self) -> None:
+        """
+        Two handles share one lease; after the last release it is kept a
+        while (an open for writing then asks nothing), then given back.
+        """
         first = self.open_rw()
         self.assertTrue(self.held())
         second = self.open_rw()
@@ -62,11 +69,28 @@ class WriteLeaseTests(SynchronousTestCase):
         self.close(first)
         self.assertTrue(self.held())
         self.close(second)
+        self.service.clock.advance(LINGER_SECONDS / 2)
+        self.assertTrue(self.held())
+        self.close(self.open_rw())
+        self.assertEqual(self.mount.count("lease_grant"), 1)
+        self.assertEqual(self.mount.count("lease_release"), 0)
+        self.linger()
         self.assertFalse(self.held())
         self.assertEqual(self.mount.count("lease_release"), 1)
         [release] = self.service.events("lease_release")
         self.assertEqual(release.get("reason"), "client")
         self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
+    def test_open_does_not_wait_for_the_grant(self) -> None:
+        """The open is answered before the grant; the grant goes out first."""
+        self.mount.answers.hold("lease_grant")
+        fh = self.open_rw()
+        self.assertFalse(self.held() and self.mount.answers.held == 0)
+        self.mount.answers.release()
+        self.assertTrue(self.held())
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.linger()
+        self.assertFalse(self.held())
 
     def test_new_files_and_reading_take_none(self) -> None:
         """A file created here (not on the data plane yet) and a read-only open ask nothing."""
@@ -87,14 +111,11 @@ class WriteLeaseTests(SynchronousTestCase):
     def test_refused_lease_is_audited_and_the_file_written_uncached(self) -> None:
         """
         Another connection holds the lease: the open succeeds, audits
-        C{lease_denied}, fetches the file's chunk list again, and its
-        close waits for the commit's answer (a leased file's close
-        returns once the commit is sent).
+        C{lease_denied}, and its close waits for the commit's answer (a
+        leased file's close returns once the commit is sent).
         """
         granted = self.other.ok("lease_grant", path=PATH, mode="write")
-        gets = self.mount.count("manifest_get")
         fh = self.open_rw()
-        self.assertEqual(self.mount.count("manifest_get"), gets + 1)
         [denied] = self.mount.events("lease_denied")
         self.assertTrue(denied.allowed)
         self.assertEqual(denied.path, self.mount.events("open")[-1].path)
@@ -159,6 +180,7 @@ class WriteLeaseTests(SynchronousTestCase):
         self.assertGreaterEqual(self.mount.count("lease_refresh"), 5)
         self.assertEqual(self.service.events("lease_violation"), [])
         self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.linger()
         self.assertFalse(self.held())
 
     def test_lost_lease_is_taken_again_at_the_next_refresh(self) -> None:
@@ -175,7 +197,32 @@ class WriteLeaseTests(SynchronousTestCase):
         [_, second] = self.grants()
         self.assertNotEqual(first, second)
         self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.linger()
         self.assertFalse(self.held())
+
+    def test_kept_lease_is_given_back_when_asked(self) -> None:
+        """A closed file's kept lease goes at once to another connection asking for it."""
+        self.close(self.open_rw())
+        self.assertTrue(self.held())
+        waiting = self.other.request("lease_grant", path=PATH, mode="write", wait=True)
+        self.service.clock.advance(0)
+        self.assertTrue(self.successResultOf(waiting).payload["granted"])
+        self.assertEqual(self.service.events("lease_violation"), [])
+
+    def test_kept_leases_are_bounded(self) -> None:
+        """At most MAX_LINGERING closed files keep their leases; the oldest goes first."""
+        names = [f"g{index}" for index in range(MAX_LINGERING + 2)]
+        for name in names:
+            self.mount.write_file(name, b"x")
+        for name in names:
+            entry = self.mount.lookup_path(name)
+            self.close(self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDWR, CALLER)).fh)
+        held = [
+            name
+            for name in names
+            if self.service.sample("svc_lease_held", path=f"/agent-1/{name}") == 1.0
+        ]
+        self.assertEqual(held, names[2:])
 
 
 class RevokePushTests(SynchronousTestCase):
