@@ -23,11 +23,11 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from svc.control.agent_auth import sign_request
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane.client import DataPlaneClient
 from svc.dataplane.client_errors import AdmissionFailed
-from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
-from svc.pki.tls import client_tls_options
+from svc.pki.pem import cert_from_pem, key_from_pem
 from svc.quickstart import http
+from tests.mount_harness import connect_enrolled
 
 REPO = Path(__file__).resolve().parent.parent
 PUSH_INTERVAL = 2
@@ -80,16 +80,7 @@ class RevocationPushTests(TestCase):
         return enrollment
 
     def connect(self, enrollment: dict[str, Any]) -> Deferred[DataPlaneClient]:
-        chain = certs_from_pem(enrollment["ca_chain_pem"].encode())
-        tls = client_tls_options(
-            cert_from_pem(enrollment["client_cert_pem"].encode()),
-            key_from_pem(enrollment["client_key_pem"].encode()),
-            chain[:-1],
-            chain[-1],
-            enrollment["server_name"],
-        )
-        host, port = enrollment["server_addr"].rsplit(":", 1)
-        return connect_dataplane(reactor, (host, int(port)), tls)
+        return Deferred.fromCoroutine(connect_enrolled(enrollment))
 
     def try_renew(self, enrollment: dict[str, Any]) -> tuple[int, Any]:
         """C{POST /agent/renew} signed with C{enrollment}'s key: status and body."""
