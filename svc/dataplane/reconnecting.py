@@ -172,6 +172,7 @@ class ReconnectingClient:
         self._closed = False
         self._last_error = "not connected yet"
         self._push_callbacks: list[PushCallback] = []
+        self._reconnect_callbacks: list[Callable[[], object]] = []
         self._seq = itertools.count()
         self._answered = False
         self._on_probation = False
@@ -257,6 +258,14 @@ class ReconnectingClient:
         self._push_callbacks.append(callback)
         if self._current is not None:
             self._current.on_push(callback)
+
+    def on_reconnect(self, callback: Callable[[], object]) -> None:
+        """
+        Call C{callback()} each time a new connection replaces a lost one,
+        before the calls waiting for it are sent on it (so what it sends
+        goes first); a failure is logged.
+        """
+        self._reconnect_callbacks.append(callback)
 
     @property
     def connected(self) -> bool:
@@ -356,6 +365,14 @@ class ReconnectingClient:
         for callback in self._push_callbacks:
             connection.on_push(callback)
         connection.when_closed().addCallback(lambda _: self._drop(connection, None))
+        if reconnected:
+            for reconnected_callback in self._reconnect_callbacks:
+                try:
+                    reconnected_callback()
+                except Exception:
+                    _log.failure(
+                        "reconnect callback {callback} failed", callback=reconnected_callback
+                    )
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.deferred.called:

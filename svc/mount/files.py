@@ -140,6 +140,7 @@ class FileOps:
         self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
     ) -> tuple[OpenResult, Entry]:
         ctx = self._ctx
+        await self._namespace.settled_at(parent, name)
         # The name is free (checked below), so no commit in flight is about it.
         async with ctx.namespace_lock.beside_commits():
             directory = ctx.directory(parent)

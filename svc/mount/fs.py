@@ -166,6 +166,13 @@ class MountFS:
         """
         self._ctx.leases.revoked(lease_id)
 
+    def reconnected(self) -> None:
+        """
+        A new data-plane connection replaced a lost one: the write leases
+        are asked for again on it at once (L{svc.mount.write_leases}).
+        """
+        self._ctx.leases.reconnected()
+
     def stop_leases(self) -> None:
         """Stop refreshing write leases (shutdown: closing the connection ends them)."""
         self._ctx.leases.close()

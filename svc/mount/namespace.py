@@ -361,7 +361,7 @@ class NamespaceOps:
         self, parent: int, name: bytes, caller: CallerProcess, *, directory: bool
     ) -> None:
         ctx = self._ctx
-        await self._renamed_here_settled(parent, name)
+        await self.settled_at(parent, name)
         # Waits for commits in flight, not for removals (rm -r is pipelined).
         async with ctx.namespace_lock.handing_off():
             folder = ctx.directory(parent)
@@ -407,7 +407,7 @@ class NamespaceOps:
                     # Its link count and times now, as the server will; the
                     # answer brings the server's times.
                     folder.entry_removed(ctx.now_ns(), directory=directory)
-                    settle = ctx.namespace_lock.hand_off_sent()
+                    settle = ctx.namespace_lock.hand_off_sent(leaving=(folder.ino, decoded))
                     handed = line.defer()
                     answer.addBoth(
                         lambda result: settle_unlink(
@@ -435,22 +435,37 @@ class NamespaceOps:
         state.replay_via = None
         return True
 
-    async def _renamed_here_settled(self, parent: int, name: bytes) -> None:
+    async def settled_at(self, parent: int, name: bytes) -> None:
         """
-        Before removing C{name}: when it names a new file (never committed)
-        renamed there by a rename still in flight (an atomic save, handed
-        off behind the file's commit), wait for that rename's answer. If it
-        is refused or lost, the file goes back to its old name and the file
-        the server still has here is the one to remove; removing the new
-        file locally would leave that one behind.
+        Before an operation changes what C{name} in directory C{parent}
+        names (a create, a link, a rename from or onto it, an unlink, an
+        rmdir): wait while a handed-off change about that name is in flight
+        -- an unlink, rmdir or rename taking a node away from it
+        (L{NamespaceLock.vacated}), or a rename of the node it names now
+        (L{NamespaceLock.moves_settled}).
+
+        Should such a change's answer be lost, the mount then still tells
+        the server's names from its own, and sends it again or undoes it
+        in the order the changes were made (``mount-consistency.md``
+        section 2.6). Had a later change gone out meanwhile -- a new file
+        under a name an atomic save left, an unlink or a second rename of
+        a file just renamed -- the first could no longer be told: it would
+        be undone, leaving the server's names and the mount's apart (the
+        file the unlink should have removed, a new file's commit meeting
+        the old one). The kernel holds the directory's lock for the
+        caller, so no other change of the name starts meanwhile.
         """
         ctx = self._ctx
         try:
-            child = ctx.table.child(ctx.directory(parent), decode_name(name))
+            folder = ctx.directory(parent)
+            decoded = decode_name(name)
         except FSError:
-            return  # reported by the removal itself
-        if child is not None and child.pending and ctx.namespace_lock.moving(child.ino):
-            await ctx.namespace_lock.moves_settled(child.ino)
+            return  # reported by the operation itself
+        lock = ctx.namespace_lock
+        await lock.vacated(parent, decoded)
+        child = ctx.table.child(folder, decoded)
+        if child is not None and lock.moving(child.ino):
+            await lock.moves_settled(child.ino)
 
     async def rename(
         self,
@@ -464,15 +479,21 @@ class NamespaceOps:
         Rename C{parent/name} to C{new_parent/new_name}, replacing a target;
         handed off (returns once sent) when L{_may_hand_off_rename} says so,
         even beside the commits in flight when L{_rename_beside_commits}
-        can send it.
+        can send it. A directory's rename changes the server's path of
+        everything below it, while a handed-off change whose answer was
+        lost is looked into at the paths it was sent with: it waits until
+        no handed-off change is in flight, as a mkdir does.
         """
         ctx = self._ctx
+        await self.settled_at(parent, name)
+        await self.settled_at(new_parent, new_name)
         if parent == new_parent:
             async with ctx.namespace_lock.sending_commit():
                 if self._rename_beside_commits(parent, name, new_name, caller):
                     return
-        # Waits for commits in flight, not for handed-off changes.
-        async with ctx.namespace_lock.handing_off():
+        lock = ctx.namespace_lock
+        # Waits for commits in flight and, for a directory, handed-off changes.
+        async with lock if self._may_move_a_directory(parent, name) else lock.handing_off():
             plan = _RenamePlan.of(ctx, parent, name, new_parent, new_name)
             with self._rename_line(plan, caller) as line:
                 plan = plan.decoded(ctx.table)
@@ -500,6 +521,15 @@ class NamespaceOps:
                 moved_was_stale = source is None or source.stale
                 ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)
                 _renamed(plan.source_dir, plan.target_dir, source, target, renamed, moved_was_stale)
+
+    def _may_move_a_directory(self, parent: int, name: bytes) -> bool:
+        """Whether C{name} in C{parent} may name a directory (unknown names may)."""
+        ctx = self._ctx
+        try:
+            child = ctx.table.child(ctx.directory(parent), decode_name(name))
+        except FSError:
+            return False  # refused the usual way
+        return child is None or child.kind is FileKind.DIR
 
     def _rename_beside_commits(
         self, parent: int, name: bytes, new_name: bytes, caller: CallerProcess
@@ -613,7 +643,9 @@ class NamespaceOps:
         ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)
         expected = RenameResult(1, handed.replaced, ctx.now_ns())
         _renamed(plan.source_dir, plan.target_dir, source, target, expected, moved_was_stale)
-        settle = ctx.namespace_lock.hand_off_sent(source.ino)
+        settle = ctx.namespace_lock.hand_off_sent(
+            source.ino, leaving=(plan.source_dir.ino, plan.name)
+        )
         deferred_line = line.defer()
         answer.addBoth(
             lambda result: settle_rename(
@@ -632,6 +664,8 @@ class NamespaceOps:
         pending file first. Either way the call waits for its own answer.
         """
         ctx = self._ctx
+        await ctx.namespace_lock.moves_settled(ino)
+        await self.settled_at(new_parent, new_name)
         known = ctx.table.get(ino)
         behind = known is not None and self._exists_or_committing(known)
         async with ctx.namespace_lock.sending_commit() if behind else ctx.namespace_lock:

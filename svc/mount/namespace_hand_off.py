@@ -25,10 +25,11 @@ refusal (L{svc.mount.unanswered}).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -41,6 +42,8 @@ from svc.mount.unanswered import never_created, removal_outcome, rename_outcome,
 
 _log = Logger()
 
+T = TypeVar("T")
+
 NAMESPACE_HAND_OFF_MAX = 64
 """Most handed-off changes unanswered at once: a change beyond waits for its own."""
 
@@ -52,6 +55,16 @@ class NamespaceHandOffs:
         """@param durable: nothing hands off (C{durable_close}: every call waits)."""
         self._durable = durable
         self._failed = False  # a handed-off change failed since the last success
+        self._looking = DeferredLock()
+
+    def look_into(self, outcome: Callable[[], Coroutine[Any, Any, T]]) -> Deferred[T]:
+        """
+        Run C{outcome()}, which looks into a handed-off change whose answer
+        never came, once those looked into before it have ended: changes
+        sent again go out in the order they were first sent (the answers
+        of a lost connection fail in that order).
+        """
+        return self._looking.run(lambda: Deferred.fromCoroutine(outcome()))
 
     def allowed(self, in_flight: int, *, read_only: bool) -> bool:
         """With C{in_flight} handed-off changes unanswered, whether one more may go."""
@@ -111,7 +124,7 @@ def settle_unlink(
     if unanswered(answer):
         hand_offs.failed()  # nothing more hands off while the server is asked
         assert isinstance(answer, Failure)
-        Deferred.fromCoroutine(removal_outcome(ctx, removal, answer)).addBoth(
+        hand_offs.look_into(lambda: removal_outcome(ctx, removal, answer)).addBoth(
             lambda outcome: _settle_removal(ctx, hand_offs, removal, line, settle, outcome)
         )
         return
@@ -193,7 +206,7 @@ def settle_rename(
     if unanswered(answer) or never_created(answer, rename):
         hand_offs.failed()  # nothing more hands off while the server is asked
         assert isinstance(answer, Failure)
-        Deferred.fromCoroutine(rename_outcome(ctx, rename, answer)).addBoth(
+        hand_offs.look_into(lambda: rename_outcome(ctx, rename, answer)).addBoth(
             lambda outcome: _settle_rename(ctx, hand_offs, rename, line, settle, outcome)
         )
         return

@@ -44,6 +44,14 @@ section 2.6): it is counted for the node it moves too
 (C{hand_off_sent(ino)}), and a write-back of that node waits for
 L{NamespaceLock.moves_settled} before it computes the path it commits at, so
 a refused rename's correction comes first.
+
+A handed-off rename, unlink or rmdir is counted for the name it takes its
+node away from, too (C{hand_off_sent(leaving=(folder, name))}): an
+operation that would give that name to another node (a create, a link, a
+rename onto it) first waits for L{NamespaceLock.vacated}, so a change
+whose answer was lost can still be sent again, the name being nobody
+else's meanwhile (``mount-consistency.md`` section 2.6, "An answer that
+never came").
 """
 
 from __future__ import annotations
@@ -51,10 +59,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
+from typing import TypeVar
 
 from twisted.internet.defer import Deferred, DeferredLock, succeed
 
 from svc.mount.in_flight import InFlight
+
+K = TypeVar("K")
 
 
 class NamespaceLock:
@@ -65,6 +76,7 @@ class NamespaceLock:
         self._commits = InFlight()
         self._handed_off = InFlight()
         self._moving: dict[int, InFlight] = {}
+        self._leaving: dict[tuple[int, str], InFlight] = {}
         self._exclusive_waiting = InFlight()
 
     @property
@@ -106,23 +118,24 @@ class NamespaceLock:
         finally:
             self._lock.release()
 
-    def hand_off_sent(self, moved: int | None = None) -> Callable[[], None]:
+    def hand_off_sent(
+        self, moved: int | None = None, *, leaving: tuple[int, str] | None = None
+    ) -> Callable[[], None]:
         """
         One more handed-off change in flight (a rename of inode C{moved}, if
-        given, counts for that inode too); the returned callable settles it
-        (once).
+        given, counts for that inode too, and for the name C{leaving}, a
+        folder's inode and a name, it moves it away from); the returned
+        callable settles it (once).
         """
-        settle_all = _counted(self._handed_off)
-        if moved is None:
-            return settle_all
-        moving = self._moving.setdefault(moved, InFlight())
-        settle_node = _counted(moving)
+        settles = [_counted(self._handed_off)]
+        if moved is not None:
+            settles.append(_keyed(self._moving, moved))
+        if leaving is not None:
+            settles.append(_keyed(self._leaving, leaving))
 
         def settle() -> None:
-            settle_node()
-            if moving.count == 0 and self._moving.get(moved) is moving:
-                del self._moving[moved]
-            settle_all()
+            for one in reversed(settles):  # the node and the name first
+                one()
 
         return settle
 
@@ -134,6 +147,14 @@ class NamespaceLock:
         """Fires once no handed-off rename of inode C{ino} is in flight (at once when none is)."""
         moving = self._moving.get(ino)
         return moving.settled() if moving is not None else succeed(None)
+
+    async def vacated(self, folder: int, name: str) -> None:
+        """
+        Returns once no handed-off rename moving a node away from C{name} in
+        folder C{folder} is in flight (at once when none is).
+        """
+        while (leaving := self._leaving.get((folder, name))) is not None and leaving.count:
+            await leaving.settled()
 
     def hand_offs_settled(self) -> Deferred[None]:
         """Fires once no handed-off change is in flight (at once when none is)."""
@@ -193,5 +214,22 @@ def _counted(in_flight: InFlight) -> Callable[[], None]:
         if not settled:
             settled = True
             in_flight.done()
+
+    return settle
+
+
+def _keyed(table: dict[K, InFlight], key: K) -> Callable[[], None]:
+    """
+    Count one more in C{table}'s entry for C{key} (made when missing); the
+    returned callable (idempotent) counts it done, and drops the entry at
+    zero.
+    """
+    entry = table.setdefault(key, InFlight())
+    settle_one = _counted(entry)
+
+    def settle() -> None:
+        settle_one()
+        if entry.count == 0 and table.get(key) is entry:
+            del table[key]
 
     return settle

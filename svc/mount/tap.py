@@ -260,6 +260,8 @@ class MountService(Service):
         self._dataplane.on_push(changed_pushes(self._fs.outside_changed))
         # Write leases asked back: write the file back, then yield.
         self._dataplane.on_push(revoke_pushes(self._fs.lease_revoked))
+        # A lost connection took the leases with it: ask for them again now.
+        self._dataplane.on_reconnect(self._fs.reconnected)
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)
         self._loop = FuseLoop(
             reactor,

@@ -22,7 +22,9 @@ the data plane grants it within its revoke timeout.
 
 A refresh answered C{ENOENT} (the connection the lease was granted on is
 gone, or the server restarted without it) asks for the lease again on the
-current connection; a refusal then ends it, with a warning.
+current connection; a refusal then ends it, with a warning. When a new
+connection replaces a lost one, every held lease is refreshed at once
+(L{WriteLeases.reconnected}).
 
 Keys are FUSE inode numbers (one open state per inode). Nothing here blocks
 or raises to its callers: failures are logged.
@@ -264,6 +266,20 @@ class WriteLeases:
             return
         if self._held.get(ino) is held:
             self._schedule(ino, held, answer)
+
+    def reconnected(self) -> None:
+        """
+        The data-plane connection was replaced (a lost one): refresh every
+        held lease now rather than at its next refresh. A lease ends with
+        the connection it was granted on, so the refresh is answered
+        C{ENOENT} and the lease asked for again on the new connection
+        before the commits waiting for it are sent (a closed file's kept
+        lease is simply dropped).
+        """
+        for ino, held in list(self._held.items()):
+            if not held.yielding:
+                _stop(held.timer)
+                self._refresh(ino, held)
 
     # Revokes
 

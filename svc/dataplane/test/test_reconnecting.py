@@ -232,6 +232,33 @@ class CallRoutingTests(SynchronousTestCase):
         second = dialler.accept()
         self.assertEqual((len(first.pushes), len(second.pushes)), (1, 1))
 
+    def test_reconnect_callbacks_send_before_waiting_calls(self) -> None:
+        """
+        A reconnect callback runs when a new connection replaces a lost one
+        (not for the first), and what it sends goes before the calls that
+        waited for the connection; a failing one does not stop the others.
+        """
+        _clock, dialler, client, first = started()
+        reconnects: list[str] = []
+
+        def broken() -> None:
+            raise RuntimeError("bug")
+
+        def refresh() -> None:
+            reconnects.append("again")
+            client.call("lease_refresh")
+
+        client.on_reconnect(broken)
+        client.on_reconnect(refresh)
+        self.assertEqual(reconnects, [])
+        first.close()
+        waiting = client.call("head_file", {"path": "/a"})
+        second = dialler.accept()
+        self.assertEqual(reconnects, ["again"])
+        self.assertEqual(second.ops(), ["lease_refresh", "head_file"])
+        self.assertNoResult(waiting)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
 
 class ResendTests(SynchronousTestCase):
     """

@@ -200,6 +200,29 @@ class WriteLeaseTests(SynchronousTestCase):
         self.linger()
         self.assertFalse(self.held())
 
+    def test_lost_lease_is_taken_again_at_once_after_a_reconnect(self) -> None:
+        """
+        When a new connection replaces a lost one (which took its leases
+        with it), every held lease is refreshed at once, so the lost one is
+        asked for again without waiting for its next refresh; a closed
+        file's kept lease is not.
+        """
+        kept = self.mount.write_file("g", b"kept")
+        closed = self.mount.ok(self.mount.fs.open(kept.ino, os.O_RDWR, CALLER)).fh
+        self.close(closed)
+        fh = self.open_rw()
+        for event in self.service.events("lease_grant"):
+            self.mount.ok(self.mount.remote.lease_release(str(event.get("lease_id"))))
+        self.assertFalse(self.held())
+        self.mount.fs.reconnected()
+        self.assertTrue(self.held())
+        self.assertEqual(len(self.grants()), 2)
+        kept_grants = [e for e in self.service.events("lease_grant") if e.path == "/agent-1/g"]
+        self.assertEqual(len(kept_grants), 1, "the kept lease is not asked for again")
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.linger()
+        self.assertFalse(self.held())
+
     def test_kept_lease_is_given_back_when_asked(self) -> None:
         """A closed file's kept lease goes at once to another connection asking for it."""
         self.close(self.open_rw())

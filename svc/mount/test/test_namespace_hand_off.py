@@ -13,10 +13,10 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges
+from svc.mount.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
-from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
+from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX, NamespaceHandOffs
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 from svc.policy import PathPolicy
 
@@ -235,6 +235,51 @@ class RenameHandOffTests(SynchronousTestCase):
                 (mine.mtime_ns, mine.ctime_ns, mine.nlink),
                 (theirs.mtime_ns, theirs.ctime_ns, theirs.nlink),
             )
+
+    def test_name_a_rename_left_is_taken_after_its_answer(self) -> None:
+        """
+        A create, a link or a rename onto the name a handed-off rename left
+        waits for that rename's answer (so a lost one can be sent again);
+        other names do not wait.
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.write_file("d/other", b"other")
+        other = self.mount.lookup_path("d/other").ino
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.rename("final.tmp", "final"))
+        fs = self.mount.fs
+        name = b"final.tmp"
+        created = fs.create(self.folder, name, 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+        linked = fs.link(other, self.folder, name, CALLER)
+        renamed = fs.rename(self.folder, b"other", self.folder, name, CALLER)
+        for call in (created, linked, renamed):
+            self.assertNoResult(call)
+        self.mount.ok(fs.create(self.folder, b"free", 0o644, os.O_WRONLY | os.O_CREAT, CALLER))
+        self.mount.answers.release()
+        opened, _ = self.mount.ok(created)
+        self.mount.ok(fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.errno(linked), errno.EEXIST)
+        self.mount.ok(renamed)
+        self.assertEqual(self.names("d"), ["final", "final.tmp", "free"])
+        self.assertEqual(self.mount.read_file("d/final.tmp"), b"other")
+
+    def test_directory_rename_waits_for_handed_off_changes(self) -> None:
+        """
+        A directory's rename changes the paths below it, so it waits for
+        the handed-off changes in flight (a lost one is looked into at the
+        paths it was sent with); a file's rename does not.
+        """
+        self.mount.write_file("d/a", b"a")
+        self.mount.write_file("d/b", b"b")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"a", CALLER))
+        self.mount.ok(self.rename("b", "b2"))
+        moved = self.mount.fs.rename(ROOT_INODE, b"d", ROOT_INODE, b"d2", CALLER)
+        self.assertNoResult(moved)
+        self.mount.answers.release()
+        self.mount.ok(moved)
+        self.assertEqual(sorted(self.mount.names("")), ["d2", "e"])
+        self.assertEqual(sorted(self.mount.names("d2")), ["b2", "final"])
 
     def test_atomic_save_goes_behind_the_temporary_files_commit(self) -> None:
         """
@@ -518,18 +563,109 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
-    def test_unlink_of_a_name_taken_again_is_not_sent_again(self) -> None:
+    def create_and_write(self, name: bytes, data: bytes) -> Deferred[None]:
+        """Create C{name} in the folder (waiting, perhaps), then write C{data} and close."""
+        fs = self.mount.fs
+        created = fs.create(self.folder, name, 0o644, os.O_WRONLY | os.O_CREAT, CALLER)
+
+        def write(result: tuple[OpenResult, Entry]) -> Deferred[None]:
+            opened, _ = result
+            self.mount.ok(fs.write(opened.fh, 0, data, CALLER))
+            self.mount.ok(fs.flush(opened.fh, CALLER))
+            return fs.release(opened.fh, CALLER)
+
+        return created.addCallback(write)
+
+    def test_name_unlinked_is_given_again_once_the_unlink_is_settled(self) -> None:
         """
-        An unlink lost on its way, whose name this mount has given to a new
-        file meanwhile: sending it again would remove the new file, so it
-        is handled as refused; the server's names are shown again.
+        A file created under a name whose handed-off unlink is in flight
+        waits for the unlink's answer. Here the unlink was lost on its way:
+        the name still free on the mount, it is sent again, and only then
+        is the new file made; the server ends with the new file, not the
+        old one, and no conflict copy.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete", unsent=["manifest_delete"])
         self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
-        self.mount.write_file("d/gone", b"y")  # a new file under the name
+        written = self.create_and_write(b"gone", b"y")
+        self.assertNoResult(written)
         self.mount.answers.release(lost=True)
-        self.assertEqual(self.lines("unlink"), [("/d/gone", None, False)])
+        self.mount.ok(written)
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "gone"])
+            self.assertEqual(mount.read_file("d/gone"), b"y")
+        self.assert_hands_off_again()
+
+    def test_name_a_save_left_is_saved_again_once_the_rename_is_settled(self) -> None:
+        """
+        Two atomic saves in a row through one temporary name (git's
+        C{index.lock}, a retried save): the second create waits for the
+        first rename's answer. Here the rename was lost on its way: it is
+        sent again, then the second save runs as usual, and no conflict
+        copy is made.
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.hold("manifest_rename", unsent=["manifest_rename"])
+        self.mount.ok(self.rename())
+        written = self.create_and_write(b"final.tmp", b"newer")
+        self.assertNoResult(written)
+        self.mount.answers.release(lost=True)
+        self.mount.ok(written)
+        self.mount.ok(self.rename())
+        self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", True)] * 2)
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final"])
+            self.assertEqual(mount.read_file("d/final"), b"newer")
+        self.assert_hands_off_again()
+
+    def test_changes_of_a_file_a_lost_rename_moved_follow_it(self) -> None:
+        """
+        A file renamed (handed off), then renamed again, or unlinked: the
+        later change waits for the rename's answer. Here each rename was
+        lost on its way; it is sent again before the next change goes, so
+        the server ends as the mount shows.
+        """
+        fs = self.mount.fs
+        self.mount.write_file("d/a", b"a")
+        for then_move in (True, False):
+            self.mount.answers.hold("manifest_rename", unsent=["manifest_rename"])
+            self.mount.ok(fs.rename(self.folder, b"a", self.folder, b"b", CALLER))
+            self.assertEqual(self.mount.answers.held, 1)
+            if then_move:
+                changed = fs.rename(self.folder, b"b", self.folder, b"a", CALLER)
+            else:
+                changed = fs.unlink(self.folder, b"b", CALLER)
+            self.assertNoResult(changed)
+            self.mount.answers.release(lost=True)
+            self.mount.ok(changed)
+            names = ["a", "final"] if then_move else ["final"]
+            for mount in (self.mount, self.fixture.mount()):
+                self.assertEqual(sorted(mount.names("d")), names)
+
+    def test_file_moved_out_then_its_directory_removed_both_lost(self) -> None:
+        """
+        A file moved out of a directory, then the emptied directory removed,
+        both handed off and lost on their way: both are sent again, the
+        rename first (L{NamespaceHandOffs.look_into}), so the rmdir finds
+        the directory empty.
+        """
+        fs = self.mount.fs
+        self.mount.ok(fs.mkdir(self.folder, b"sub", 0o755, CALLER))
+        self.mount.write_file("d/sub/x", b"x")
+        sub = self.mount.lookup_path("d/sub").ino
+        self.mount.names("d/sub")  # listed whole
+        self.mount.answers.hold(
+            "manifest_rename", "dir_remove", unsent=["manifest_rename", "dir_remove"]
+        )
+        self.mount.ok(fs.rename(sub, b"x", self.folder, b"x", CALLER))
+        self.mount.ok(fs.rmdir(self.folder, b"sub", CALLER))
+        self.assertEqual(self.mount.answers.held, 2)
+        self.mount.answers.release(lost=True)
+        for event in ("rename", "rmdir"):
+            self.assertEqual([line.allowed for line in self.mount.events(event)], [True])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "x"])
 
     def test_rename_that_ran_is_done(self) -> None:
         """The answer to a rename that ran was lost: the new name holds the file."""
@@ -767,3 +903,35 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
             self.assertEqual(self.mount.answers.losses_left, 0)
             found = self.fixture.mount().lookup_path("d/f").attributes.mode
             self.assertEqual(found & 0o777, mode)
+
+
+class LookIntoTests(SynchronousTestCase):
+    """L{NamespaceHandOffs.look_into}: lost answers are looked into one at a time."""
+
+    def test_outcomes_run_in_the_order_asked(self) -> None:
+        """
+        A second outcome starts only once the first has ended, even when the
+        first waits for the server longer.
+        """
+        hand_offs = NamespaceHandOffs(durable=False)
+        slow: Deferred[None] = Deferred()
+        ran: list[str] = []
+
+        async def first() -> str:
+            ran.append("first starts")
+            await slow
+            ran.append("first ends")
+            return "first"
+
+        async def second() -> str:
+            ran.append("second")
+            return "second"
+
+        one = hand_offs.look_into(first)
+        two = hand_offs.look_into(second)
+        self.assertEqual(ran, ["first starts"])
+        self.assertNoResult(two)
+        slow.callback(None)
+        self.assertEqual(ran, ["first starts", "first ends", "second"])
+        self.assertEqual(self.successResultOf(one), "first")
+        self.assertEqual(self.successResultOf(two), "second")

@@ -169,6 +169,25 @@ class HandOffsInFlightTests(SynchronousTestCase):
         commit()
         self.successResultOf(held)
 
+    def test_vacated_waits_for_changes_leaving_the_name(self) -> None:
+        """
+        L{NamespaceLock.vacated} waits while a handed-off change counted for
+        the name it leaves is in flight, for that name only.
+        """
+        lock = NamespaceLock()
+        first = lock.hand_off_sent(7, leaving=(1, "a"))
+        second = lock.hand_off_sent(leaving=(1, "a"))
+        waiting = Deferred.fromCoroutine(lock.vacated(1, "a"))
+        self.successResultOf(Deferred.fromCoroutine(lock.vacated(1, "b")))
+        self.successResultOf(Deferred.fromCoroutine(lock.vacated(2, "a")))
+        self.assertTrue(lock.moving(7))
+        first()
+        self.assertFalse(lock.moving(7))
+        self.assertNoResult(waiting)
+        second()
+        self.successResultOf(waiting)
+        self.assertEqual(lock.hand_offs_in_flight, 0)
+
     def test_handing_off_lets_a_waiting_exclusive_go_first(self) -> None:
         """An exclusive holder waiting for handed-off changes is not overtaken by further ones."""
         lock = NamespaceLock()
