@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredLock
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -38,7 +38,14 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
 from svc.mount.remote_values import RenameResult
-from svc.mount.unanswered import never_created, removal_outcome, rename_outcome, unanswered
+from svc.mount.unanswered import (
+    SendOrder,
+    Turn,
+    never_created,
+    removal_outcome,
+    rename_outcome,
+    unanswered,
+)
 
 _log = Logger()
 
@@ -55,16 +62,24 @@ class NamespaceHandOffs:
         """@param durable: nothing hands off (C{durable_close}: every call waits)."""
         self._durable = durable
         self._failed = False  # a handed-off change failed since the last success
-        self._looking = DeferredLock()
+        self._order = SendOrder()
 
-    def look_into(self, outcome: Callable[[], Coroutine[Any, Any, T]]) -> Deferred[T]:
+    def look_into(self, outcome: Callable[[Turn], Coroutine[Any, Any, T]]) -> Deferred[T]:
         """
-        Run C{outcome()}, which looks into a handed-off change whose answer
-        never came, once those looked into before it have ended: changes
-        sent again go out in the order they were first sent (the answers
-        of a lost connection fail in that order).
+        Run C{outcome(turn)}, which looks into a handed-off change whose
+        answer never came and sends it again, if at all, with
+        C{turn.send}: after the changes looked into before it (the answers
+        of a lost connection fail in the order the changes were sent).
         """
-        return self._looking.run(lambda: Deferred.fromCoroutine(outcome()))
+        turn = self._order.take()
+
+        async def looking() -> T:
+            try:
+                return await outcome(turn)
+            finally:
+                turn.over()
+
+        return Deferred.fromCoroutine(looking())
 
     def allowed(self, in_flight: int, *, read_only: bool) -> bool:
         """With C{in_flight} handed-off changes unanswered, whether one more may go."""
@@ -124,7 +139,7 @@ def settle_unlink(
     if unanswered(answer):
         hand_offs.failed()  # nothing more hands off while the server is asked
         assert isinstance(answer, Failure)
-        hand_offs.look_into(lambda: removal_outcome(ctx, removal, answer)).addBoth(
+        hand_offs.look_into(lambda turn: removal_outcome(ctx, removal, answer, turn)).addBoth(
             lambda outcome: _settle_removal(ctx, hand_offs, removal, line, settle, outcome)
         )
         return
@@ -206,7 +221,7 @@ def settle_rename(
     if unanswered(answer) or never_created(answer, rename):
         hand_offs.failed()  # nothing more hands off while the server is asked
         assert isinstance(answer, Failure)
-        hand_offs.look_into(lambda: rename_outcome(ctx, rename, answer)).addBoth(
+        hand_offs.look_into(lambda turn: rename_outcome(ctx, rename, answer, turn)).addBoth(
             lambda outcome: _settle_rename(ctx, hand_offs, rename, line, settle, outcome)
         )
         return

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -65,6 +65,56 @@ def never_created(answer: object, rename: HandedRename) -> bool:
     )
 
 
+class Turn:
+    """
+    One lost change's place in L{SendOrder}: L{send} sends it again only
+    after every change looked into before it was sent again or given up.
+    """
+
+    def __init__(self, previous: Deferred[None]) -> None:
+        self._previous = previous
+        self._over: Deferred[None] = Deferred()
+
+    async def send(self, send: Callable[[], Deferred[T]]) -> T:
+        """C{send()} once the turns before are over; its answer."""
+        await self._previous
+        try:
+            answer = send()  # the request is queued or written now, in order
+        finally:
+            self.over()
+        return await answer
+
+    def over(self) -> None:
+        """This change sends nothing (more): the next turn may send."""
+        if not self._over.called:
+            self._over.callback(None)
+
+    def _next(self) -> Turn:
+        return Turn(self._over)
+
+
+class SendOrder:
+    """
+    Lost changes sent again in the order they were first sent
+    (``mount-consistency.md`` section 2.6). Each is looked into at once --
+    the server is asked about all of them together, so a server that
+    cannot be reached costs one wait, not one per change -- but a change
+    is sent again only after those before it were: the data plane runs a
+    connection's requests in arrival order, and a rename asks about two
+    paths where an unlink asks about one, so their answers can come in
+    another order than the changes were made.
+    """
+
+    def __init__(self) -> None:
+        self._last = Turn(succeed(None))
+        self._last.over()
+
+    def take(self) -> Turn:
+        """The next turn, after every turn taken before."""
+        self._last = self._last._next()
+        return self._last
+
+
 @attrs.frozen
 class _Lost:
     """A request whose answer never came (L{_sent})."""
@@ -97,7 +147,7 @@ async def _found_at(ctx: FSContext, path: str) -> Attributes | None:
 
 
 async def removal_outcome(
-    ctx: FSContext, removal: HandedRemoval, unanswered: Failure
+    ctx: FSContext, removal: HandedRemoval, unanswered: Failure, turn: Turn
 ) -> int | Failure | None:
     """
     An unlink or rmdir whose answer never came, settled by what the server
@@ -120,11 +170,11 @@ async def removal_outcome(
     if not removed or ctx.table.child(removal.folder, removal.name) is not None:
         return _untold("removal", removal.path, "the name was taken again", unanswered)
     _told("removal", removal.path, "it did not run; sent again")
-    return await removal.resend()  # its failure is the outcome
+    return await turn.send(removal.resend)  # its failure is the outcome
 
 
 async def rename_outcome(
-    ctx: FSContext, rename: HandedRename, unanswered: Failure
+    ctx: FSContext, rename: HandedRename, unanswered: Failure, turn: Turn
 ) -> RenameResult | Failure:
     """
     A rename whose answer never came, settled by what the server has at
@@ -185,7 +235,7 @@ async def rename_outcome(
     ):
         return _untold("rename", rename.path, "the names were changed again", unanswered)
     _told("rename", rename.path, "it did not run; sent again")
-    return await rename.resend()  # its failure is the outcome
+    return await turn.send(rename.resend)  # its failure is the outcome
 
 
 def _replay_save(ctx: FSContext, rename: HandedRename) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import AttributeChanges, Entry, OpenResult
@@ -18,6 +18,7 @@ from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
 from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX, NamespaceHandOffs
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+from svc.mount.unanswered import Turn
 from svc.policy import PathPolicy
 
 NAMES = [f"f{index}" for index in range(3)]
@@ -906,32 +907,55 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
 
 
 class LookIntoTests(SynchronousTestCase):
-    """L{NamespaceHandOffs.look_into}: lost answers are looked into one at a time."""
+    """
+    L{NamespaceHandOffs.look_into}: lost changes are looked into at once,
+    and sent again in the order they were first sent.
+    """
 
-    def test_outcomes_run_in_the_order_asked(self) -> None:
+    def test_asked_at_once_sent_again_in_order(self) -> None:
         """
-        A second outcome starts only once the first has ended, even when the
-        first waits for the server longer.
+        The second change is looked into while the first still waits for
+        the server, but it is sent again only after the first was.
         """
         hand_offs = NamespaceHandOffs(durable=False)
-        slow: Deferred[None] = Deferred()
-        ran: list[str] = []
+        asking: Deferred[None] = Deferred()
+        seen: list[str] = []
 
-        async def first() -> str:
-            ran.append("first starts")
-            await slow
-            ran.append("first ends")
-            return "first"
+        def sending(name: str) -> Deferred[str]:
+            seen.append(f"{name} sent")
+            return succeed(name)
 
-        async def second() -> str:
-            ran.append("second")
-            return "second"
+        async def first(turn: Turn) -> str:
+            seen.append("first asks")
+            await asking
+            return await turn.send(lambda: sending("first"))
+
+        async def second(turn: Turn) -> str:
+            seen.append("second asks")
+            return await turn.send(lambda: sending("second"))
 
         one = hand_offs.look_into(first)
         two = hand_offs.look_into(second)
-        self.assertEqual(ran, ["first starts"])
+        self.assertEqual(seen, ["first asks", "second asks"])
         self.assertNoResult(two)
-        slow.callback(None)
-        self.assertEqual(ran, ["first starts", "first ends", "second"])
+        asking.callback(None)
+        self.assertEqual(seen, ["first asks", "second asks", "first sent", "second sent"])
         self.assertEqual(self.successResultOf(one), "first")
         self.assertEqual(self.successResultOf(two), "second")
+
+    def test_a_change_not_sent_again_lets_the_next_go(self) -> None:
+        """A change settled without sending (or failing) ends its turn."""
+        hand_offs = NamespaceHandOffs(durable=False)
+
+        async def fails(turn: Turn) -> str:
+            raise RuntimeError("the server could not be asked")
+
+        async def settles(turn: Turn) -> str:
+            return "it ran"
+
+        async def sends(turn: Turn) -> str:
+            return await turn.send(lambda: succeed("sent again"))
+
+        self.failureResultOf(hand_offs.look_into(fails), RuntimeError)
+        self.assertEqual(self.successResultOf(hand_offs.look_into(settles)), "it ran")
+        self.assertEqual(self.successResultOf(hand_offs.look_into(sends)), "sent again")
