@@ -780,7 +780,7 @@ class FileOps:
             line.path = "/" + (rel if replay is None else replay.via)
             request = CommitRequest(
                 path=ctx.server_path(rel if replay is None else replay.via),
-                expected_version=state.version,
+                expected_version=_expected_version(node, state),
                 base=state.layout.base,
                 chunks=chunks,
                 size=state.size,
@@ -953,3 +953,16 @@ class FileOps:
             node.stale = True
         else:
             table.bind(node, attrs.evolve(attributes, server_inode=inode))
+
+
+def _expected_version(node: Node, state: FileState) -> int:
+    """
+    The compare-and-swap token of C{state}'s next commit: its base version,
+    or for a new file whose lost atomic save is replayed by replacing the
+    file it was saved over, that file's version (once:
+    L{FileState.replaces_version} is cleared).
+    """
+    replaces, state.replaces_version = state.replaces_version, None
+    if replaces is not None and node.pending:
+        return replaces
+    return state.version

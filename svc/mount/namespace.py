@@ -426,13 +426,15 @@ class NamespaceOps:
     def _save_to_replay_dropped(self, node: Node) -> bool:
         """
         Whether pending C{node} was to replay an atomic save over a file the
-        server still has at its name (L{svc.mount.unanswered.take_replay});
-        that replay is dropped (the file is being removed).
+        server still has at its name (L{svc.mount.unanswered.take_replay},
+        L{FileState.replaces_version}); that replay is dropped (the file is
+        being removed).
         """
         state = self._ctx.files.state(node.ino)
-        if state is None or state.replay_via is None:
+        if state is None or (state.replay_via is None and state.replaces_version is None):
             return False
         state.replay_via = None
+        state.replaces_version = None
         return True
 
     async def settled_at(self, parent: int, name: bytes) -> None:

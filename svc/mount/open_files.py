@@ -287,11 +287,16 @@ class FileState:
         may go out behind it (``mount-consistency.md`` section 2.6).
     @ivar write_behind: the uploads running ahead of the write-back
         (L{svc.mount.write_behind}), if started; told of every change here.
-    @ivar replay_via: a new file's atomic save to replay: its next commit
-        goes to this C{(directory inode, name)} (the temporary name), and
-        the file is then renamed to its own name. Set when neither the save's
-        commit nor its rename over an existing file reached the server
+    @ivar replaces_version: a new file's atomic save to replay by
+        replacing: its next commit goes to its own name with this
+        C{expected_version}, the version of the file its save replaced
+        there. Set when neither the save's commit nor its rename over an
+        existing file with no other link reached the server
         (``mount-consistency.md`` section 2.6).
+    @ivar replay_via: a new file's atomic save to replay through its
+        temporary name: its next commit goes to this C{(directory inode,
+        name)}, and the file is then renamed to its own name. Set instead
+        of C{replaces_version} when the file replaced had other links.
     @ivar uncached: the file's write lease was refused at an open for
         writing (another connection holds it): its closes wait for their
         commits' answers until a lease is held (``mount-consistency.md``
@@ -318,6 +323,7 @@ class FileState:
         self.attribute_changes = 0
         self.handles = 0
         self.commits_in_flight = 0
+        self.replaces_version: int | None = None
         self.replay_via: tuple[int, str] | None = None
         self.uncached = False
         self.lock = FileLock()

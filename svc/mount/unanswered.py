@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
-from svc.mount.attributes import Attributes
+from svc.mount.attributes import Attributes, FileKind
 from svc.mount.client_audit import audit_path
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, join
@@ -220,7 +220,7 @@ async def rename_outcome(
             if rename.replaced_inode is None:
                 _told("rename", rename.path, "neither it nor the file ran; the file goes there")
                 return RenameResult(0, False, None)
-            if _replay_save(ctx, rename):
+            if _replay_save(ctx, rename, at_target):
                 _told("rename", rename.path, "neither it nor the file ran; the save is replayed")
                 return RenameResult(0, False, None)
     if ran:
@@ -238,11 +238,15 @@ async def rename_outcome(
     return await turn.send(rename.resend)  # its failure is the outcome
 
 
-def _replay_save(ctx: FSContext, rename: HandedRename) -> bool:
+def _replay_save(ctx: FSContext, rename: HandedRename, replaced: Attributes | None) -> bool:
     """
-    Have the next write-back of C{rename}'s new file replay its atomic save
-    (L{take_replay}), if the mount still shows it at the new name, nothing
-    at the old one, and the file's state is at hand.
+    Have the next write-back of C{rename}'s new file replay its atomic save,
+    if the mount still shows it at the new name, nothing at the old one,
+    and the file's state is at hand: by committing over C{replaced}, the
+    file the server still has at the new name, when that file has no other
+    link (L{FileState.replaces_version}: a compare-and-swap on its
+    version, as atomic for readers as the rename, and the temporary name
+    plays no part); else through the temporary name (L{take_replay}).
     """
     state = ctx.files.state(rename.moved.ino)
     table = ctx.table
@@ -253,7 +257,10 @@ def _replay_save(ctx: FSContext, rename: HandedRename) -> bool:
         or table.child(rename.source_dir, rename.name) is not None
     ):
         return False
-    state.replay_via = (rename.source_dir.ino, rename.name)
+    if replaced is not None and replaced.kind is FileKind.FILE and replaced.nlink == 1:
+        state.replaces_version = replaced.version
+    else:
+        state.replay_via = (rename.source_dir.ino, rename.name)
     return True
 
 

@@ -710,16 +710,69 @@ class UnansweredHandOffTests(SynchronousTestCase):
         """
         Neither the commit nor the rename ran: the server has nothing at the
         temporary name and the old file at the real one. The file's next
-        write-back replays the save: its commit goes to the temporary name,
-        then the rename over the real one.
+        write-back replays the save by committing over the old file at the
+        real name (a compare-and-swap on its version).
         """
+        old_version = self.fixture.mount().lookup_path("d/final").attributes.version
+        released = self.save("manifest_put", "manifest_rename")
+        self.mount.answers.release(lost=True)
+        self.mount.ok(released)
+        self.assertEqual(
+            [line.path for line in self.mount.events("flush")][-2:],
+            ["/d/final.tmp", "/d/final"],
+        )
+        self.assertEqual(
+            self.fixture.mount().lookup_path("d/final").attributes.version, old_version + 1
+        )
+        self.assert_saved()
+
+    def link_final(self) -> None:
+        """Give the file at C{d/final} a second name, C{d/final.link}."""
+        final = self.mount.lookup_path("d/final").ino
+        self.mount.ok(self.mount.fs.link(final, self.folder, b"final.link", CALLER))
+
+    def test_save_over_a_file_with_other_links_is_replayed_through_its_temporary_name(
+        self,
+    ) -> None:
+        """
+        The same, the old file having another name: committing over it
+        would change that name's content too, so the replay commits at the
+        temporary name, then renames it over the real one.
+        """
+        self.link_final()
         released = self.save("manifest_put", "manifest_rename")
         self.mount.answers.release(lost=True)
         self.mount.ok(released)
         self.assertEqual(
             [line.path for line in self.mount.events("flush")][-2:], ["/d/final.tmp"] * 2
         )
-        self.assert_saved()
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final", "final.link"])
+            self.assertEqual(mount.read_file("d/final"), b"new")
+            self.assertEqual(mount.read_file("d/final.link"), b"old")
+
+    def test_next_save_through_the_temporary_name_before_the_replay(self) -> None:
+        """
+        A save that never reached the server, and at once the next save of
+        the file through the same temporary name: its create waits for the
+        lost rename to be looked into; the replay then commits over the old
+        file, so the next save neither meets the first file at the
+        temporary name nor makes a conflict copy.
+        """
+        released = self.save("manifest_put", "manifest_rename")
+        written = self.create_and_write(b"final.tmp", b"newer")
+        self.assertNoResult(written)
+        self.mount.answers.release(lost=True)
+        self.mount.ok(written)
+        self.mount.ok(released)
+        self.mount.ok(self.rename())
+        conflicts = [
+            line for line in self.mount.events("flush") if dict(line.extra).get("recovery_kind")
+        ]
+        self.assertEqual(conflicts, [])
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(sorted(mount.names("d")), ["final"])
+            self.assertEqual(mount.read_file("d/final"), b"newer")
 
     def test_rename_sent_again_without_its_commit_is_replayed(self) -> None:
         """
@@ -762,6 +815,7 @@ class UnansweredHandOffTests(SynchronousTestCase):
         temporary name, where the server has it, and a second C{rename}
         line says the save failed. Nothing is lost.
         """
+        self.link_final()  # so the save is replayed through its temporary name
         released = self.save("manifest_put", "manifest_rename")
         self.mount.answers.lose("manifest_rename", ran=False)  # the replay's
         self.mount.answers.release(lost=True)
@@ -771,7 +825,7 @@ class UnansweredHandOffTests(SynchronousTestCase):
             [("/d/final.tmp", "/d/final", True), ("/d/final.tmp", "/d/final", False)],
         )
         for mount in (self.mount, self.fixture.mount()):
-            self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
+            self.assertEqual(sorted(mount.names("d")), ["final", "final.link", "final.tmp"])
             self.assertEqual(mount.read_file("d/final"), b"old")
             self.assertEqual(mount.read_file("d/final.tmp"), b"new")
 
