@@ -30,6 +30,10 @@ credentials each time it is called). The rules, from the client error tree
  - L{ReconnectingClient.switch} opens a connection first and then moves new
    calls to it, closing the old one in order (answers still expected are
    awaited): after a certificate renewal, no call sees a gap.
+ - Callbacks given to L{ReconnectingClient.on_reconnect} run when a new
+   connection replaces a lost one, before the calls waiting for it are sent
+   on it: state the server kept per connection (write leases) can be asked
+   for again first.
 
 Design: ``docs/specifications/mount-runtime.md`` section 6.
 """
