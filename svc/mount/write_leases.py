@@ -213,6 +213,11 @@ class WriteLeases:
         _cancel(held)
         if self._closed:
             return
+        if any(other.lease_id == held.lease_id for other in self._held.values()):
+            # Another open inode at the same path holds it too (a file
+            # renamed over one still open: the server renewed the same
+            # lease for the second): it stays until that one gives it back.
+            return
         released = self._remote.lease_release(held.lease_id)
         released.addErrback(self._release_failed, held)
 
@@ -233,7 +238,7 @@ class WriteLeases:
         self._schedule_in(ino, held, max(1.0, ttl_seconds / 3))
 
     def _schedule_in(self, ino: int, held: _Held, delay: float) -> None:
-        _cancel(held)
+        _stop(held.timer)  # not its linger: a refresh does not keep a closed file's lease longer
         held.timer = self._clock.callLater(delay, self._refresh, ino, held)
 
     def _refresh(self, ino: int, held: _Held) -> None:

@@ -14,7 +14,7 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.test.test_service_support import LEASE_TIMINGS
-from svc.mount.fs import FSSettings
+from svc.mount.fs import ROOT_INODE, FSSettings
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import CALLER, FSFixture
 from svc.mount.write_leases import LINGER_SECONDS, MAX_LINGERING, revoke_pushes
@@ -80,6 +80,27 @@ class WriteLeaseTests(SynchronousTestCase):
         [release] = self.service.events("lease_release")
         self.assertEqual(release.get("reason"), "client")
         self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
+    def test_two_files_at_one_path_share_the_lease_until_both_are_done(self) -> None:
+        """
+        A file renamed over one still open for writing, then opened for
+        writing too: the server renews the same lease for it. When the
+        first is closed and its kept lease runs out, the lease stays for
+        the second; it goes once the second's does.
+        """
+        first = self.open_rw()
+        self.mount.write_file("g", b"newer")
+        g = self.mount.lookup_path("g").ino
+        self.mount.ok(self.mount.fs.rename(ROOT_INODE, b"g", ROOT_INODE, b"f", CALLER))
+        second = self.mount.ok(self.mount.fs.open(g, os.O_RDWR, CALLER)).fh
+        self.assertEqual(len(set(self.grants())), 1, "the same lease, renewed")
+        self.close(first)
+        self.linger()
+        self.assertTrue(self.held())
+        self.assertEqual(self.mount.count("lease_release"), 0)
+        self.close(second)
+        self.linger()
+        self.assertFalse(self.held())
 
     def test_open_does_not_wait_for_the_grant(self) -> None:
         """The open is answered before the grant; the grant goes out first."""
@@ -222,6 +243,22 @@ class WriteLeaseTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.release(fh, CALLER))
         self.linger()
         self.assertFalse(self.held())
+
+    def test_kept_lease_refreshed_meanwhile_is_given_back_in_time(self) -> None:
+        """
+        A refresh that falls while a closed file's lease is kept does not
+        keep it longer: it is given back when its time is up.
+        """
+        fh = self.open_rw()
+        refresh = LEASE_TIMINGS.ttl / 3
+        self.service.clock.advance(refresh - LINGER_SECONDS / 2)
+        self.close(fh)
+        self.service.clock.advance(LINGER_SECONDS / 2)  # the refresh
+        self.assertEqual(self.mount.count("lease_refresh"), 1)
+        self.assertTrue(self.held())
+        self.service.clock.advance(LINGER_SECONDS / 2)
+        self.assertFalse(self.held())
+        self.assertEqual(self.mount.count("lease_release"), 1)
 
     def test_kept_lease_is_given_back_when_asked(self) -> None:
         """A closed file's kept lease goes at once to another connection asking for it."""
