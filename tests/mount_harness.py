@@ -8,6 +8,7 @@ nothing mounted.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from http.client import HTTPConnection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from blake3 import blake3
 from twisted.internet import reactor
@@ -35,6 +37,8 @@ from svc.quickstart import DEMO_AGENT, http
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 MOUNT_TIMEOUT = 60.0
+
+T = TypeVar("T", bound="MountStackCase")
 
 
 def skip_reason() -> str | None:
@@ -93,6 +97,48 @@ async def connect_enrolled(enrollment: dict[str, Any]) -> DataPlaneClient:
     )
     host, port = enrollment["server_addr"].rsplit(":", 1)
     return await connect_dataplane(reactor, (host, int(port)), tls)
+
+
+EVIDENCE_MARKERS = ("#warn]", "#error]", "#critical]", "never came", "Traceback")
+"""Operator-log lines worth showing when a crash test fails (L{shows_evidence})."""
+
+EVIDENCE_LINES = 60
+"""At most this many such lines of each log are shown."""
+
+
+def shows_evidence(test: Callable[[T], None]) -> Callable[[T], None]:
+    """
+    For a test of L{MountStackCase} whose failures depend on timing (crash
+    and reconnect tests): when it fails, print what its logs hold worth
+    seeing (each log's warnings, errors and settled outcomes, the last
+    L{EVIDENCE_LINES} of them) before its temporary directory is removed,
+    so that a failure in CI can be looked into from its output.
+    """
+
+    @functools.wraps(test)
+    def run(self: T) -> None:
+        try:
+            test(self)
+        except BaseException:
+            _print_evidence(self.tmp)
+            raise
+
+    return run
+
+
+def _print_evidence(tmp: Path) -> None:
+    for log in sorted(tmp.glob("**/*.log")):
+        if not log.is_file():
+            continue
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        worth = [line for line in lines if any(marker in line for marker in EVIDENCE_MARKERS)]
+        if worth:
+            print(f"--- {log.relative_to(tmp)}: {len(worth)} lines worth seeing, the last:")
+            for line in worth[-EVIDENCE_LINES:]:
+                print("    " + line[:400])
 
 
 class Mount:

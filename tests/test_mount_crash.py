@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.mount_harness import MountStackCase
+from tests.mount_harness import MountStackCase, shows_evidence
 
 FILES = 40
 """Files the saver saves atomically, one after another, pass after pass."""
@@ -107,6 +107,7 @@ class MountCrashTests(MountStackCase):
         self.assertEqual(data, content(generation, index), f"{path.name} is torn")
         return generation
 
+    @shows_evidence
     def test_saves_are_kept_up_to_a_point(self) -> None:
         """
         Every file holds one whole version; the files of the pass the crash
@@ -133,6 +134,7 @@ class MountCrashTests(MountStackCase):
                 self.assertEqual(self.pass_of(folder / expected, saved), done + 1)
         self.unmount(again)
 
+    @shows_evidence
     def test_sqlite_survives_with_a_prefix_of_its_transactions(self) -> None:
         """
         SQLite on the mount, killed mid-work in its default mode (rollback

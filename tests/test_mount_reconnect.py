@@ -21,7 +21,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from svc.quickstart import Stack, start_dataplane
-from tests.mount_harness import MountStackCase, lstat_tree
+from tests.mount_harness import MountStackCase, lstat_tree, shows_evidence
 
 IDLE_SECONDS = 2
 """The restarted data plane's idle timeout (SVC_IDLE_TIMEOUT_SECONDS)."""
@@ -95,6 +95,7 @@ class MountReconnectTests(MountStackCase):
             self.assertLess(time.monotonic(), deadline, "the data plane did not come back")
             time.sleep(0.1)
 
+    @shows_evidence
     def test_writes_survive_restart_outage_and_idle_timeout(self) -> None:
         """Data written before, during and after an outage and an idle period is all there."""
         mount = self.mount()
@@ -142,6 +143,7 @@ class MountReconnectTests(MountStackCase):
                 f"f{index}",
             )
 
+    @shows_evidence
     def test_atomic_saves_survive_data_plane_crashes(self) -> None:
         """
         A program saves files atomically (write C{x.tmp}, rename it over
@@ -191,6 +193,7 @@ class MountReconnectTests(MountStackCase):
                 found[os.path.relpath(path, root)] = blake3(path.read_bytes()).hexdigest()
         return found
 
+    @shows_evidence
     def test_tools_changes_survive_data_plane_crashes(self) -> None:
         """
         A program creating, rewriting, saving, renaming and removing files
