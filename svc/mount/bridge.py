@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.audit.events import NO_PROCESS, CallerProcess
-from svc.mount.attributes import BLOCK_SIZE, AttributeChanges, Entry
+from svc.mount.attributes import BLOCK_SIZE, AttributeChanges, Entry, OpenResult
 from svc.mount.errors import FSError
 from svc.mount.fs import MountFS
 from svc.mount.open_files import SpillWrite
@@ -428,9 +428,36 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
     ) -> tuple[int, llfuse.EntryAttributes]:
         """Create and open a regular file."""
         caller = caller_of(ctx)
-        opened, entry = self._op("create", self._fs.create, parent_inode, name, mode, flags, caller)
+        opened, entry = self._call.call(
+            self._timeouts.op_seconds,
+            "create",
+            self._fs.create,
+            parent_inode,
+            name,
+            mode,
+            flags,
+            caller,
+            late=partial(self._abandon_created, caller),
+        )
         self._remember(opened.fh, caller)
         return opened.fh, self._attributes(entry)
+
+    def _abandon_created(self, caller: CallerProcess, result: tuple[OpenResult, Entry]) -> None:
+        """
+        A create answered after its timeout (the program was told EIO): the
+        kernel never got the handle or the entry, so the handle is released
+        and the lookup forgotten (the file, made by then, stays, empty).
+        """
+        opened, entry = result
+        self._abandon_opened(caller, opened)
+        self._fs.forget([(entry.ino, 1)])
+
+    def _abandon_opened(self, caller: CallerProcess, opened: OpenResult) -> None:
+        """An open answered after its timeout: the handle nobody has is released."""
+        _log.warn("a file handle opened after its call timed out is released")
+        self._fs.release(opened.fh, caller).addErrback(
+            lambda failure: _log.failure("releasing an abandoned handle failed", failure)
+        )
 
     def open(self, inode: int, flags: int, ctx: Any = None) -> int:
         """
@@ -440,7 +467,15 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         caller = caller_of(ctx)
         opened = self._here(self._fs.known_open, inode, flags, caller)
         if opened is None:
-            opened = self._op("open", self._fs.open, inode, flags, caller)
+            opened = self._call.call(
+                self._timeouts.op_seconds,
+                "open",
+                self._fs.open,
+                inode,
+                flags,
+                caller,
+                late=partial(self._abandon_opened, caller),
+            )
         self._remember(opened.fh, caller)
         fh: int = opened.fh
         return fh
