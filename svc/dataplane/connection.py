@@ -104,6 +104,7 @@ class ConnectionContext:
     policy_for: Callable[[str, str], PathPolicy | None]
     open_disk: Callable[[AgentIdentity], Deferred[DiskHandle]]
     forget: Callable[[AgentConnection], None]
+    draining: Callable[[AgentConnection, Deferred[None]], None]
     visible_memory: int
     announce: Callable[[ChangeNotice], None]
 
@@ -155,7 +156,13 @@ class AgentConnection:
         identity: AgentIdentity,
         connection_id: str,
         sink: IConnectionSink,
+        after: Deferred[None] | None = None,
     ) -> None:
+        """
+        @param after: fires once the agent's closed connections have run
+            the ordered requests they had received (L{DrainFences}): this
+            connection's ordered requests wait for it.
+        """
         self._context = context
         self._clock = context.clock
         self.metrics = context.metrics
@@ -180,6 +187,9 @@ class AgentConnection:
         self._disk: DiskHandle | None = None
         self._open_lock = DeferredLock()
         self._order = DeferredLock()
+        if after is not None:
+            self._order.acquire()  # free: taken at once, given back when the fence opens
+            after.addBoth(lambda _: self._order.release())
         self._uploads: dict[str, list[_Upload]] = {}
 
     # Properties the handlers use.
@@ -249,6 +259,10 @@ class AgentConnection:
         """
         self.closing = True
         self._context.forget(self)
+        # The requests already received still run (their answers go nowhere);
+        # the agent's next connection waits for them (DrainFences).
+        drained: Deferred[None] = self._order.acquire().addCallback(lambda lock: lock.release())
+        self._context.draining(self, drained)
         self._log.info(
             "connection {connection_id} of {agent} closed: {reason}",
             connection_id=self.connection_id,

@@ -38,6 +38,7 @@ from svc.dataplane.change_notices import (
 from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
 from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
+from svc.dataplane.drain_fences import DrainFences
 from svc.dataplane.errors import OpFailed
 from svc.dataplane.interfaces import IConnectionSink
 from svc.dataplane.replies import lease_revoke_push
@@ -85,6 +86,11 @@ class ServiceClock(Protocol):
         self, delay: float, callable: Callable[..., object], *args: object, **kw: object
     ) -> Any:
         """Schedule a call."""
+
+
+def _agent_key(identity: AgentIdentity) -> tuple[str, str]:
+    """Whose connections are fenced together (L{DrainFences})."""
+    return (identity.tenant_id, identity.agent_id)
 
 
 def location_of(identity: AgentIdentity) -> TenantLocation:
@@ -140,6 +146,7 @@ class DataPlaneService:
             policy_for=policy_for,
             open_disk=self._open_disk,
             forget=self._forget,
+            draining=self._draining,
             visible_memory=visible_memory,
             announce=self.announce,
         )
@@ -154,6 +161,7 @@ class DataPlaneService:
         self._credentials_loop: LoopingCall | None = None
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
         self._epochs_lock = DeferredLock()
+        self._fences = DrainFences(clock)
         self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
 
     # IDataPlaneService
@@ -167,7 +175,13 @@ class DataPlaneService:
         """
         if connection_id in self._connections:
             raise ValueError(f"connection id {connection_id!r} is already live")
-        connection = AgentConnection(self._context, identity, connection_id, sink)
+        connection = AgentConnection(
+            self._context,
+            identity,
+            connection_id,
+            sink,
+            after=self._fences.fence(_agent_key(identity)),
+        )
         self._connections[connection_id] = connection
         try:
             location = location_of(identity)
@@ -305,6 +319,9 @@ class DataPlaneService:
             self._credentials_loop = None
             if loop.running:
                 loop.stop()
+
+    def _draining(self, connection: AgentConnection, drained: Deferred[None]) -> None:
+        self._fences.closing(_agent_key(connection.identity), drained)
 
     def _open_disk(self, identity: AgentIdentity) -> Deferred[DiskHandle]:
         async def opening() -> DiskHandle:
