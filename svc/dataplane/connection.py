@@ -71,6 +71,7 @@ from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
+from svc.wire.errno import WireErrno
 from svc.wire.ops import Op
 
 _UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
@@ -377,6 +378,9 @@ class AgentConnection:
         try:
             try:
                 await turn.ready
+                if self.closing:
+                    # Lost before its turn came: not run (dataplane-ops.md section 7).
+                    raise OpFailed(WireErrno.EBADF, "the connection closed before it ran")
                 outcome = await self._checked(call, raw, turn)
                 self._announce(call)
             except PathOutsideSubtree:

@@ -331,7 +331,12 @@ class DataPlaneServerProtocol(Protocol):
         self.state = ConnectionState.CLOSED
         for name in list(self._timers):
             self._cancel_timer(name)
-        self._abandon_requests()
+        # Not cancelled: a request the handler is running finishes (cancelling
+        # it would let the next one start while its work still runs in a
+        # thread, breaking the connection's order); those it has not started
+        # are not run once it is told the connection closed (dataplane-ops.md
+        # section 7).
+        self._abandon_requests(cancel=False)
         closed: Deferred[None] = succeed(None)
         if self._handler is not None:
             closed = maybeDeferred(self._handler.closed, self._close_reason)
@@ -668,10 +673,13 @@ class DataPlaneServerProtocol(Protocol):
         self._close_reason = reason
         self._tls.abortConnection()
 
-    def _abandon_requests(self) -> None:
+    def _abandon_requests(self, *, cancel: bool = True) -> None:
+        """Forget every unanswered request (their answers go nowhere); C{cancel} them too."""
         requests = list(self._requests.values())
         for request in requests:
             self._take(request)
+        if not cancel:
+            return
         for request in requests:
             if request.deferred is not None:
                 request.deferred.cancel()

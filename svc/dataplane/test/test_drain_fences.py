@@ -97,3 +97,36 @@ class FencedConnectionTests(SynchronousTestCase):
         self.assertNoResult(asked)
         io.run()
         self.assertEqual(self.successResultOf(asked).payload["size"], len(data))
+
+    def test_lost_connections_requests_not_started_are_not_run(self) -> None:
+        """
+        The request a lost connection was running finishes; those queued
+        behind it are not run (failed EBADF, audited): what the server
+        keeps of the connection's requests is a prefix of them.
+        """
+        io = ManualWorker()
+        fixture = ServiceFixture(self, io_worker=io)
+        lost = fixture.agent()
+        opened = lost.request("head_file", path=lost.root)
+        io.run()
+        self.successResultOf(opened)
+        chunk_hash, data = blob("f")
+        lost.request("chunk_put", data, hash=chunk_hash)
+        put = lost.request(
+            "manifest_put",
+            path="/agent-1/f",
+            expected_version=0,
+            chunks=[[chunk_hash, len(data)]],
+            size=len(data),
+            mode=0o644,
+            mtime_ns=1,
+        )
+        queued = lost.request("dir_create", path="/agent-1/d", mode=0o755)
+        lost.connection.closed("connection lost")
+        io.run()
+        self.successResultOf(put)
+        self.assertEqual(self.failureResultOf(queued).value.errno, WireErrno.EBADF)
+        self.assertEqual([e.allowed for e in fixture.events("dir_create")], [False])
+        again = fixture.agent()
+        self.assertEqual(again.ok("head_file", path="/agent-1/f")["size"], len(data))
+        self.assertEqual(again.errno("head_file", path="/agent-1/d"), WireErrno.ENOENT)

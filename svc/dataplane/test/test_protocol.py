@@ -519,14 +519,20 @@ class SinkTests(SynchronousTestCase):
         self.assertTrue(conn.transport.disconnecting)
 
     def test_closed_called_once(self) -> None:
-        """connectionLost cancels running requests and tells the handler exactly once."""
+        """
+        connectionLost tells the handler exactly once, and does not cancel
+        running requests: they finish (so the connection's order holds), and
+        their answers go nowhere.
+        """
         conn = ServerConnection()
         conn.send(request(1, "hold"))
         lost = conn.protocol.when_lost()
         conn.lose()
         conn.lose()
         self.assertEqual(len(conn.handler.closed_reasons), 1)
-        self.assertTrue(conn.handler.held[0].cancelled)
+        self.assertFalse(conn.handler.held[0].cancelled)
+        conn.handler.held[0].deferred.callback(OpReply())
+        self.assertEqual(conn.frames(), [])
         self.assertIsNone(self.successResultOf(lost))
         self.assertEqual(conn.protocol.state, ConnectionState.CLOSED)
         self.assertEqual(conn.clock.getDelayedCalls(), [])
