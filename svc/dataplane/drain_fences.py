@@ -4,14 +4,15 @@ closed connections had received have run (``docs/specifications/dataplane-ops.md
 section 7, "Connections of one agent").
 
 When a connection is lost, the request the server was running still
-finishes (the ones queued behind it are refused): its answer goes nowhere. A client that reconnects and asks what
-its lost requests did (the mount's C{head_file} after a lost rename,
-``mount-consistency.md`` section 2.6) must see their effects, or it would
-send them again. So each closed connection's I{drain} -- a Deferred that
-fires once its ordered requests have run or been refused -- is kept per agent until it
-fires, and a connection admitted meanwhile holds its own order until every
-drain of its agent has fired, or L{FENCE_SECONDS} have passed (a warning:
-the server must not stall an agent for a request that does not end).
+finishes (the ones queued behind it are refused): its answer goes nowhere.
+A client that reconnects and asks what its lost requests did (the mount's
+C{head_file} after a lost rename, ``mount-consistency.md`` section 2.6)
+must see their effects, or it would send them again. So each closed
+connection's I{drain} -- a Deferred that fires once its ordered requests
+have run or been refused -- is kept per agent until it fires, and a
+connection admitted meanwhile holds its own order until every drain of its
+agent has fired, or L{FENCE_SECONDS} have passed (a warning: the server
+must not stall an agent for a request that does not end).
 """
 
 from __future__ import annotations
