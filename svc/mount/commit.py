@@ -93,13 +93,15 @@ class Committed:
     """
     The content is committed as C{version} after C{cas_retries} retries;
     C{inode} is the file's data-plane inode number and C{ctime_ns} its new
-    ctime, when the server said.
+    ctime, when the server said. C{adopted}: the version was found, not made
+    now (a put whose answer was lost had run; rule 0 of the ESTALE rule).
     """
 
     version: int
     cas_retries: int
     inode: int | None = None
     ctime_ns: int | None = None
+    adopted: bool = False
 
 
 @attrs.frozen
@@ -246,7 +248,9 @@ async def commit(
             if resent and current is not None and _ours(current, request):
                 uploader.inline_stored(inline)
                 found = current.attributes
-                return Committed(found.version, retries, found.server_inode, found.ctime_ns)
+                return Committed(
+                    found.version, retries, found.server_inode, found.ctime_ns, adopted=True
+                )
             if current is not None and retries < max_retries and _compatible(current, request):
                 retries += 1
                 expected = current.attributes.version

@@ -915,7 +915,7 @@ class FileOps:
             ctime_ns=self._ctx.now_ns() if outcome.ctime_ns is None else outcome.ctime_ns,
         )
         if node.pending:
-            self._created(node, attributes, outcome.inode)
+            self._created(node, attributes, outcome.inode, adopted=outcome.adopted)
         else:
             node.set_attributes(attributes)
         node.chunks = request.chunks
@@ -929,12 +929,19 @@ class FileOps:
         if done is not None:
             await done
 
-    def _created(self, node: Node, attributes: Attributes, inode: int | None) -> None:
-        """Pending C{node} was created on the data plane by its first commit."""
+    def _created(
+        self, node: Node, attributes: Attributes, inode: int | None, *, adopted: bool
+    ) -> None:
+        """
+        Pending C{node} was created on the data plane by its first commit
+        (or, C{adopted}, by that commit's first sending, whose answer was
+        lost: it ran earlier, and later changes may have moved the
+        directory's times on since).
+        """
         table = self._ctx.table
         link = table.primary_name(node)
         if link is not None:
-            if attributes.version == 1:
+            if attributes.version == 1 and not adopted:
                 # The data plane stamped the directory with the file's ctime
                 # (the client's clock stands in for a server that does not
                 # say).
@@ -942,7 +949,8 @@ class FileOps:
             else:
                 # The commit found the file there already (its creation's
                 # answer was lost with the connection, and a compatible retry
-                # overwrote it): the directory did not change now. Ask.
+                # overwrote it, or the version found was adopted): the
+                # directory did not change now. Ask.
                 link[0].stale = True
             # The kernel may hold the directory's attributes from before the
             # commit (a getattr while it was in flight), so it forgets them.

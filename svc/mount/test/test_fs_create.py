@@ -323,6 +323,36 @@ class DirectoryAttributeTests(SynchronousTestCase):
         )
         self.assertEqual(local_file.ctime_ns, server_file.ctime_ns)
 
+    def test_parent_after_a_first_commit_adopted_later(self) -> None:
+        """
+        A new file's first commit ran but its answer was lost; sent again,
+        it finds its own version there and adopts it. The directory changed
+        when the first ran, and may have changed since (here another
+        connection created a file in it meanwhile): its attributes are
+        asked for again, not computed from the adopted file's older ctime.
+        """
+        fs = self.mount.fs
+        self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        directory = self.mount.lookup_path("d")
+        opened, _ = self.mount.ok(fs.create(directory.ino, b"f", 0o640, os.O_WRONLY, CALLER))
+        self.mount.ok(fs.write(opened.fh, 0, b"mine", CALLER))
+        self.mount.answers.lose("manifest_put", ran=True)
+        self.mount.answers.hold("manifest_put")  # the put sent again
+        flushed = fs.flush(opened.fh, CALLER)
+        self.fixture.service.clock.advance(1)
+        self.fixture.service.agent().put_file("d/other", b"theirs")
+        self.mount.answers.release()
+        self.mount.ok(flushed)
+        self.mount.ok(fs.release(opened.fh, CALLER))
+        [line] = self.mount.events("flush")
+        self.assertEqual(line.get("version_new"), 1)
+        local = self.mount.ok(fs.getattr(directory.ino, CALLER))
+        server = self.fixture.mount().lookup_path("d").attributes
+        self.assertEqual(
+            (local.mtime_ns, local.ctime_ns, local.version, local.nlink),
+            (server.mtime_ns, server.ctime_ns, server.version, server.nlink),
+        )
+
     def test_parent_after_a_first_commit_that_found_the_file_there(self) -> None:
         """
         A new file's first commit finds the name taken, with the same bytes
