@@ -289,14 +289,18 @@ class FileOps:
         answer: the grant goes out before any commit of the file on the
         connection, so the server decides it first. A refusal is audited
         C{lease_denied} and leaves the file uncached (its closes wait for
-        their commits' answers). Nothing is asked for a pending or unlinked
-        file, or with leases turned off in the settings.
+        their commits' answers). A request the lost connection took is no
+        refusal: the file goes on without the lease (logged; the
+        compare-and-swap guards its commits). Nothing is asked for a pending
+        or unlinked file, or with leases turned off in the settings.
         """
         ctx = self._ctx
         if rel is None or node.pending or not ctx.settings.write_leases:
             return
 
-        def answered(granted: bool) -> None:
+        def answered(granted: bool | None) -> None:
+            if granted is None:
+                return
             state.uncached = not granted
             if not granted:
                 ctx.audit.simple(EventName.LEASE_DENIED, rel, caller)

@@ -101,18 +101,20 @@ class WriteLeases:
 
     # Taking and giving back
 
-    def acquire(self, ino: int, path: str) -> Deferred[bool]:
+    def acquire(self, ino: int, path: str) -> Deferred[bool | None]:
         """
         Take the write lease on server path C{path} for C{ino}, not
         waiting; fires C{True} when held (at once when it is already),
-        C{False} when refused or not answered (logged).
+        C{False} when refused, L{None} when the request was not answered
+        (the connection was lost: nobody refused it; logged).
         """
         self._wanted.add(ino)
         held = self._kept(ino, path)
         if held is not None:
             # Being yielded: the server would only renew it (same holder).
             return succeed(not held.yielding)
-        return Deferred.fromCoroutine(self._grant(ino, path, wait=False))
+        granted: Deferred[bool | None] = Deferred.fromCoroutine(self._grant(ino, path, wait=False))
+        return granted
 
     def wait_for(self, ino: int, path: str) -> Deferred[bool]:
         """
@@ -124,7 +126,8 @@ class WriteLeases:
         if held is not None:
             # Asked back: asking again would only renew it.
             return succeed(not held.yielding)
-        return Deferred.fromCoroutine(self._grant(ino, path, wait=True))
+        granted = Deferred.fromCoroutine(self._grant(ino, path, wait=True))
+        return granted.addCallback(lambda answer: answer is True)
 
     def _kept(self, ino: int, path: str) -> _Held | None:
         """
@@ -182,7 +185,8 @@ class WriteLeases:
         self._wanted.clear()
         self._lingering.clear()
 
-    async def _grant(self, ino: int, path: str, *, wait: bool) -> bool:
+    async def _grant(self, ino: int, path: str, *, wait: bool) -> bool | None:
+        """Whether the lease is held now; L{None} when the request was not answered."""
         try:
             answer = await self._remote.lease_grant(
                 path, "write", wait=wait, session_id=self._session_id()
@@ -191,7 +195,7 @@ class WriteLeases:
             _log.warn(
                 "could not ask for the write lease on {path}: {error}", path=path, error=failure
             )
-            return False
+            return None
         if not answer.granted or answer.lease_id is None:
             _log.info("write lease on {path} refused ({reason})", path=path, reason=answer.reason)
             return False

@@ -158,6 +158,23 @@ class WriteLeaseTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.release(leased, CALLER))
         self.assertEqual(self.fixture.mount().read_file("f"), b"AGAINon one")
 
+    def test_grant_lost_with_the_connection_is_no_refusal(self) -> None:
+        """
+        A grant whose answer the lost connection took: nobody refused it, so
+        no C{lease_denied} line, and the file's close still hands its commit
+        off (it is not written uncached).
+        """
+        self.mount.answers.lose("lease_grant", ran=False)
+        fh = self.open_rw()
+        self.assertEqual(self.mount.events("lease_denied"), [])
+        self.assertFalse(self.held())
+        self.mount.ok(self.mount.fs.write(fh, 0, b"MINE", CALLER))
+        self.mount.answers.hold("manifest_put")
+        self.mount.ok(self.mount.fs.flush(fh, CALLER))  # returns before the answer
+        self.mount.answers.release()
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
     def test_asked_back_after_writing_back(self) -> None:
         """
         Another connection waits for the lease: the mount commits the open
