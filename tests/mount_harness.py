@@ -99,8 +99,22 @@ async def connect_enrolled(enrollment: dict[str, Any]) -> DataPlaneClient:
     return await connect_dataplane(reactor, (host, int(port)), tls)
 
 
-EVIDENCE_MARKERS = ("#warn]", "#error]", "#critical]", "never came", "Traceback")
-"""Operator-log lines worth showing when a crash test fails (L{shows_evidence})."""
+EVIDENCE_MARKERS = (
+    "#warn]",
+    "#error]",
+    "#critical]",
+    "never came",
+    "Traceback",
+    '"name": "warn"',
+    '"name": "error"',
+    '"name": "critical"',
+    '"allowed":false',
+)
+"""
+Log lines worth showing when a crash test fails (L{shows_evidence}): the
+mount's text log's warnings, errors and settled outcomes, the data plane's
+JSON log's warnings and errors, and the audit logs' refusals.
+"""
 
 EVIDENCE_LINES = 60
 """At most this many such lines of each log are shown."""
