@@ -80,17 +80,8 @@ class FencedConnectionTests(SynchronousTestCase):
         io.run()  # their disks are open
         for answer in opened:
             self.successResultOf(answer)
-        chunk_hash, data = blob("f")
-        lost.request("chunk_put", data, hash=chunk_hash)
-        lost.request(
-            "manifest_put",
-            path="/agent-1/f",
-            expected_version=0,
-            chunks=[[chunk_hash, len(data)]],
-            size=len(data),
-            mode=0o644,
-            mtime_ns=1,
-        )
+        _, data = blob("f")
+        lost.pipeline_file("f", data)
         lost.connection.closed("connection lost")
         self.assertEqual(other.errno("head_file", path="/agent-2/f"), WireErrno.ENOENT)
         asked = fixture.agent().request("head_file", path="/agent-1/f")
@@ -110,17 +101,8 @@ class FencedConnectionTests(SynchronousTestCase):
         opened = lost.request("head_file", path=lost.root)
         io.run()
         self.successResultOf(opened)
-        chunk_hash, data = blob("f")
-        lost.request("chunk_put", data, hash=chunk_hash)
-        put = lost.request(
-            "manifest_put",
-            path="/agent-1/f",
-            expected_version=0,
-            chunks=[[chunk_hash, len(data)]],
-            size=len(data),
-            mode=0o644,
-            mtime_ns=1,
-        )
+        _, data = blob("f")
+        _, put = lost.pipeline_file("f", data)
         queued = lost.request("dir_create", path="/agent-1/d", mode=0o755)
         lost.connection.closed("connection lost")
         io.run()

@@ -173,16 +173,7 @@ class OrderingTests(SynchronousTestCase):
         agent = fixture.agent()
         data = b"pipelined"
         chunk_hash = blake3(data).hexdigest()
-        put = agent.request("chunk_put", data, hash=chunk_hash)
-        manifest = agent.request(
-            "manifest_put",
-            path="/agent-1/f",
-            expected_version=0,
-            chunks=[[chunk_hash, len(data)]],
-            size=len(data),
-            mode=0o644,
-            mtime_ns=1,
-        )
+        put, manifest = agent.pipeline_file("f", data)
         fetched = agent.request("chunk_get", hash=chunk_hash)
         listing = agent.request("list", path="/agent-1")
         self.assertNoResult(manifest)

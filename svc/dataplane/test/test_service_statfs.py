@@ -147,17 +147,8 @@ class StatfsOrderingTests(SynchronousTestCase):
         worker = ManualWorker()
         fixture = ServiceFixture(self, io_worker=worker)
         agent = fixture.agent()
-        chunk_hash, data = blob("pipelined", 1500)
-        agent.request("chunk_put", data, hash=chunk_hash)
-        agent.request(
-            "manifest_put",
-            path="/agent-1/f",
-            expected_version=0,
-            chunks=[[chunk_hash, len(data)]],
-            size=len(data),
-            mode=0o644,
-            mtime_ns=1,
-        )
+        _, data = blob("pipelined", 1500)
+        agent.pipeline_file("f", data)
         usage = agent.request("statfs")
         self.assertNoResult(usage)
         worker.run()

@@ -159,6 +159,25 @@ class Agent:
         value: WireErrno = self.error(op, raw, **payload).errno
         return value
 
+    def pipeline_file(self, name: str, data: bytes) -> tuple[Any, Any]:
+        """
+        Send C{data}'s C{chunk_put} and, right behind it, the C{manifest_put}
+        of a new file C{<root>/<name>} naming it, without waiting: the two
+        requests' Deferreds.
+        """
+        chunk_hash = blake3(data).hexdigest()
+        upload = self.request("chunk_put", data, hash=chunk_hash)
+        commit = self.request(
+            "manifest_put",
+            path=f"{self.root}/{name}",
+            expected_version=0,
+            chunks=[[chunk_hash, len(data)]],
+            size=len(data),
+            mode=0o644,
+            mtime_ns=1,
+        )
+        return upload, commit
+
     def put_file(
         self, name: str, data: bytes, expected_version: int = 0, **extra: Any
     ) -> dict[str, Any]:
