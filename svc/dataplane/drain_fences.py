@@ -61,7 +61,7 @@ class DrainFences:
         if not waiting:
             return None
         fence: Deferred[None] = Deferred()
-        everyone = DeferredList([_follow(drained) for drained in waiting], consumeErrors=True)
+        everyone = DeferredList(waiting)  # passes each drain's result on unchanged
 
         def opened(_: object) -> None:
             if timer.active():
@@ -82,15 +82,3 @@ class DrainFences:
         timer = self._clock.callLater(FENCE_SECONDS, too_long)
         everyone.addCallback(opened)
         return fence
-
-
-def _follow(drained: Deferred[None]) -> Deferred[None]:
-    """A Deferred firing when C{drained} does, leaving C{drained}'s own result alone."""
-    follower: Deferred[None] = Deferred()
-
-    def passed(result: object) -> object:
-        follower.callback(None)
-        return result
-
-    drained.addBoth(passed)
-    return follower
