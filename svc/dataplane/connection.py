@@ -22,17 +22,23 @@ it; C{ping} waits for nothing. A write's C{changed} push is sent once it
 has committed and before its turn ends, so before the connection's next
 ordered request starts and before the write's own answer is sent.
 
+A request the protocol gives up on (its timeout, the connection closing)
+is stopped only while it waits for its turn; one that has started runs to
+its end and holds its turn until then, so the requests after it still see
+its effects (dataplane-ops.md section 7).
+
 The audit lines are L{svc.dataplane.connection_audit}'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from svc.audit.events import AuditEvent, CertFields
 from svc.dataplane.calls import Call, Outcome, inline_segments, payload_size
@@ -111,16 +117,43 @@ class ConnectionContext:
 
 
 class _Turn:
-    """A request's place in the connection's order; L{release} is idempotent."""
+    """
+    A request's place in the connection's order: C{ready} fires when the
+    request may start. L{release} gives up the order C{ready} took, if it
+    took it (a wait cancelled before then took nothing); idempotent.
+    """
 
     def __init__(self, ready: Deferred[Any], release: Callable[[], object] | None) -> None:
         self.ready = ready
+        self._release: Callable[[], object] | None = None
+        if release is not None:
+            ready.addCallback(self._taken, release)
+
+    def _taken(self, result: object, release: Callable[[], object]) -> object:
         self._release = release
+        return result
 
     def release(self) -> None:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+
+class _Running:
+    """
+    One request the protocol may give up on (its timeout, or the
+    connection closing). Giving up stops a request still waiting for its
+    turn: it never runs. One that has started runs to its end, holding its
+    turn until then, so a later request never overtakes its work.
+    """
+
+    def __init__(self) -> None:
+        self.turn: _Turn | None = None
+
+    def give_up(self) -> None:
+        turn = self.turn
+        if turn is not None and not turn.ready.called:
+            turn.ready.cancel()
 
 
 class _Upload:
@@ -250,8 +283,17 @@ class AgentConnection:
     # IConnectionHandler
 
     def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
-        """Run one request (see the module docstring)."""
-        return Deferred.fromCoroutine(self._handle(op, payload, raw))
+        """
+        Run one request (see the module docstring). Cancelling the answer
+        (the protocol gave up on it) stops the request only while it waits
+        for its turn; once started it runs to its end, and its answer is
+        dropped (L{_Running}).
+        """
+        running = _Running()
+        answer: Deferred[OpReply] = Deferred(lambda _: running.give_up())
+        done = Deferred.fromCoroutine(self._handle(op, payload, raw, running))
+        done.addBoth(_pass_on, answer)
+        return answer
 
     def closed(self, reason: str) -> Deferred[None]:
         """
@@ -352,16 +394,22 @@ class AgentConnection:
         upload.finish()
 
     async def _handle(
-        self, op_name: str, payload: Mapping[str, object], raw: memoryview
+        self, op_name: str, payload: Mapping[str, object], raw: memoryview, running: _Running
     ) -> OpReply:
         op = request_op(op_name)
         started = self.now()
         try:
-            return await self._run(op, payload, raw)
+            return await self._run(op, payload, raw, running)
         finally:
             self.metrics.observe_op(op_label(op), self.now() - started)
 
-    async def _run(self, op: Op, payload: Mapping[str, object], raw: memoryview) -> OpReply:
+    async def _run(
+        self,
+        op: Op,
+        payload: Mapping[str, object],
+        raw: memoryview,
+        running: _Running | None = None,
+    ) -> OpReply:
         if op is Op.CHUNK_PUT:
             self.metrics.count_bytes("in", op.value, len(raw))
         elif op is Op.MANIFEST_PUT:
@@ -375,6 +423,8 @@ class AgentConnection:
         call = Call(op, request, inline_stored=self._store_inline(request, segments))
         upload = self._begin_upload(request)
         turn = self._enter(op)
+        if running is not None:
+            running.turn = turn
         try:
             try:
                 await turn.ready
@@ -492,6 +542,20 @@ class AgentConnection:
 
 
 _NO_RAW = memoryview(b"")
+
+
+def _pass_on(result: object, answer: Deferred[OpReply]) -> None:
+    """
+    Fire C{answer} with a request's C{result}, unless it was given up
+    (cancelled): then nobody wants the result (a failure was audited
+    already; a reply's lent chunk is given back).
+    """
+    if answer.called:
+        _released(result)
+    elif isinstance(result, Failure):
+        answer.errback(result)
+    else:
+        answer.callback(cast(OpReply, result))
 
 
 def _released(answer: object) -> None:
