@@ -8,7 +8,8 @@ operation of ``docs/specifications/dataplane-ops.md``, returning frozen
 values. Failures are translated here, once, into L{RemoteFailure}: the
 server's wire errno becomes the local errno of the same name; a request that
 got no answer (connection lost, timeout, refused before sending) is EIO,
-marked C{unknown} when it was sent and may have run.
+marked C{unknown} when it was sent and may have run. So is the server's
+C{ETIMEDOUT} (the request may still run), with its own errno.
 A reply that does not have the documented shape is EIO too.
 
 The reply values are in L{svc.mount.remote_values} (re-exported here).
@@ -55,6 +56,7 @@ from svc.mount.remote_values import (
     parse_disk_usage,
     parse_lease,
 )
+from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
 
 T = TypeVar("T")
@@ -173,6 +175,9 @@ class Remote:
                     f"{op}: {error.message}",
                     error.errno,
                     error.details,
+                    # The server gave up waiting; a request that had started
+                    # still runs to its end (dataplane-ops.md section 7).
+                    unknown=error.errno is WireErrno.ETIMEDOUT,
                 ) from None
             except (DataPlaneError, CodecError) as error:
                 raise RemoteFailure(

@@ -15,13 +15,14 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.client import Reply
-from svc.dataplane.client_errors import NotExecuted
+from svc.dataplane.client_errors import NotExecuted, RemoteError
 from svc.mount.attributes import AttributeChanges, FileKind
 from svc.mount.errors import RemoteFailure, local_errno
 from svc.mount.local_connection import LocalConnection
 from svc.mount.remote import ChunkEntry, DirectChunkSource, DiskUsage, Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture
 from svc.store.layout import TenantLocation
+from svc.wire.control import ErrorInfo
 from svc.wire.errno import WireErrno
 
 TENANT_A = TenantLocation("user-1", "tenant-a")
@@ -160,6 +161,18 @@ class RemoteTests(SynchronousTestCase):
         self.assertEqual(outside.errno, errno.EACCES)
         for wire in WireErrno:
             self.assertEqual(local_errno(wire), getattr(errno, wire.name))
+
+    def test_server_timeout_may_have_run(self) -> None:
+        """
+        The server's ETIMEDOUT keeps its errno but is marked unknown (the
+        request may still run); any other server errno is a plain refusal.
+        """
+        timed_out = ErrorInfo(WireErrno.ETIMEDOUT, "operation did not finish in time")
+        failure = self.failure(Remote(Canned(RemoteError(timed_out))).head_file("/agent-1"))
+        self.assertEqual((failure.errno, failure.unknown), (errno.ETIMEDOUT, True))
+        refused = ErrorInfo(WireErrno.EACCES, "denied")
+        failure = self.failure(Remote(Canned(RemoteError(refused))).head_file("/agent-1"))
+        self.assertEqual((failure.errno, failure.unknown), (errno.EACCES, False))
 
     def test_transport_and_shape_failures(self) -> None:
         """No answer, or an answer of the wrong shape, is EIO."""
