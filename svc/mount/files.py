@@ -591,6 +591,8 @@ class FileOps:
         handle = self._ctx.files.handle(fh)
         if handle is None:
             return False  # the reactor answers EBADF
+        if not handle.writable:
+            return True  # a read-only handle's close commits nothing (flush)
         state = handle.state
         if state.lock.locked or state.dirty:
             return False
@@ -601,10 +603,16 @@ class FileOps:
         """
         Write back the file's changes, if any (C{close}). Returns once the
         commit is sent when L{HandOffs.allowed} says so, else once it is
-        answered (``mount-consistency.md`` section 2.5).
+        answered (``mount-consistency.md`` section 2.5). The close of a
+        handle opened read-only commits nothing, as on NFS: the changes
+        are its writers' to commit (at their close, or the last release),
+        and their failure (C{EDQUOT}, say) is not the reader's.
         """
         ctx = self._ctx
-        state = self._handle(fh).state
+        handle = self._handle(fh)
+        if not handle.writable:
+            return
+        state = handle.state
         node = ctx.table.get(state.ino)
         due = state.dirty or (node is not None and node.pending)
         if (

@@ -13,11 +13,12 @@ import os
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.dataplane.service import location_of
 from svc.mount import close_hand_off
 from svc.mount.attributes import AttributeChanges, OpenResult, QuotaReport
 from svc.mount.fs import FSSettings
 from svc.mount.inodes import ROOT_INODE
-from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
 
 
 def create(mount: Mount, name: str, data: bytes) -> OpenResult:
@@ -382,3 +383,50 @@ class QuotaTests(SynchronousTestCase):
     def test_quota_unknown(self) -> None:
         """The quota cannot be had: the close waits."""
         self.assertFalse(self.flush_fires_at_once(fail(OSError(errno.EIO, "no answer"))))
+
+
+class ReaderCloseTests(SynchronousTestCase):
+    """The close of a handle opened read-only commits nothing (as on NFS)."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        # Little room left under the quota: closes wait for their commits.
+        self.mount = self.fixture.mount(quota=lambda: succeed(QuotaReport(1 << 20, 1 << 19)))
+        entry = self.mount.write_file("f", b"version one")
+        self.writer = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(self.writer.fh, 0, b"MINE", CALLER))
+        self.reader = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDONLY, CALLER))
+
+    def test_a_readers_close_leaves_the_writers_changes_to_the_writer(self) -> None:
+        """
+        A reader's close sends no commit and writes no flush line while a
+        writer's changes are pending; the writer's close commits them.
+        """
+        lines = len(self.mount.events("flush"))
+        self.mount.answers.hold("manifest_put", unsent=["manifest_put"])
+        self.mount.ok(self.mount.fs.flush(self.reader.fh, CALLER))
+        self.assertEqual(self.mount.answers.held, 0)
+        self.assertEqual(len(self.mount.events("flush")), lines)
+        self.assertTrue(self.mount.fs.nothing_to_flush(self.reader.fh), "answered off the reactor")
+        self.assertFalse(self.mount.fs.nothing_to_flush(self.writer.fh))
+        self.mount.answers.release()
+        self.mount.ok(self.mount.fs.flush(self.writer.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+
+    def test_a_readers_close_does_not_report_the_writers_failure(self) -> None:
+        """
+        The writer's commit fails (over the grant): a reader's close then
+        succeeds (it used to fail EDQUOT), and the last release reports and
+        discards the changes.
+        """
+        engine = self.fixture.service.service.engine
+        self.mount.ok(engine.set_agent_grant(location_of(AGENT), AGENT.agent_id, 5))
+        self.mount.ok(self.mount.fs.write(self.writer.fh, 11, b"x" * 100, CALLER))
+        synced = self.mount.fs.fsync(self.writer.fh, False, CALLER)
+        self.assertEqual(self.mount.errno(synced), errno.EDQUOT)
+        self.mount.ok(self.mount.fs.release(self.writer.fh, CALLER))
+        self.mount.ok(self.mount.fs.flush(self.reader.fh, CALLER))
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.release(self.reader.fh, CALLER)), errno.EDQUOT
+        )
+        self.assertEqual(self.mount.read_file("f"), b"version one")
