@@ -333,6 +333,7 @@ class FileOps:
             spill_dir=ctx.spill,
             memo=ctx.memo,
             now_ns=ctx.now_ns,
+            room=ctx.quota_room,
         )
 
     def _handle(self, fh: int) -> Handle:
@@ -403,6 +404,8 @@ class FileOps:
             state = self._writable_state(fh)
             if offset + len(data) > MAX_FILE_BYTES:
                 raise FSError(errno.EFBIG, f"a file may hold at most {MAX_FILE_BYTES} bytes")
+            if not state.fits_quota(offset, len(data)):
+                return Deferred.fromCoroutine(self._start_write_near_quota(state, offset, data))
             if not state.lock.locked:
                 pending = state.begin_spill_write(offset, data)
                 if pending is not None:
@@ -411,6 +414,17 @@ class FileOps:
         except FSError:
             return fail()
         return Deferred.fromCoroutine(self._start_write_waiting(state, offset, data))
+
+    async def _start_write_near_quota(
+        self, state: FileState, offset: int, data: bytes
+    ) -> int | SpillWrite:
+        """
+        L{start_write} of a write the quota estimate has no room for: a
+        fresh look at the server's usage first (C{EDQUOT} if it has none
+        either; L{svc.mount.quota_room}), before taking the file's lock.
+        """
+        await self._ctx.quota_room.check(state.growth_of(offset, len(data)))
+        return await self._start_write_waiting(state, offset, data)
 
     async def _start_write_waiting(
         self, state: FileState, offset: int, data: bytes

@@ -41,6 +41,8 @@ from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
 from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.outside_changes import apply_outside_changes
+from svc.mount.quota_room import QuotaRoom
+from svc.mount.quota_source import quota_report
 from svc.mount.remote import IChunkSource, Remote
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.worker import IWorker
@@ -121,18 +123,26 @@ class MountFS:
         self._namespace = NamespaceOps(self._ctx, self._truncate)
         self._files = FileOps(self._ctx, self._namespace)
         self._directories = DirectoryReader(self._ctx)
+        if quota is not None:
+            self._ctx.quota_room = QuotaRoom(
+                lambda: remote.statfs().addCallback(quota_report), self.write_backs_settled
+            )
 
     async def _truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
         await self._files.truncate(node, size, caller)
 
     def start(self) -> Deferred[None]:
-        """Remove leftover spill files and learn the disk root's attributes."""
+        """
+        Remove leftover spill files, learn the disk root's attributes and
+        (with a quota source) the disk's usage for write-time C{EDQUOT}.
+        """
 
         async def starting() -> None:
             leftovers = await self._ctx.worker.submit(self._ctx.spill.sweep)
             if leftovers:
                 _log.warn("removed {count} spill files of an earlier run", count=leftovers)
             self._ctx.started(await self._ctx.remote.head_file(self._ctx.disk))
+            await self._ctx.quota_room.refresh()
 
         return Deferred.fromCoroutine(starting())
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
@@ -25,6 +25,7 @@ from svc.mount.inline_reads import InlineReads
 from svc.mount.inodes import InodeTable, Node
 from svc.mount.namespace_lock import NamespaceLock
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
+from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
 from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
@@ -147,6 +148,8 @@ class FSContext:
         self.audit = ClientAudit(emit, now)
         self.policy = policy
         self.quota = quota
+        # Refuses nothing until MountFS gives it a quota source.
+        self.quota_room = QuotaRoom(None, lambda: succeed(None))
         self.invalidate = invalidate
         self.invalidate_entry = invalidate_entry
         self.forget_attributes = forget_attributes

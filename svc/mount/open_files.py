@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from svc.buffer_pool import footprint
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef
 from svc.mount.extents import FileLayout, Source
+from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT, IChunkSource, gather
 from svc.mount.spill import MemorySpill, SpillDirectory, SpillFile
 from svc.mount.write_behind import WriteBehind
@@ -194,9 +195,11 @@ class WriteGrant:
         generation: int,
         used: Callable[[int, bytes, bool], None],
         give_back: Callable[[], None],
+        fits: Callable[[int, int], bool] = lambda offset, length: True,
     ) -> None:
         self.generation = generation
         self.usable = False
+        self._fits = fits
         self._spill = spill
         self._used = used
         self._give_back = give_back
@@ -210,8 +213,8 @@ class WriteGrant:
         to a spill file).
         """
         spill = self._spill
-        if offset + length > MAX_FILE_BYTES:
-            return False  # the reactor refuses it
+        if offset + length > MAX_FILE_BYTES or not self._fits(offset, length):
+            return False  # the reactor refuses it, or looks again at the quota
         return not isinstance(spill, MemorySpill) or spill.fits(offset + length)
 
     def store(self, offset: int, data: bytes) -> None:
@@ -313,6 +316,7 @@ class FileState:
         spill_dir: SpillDirectory,
         memo: ChunkMemo,
         now_ns: Callable[[], int],
+        room: QuotaRoom | None = None,
     ) -> None:
         self.ino = ino
         self.version = version
@@ -337,6 +341,8 @@ class FileState:
         self._spill: SpillHandle | None = None
         self._read_end: int | None = None
         self.write_behind: WriteBehind | None = None
+        self._room = room
+        self.grown = 0
 
     @property
     def dirty(self) -> bool:
@@ -489,7 +495,35 @@ class FileState:
 
         self._worker.submit(partial(spill.release_pages, end)).addBoth(released)
 
+    def growth_of(self, offset: int, length: int) -> int:
+        """
+        How many bytes of growth (written beyond the committed size, not
+        written before) a write of C{length} bytes at C{offset} would add
+        (L{svc.mount.quota_room}). Reads the layout: any thread, while
+        the caller holds the lock or is the reactor.
+        """
+        layout = self.layout
+        start, end = max(offset, layout.base_size), offset + length
+        if end <= start:
+            return 0
+        return end - start - sum(high - low for low, high in layout.written.within(start, end))
+
+    def fits_quota(self, offset: int, length: int) -> bool:
+        """
+        Whether a write of C{length} bytes at C{offset} fits the quota as
+        the mount estimates it (L{svc.mount.quota_room.QuotaRoom.fits}); any
+        thread, as L{growth_of}.
+        """
+        room = self._room
+        return room is None or room.fits(self.growth_of(offset, length))
+
+    def _grow(self, delta: int) -> None:
+        self.grown += delta
+        if self._room is not None and delta:
+            self._room.grew(delta)
+
     def _wrote(self, offset: int, data: bytes) -> None:
+        self._grow(self.growth_of(offset, len(data)))
         self.layout.write(offset, len(data))
         self.mtime_ns = self._now_ns()
         if self.write_behind is not None:
@@ -507,6 +541,11 @@ class FileState:
             self.write_behind.touched(size)
         self.layout.truncate(size)
         self.mtime_ns = self._now_ns()
+        start = self.layout.base_size
+        grown = 0
+        if size > start:
+            grown = sum(high - low for low, high in self.layout.written.within(start, size))
+        self._grow(grown - self.grown)
 
     async def _spill_for(self, end: int) -> Spill:
         """The spill to write bytes ending at C{end} into (moved to disk if needed)."""
@@ -570,6 +609,9 @@ class FileState:
         kept = self.kept_since(changes_sent)
         self.version = version
         self.layout.reset(base)
+        grown, self.grown = self.grown, 0
+        if self._room is not None and grown:
+            self._room.committed(grown)
         if not kept:
             self.mtime_ns = None
             self.atime_ns = None
@@ -601,7 +643,7 @@ class FileState:
             self._release_spill(handle)
             self.lock.release()
 
-        return WriteGrant(spill, generation, used, given_back)
+        return WriteGrant(spill, generation, used, given_back, self.fits_quota)
 
     def offer_grant(self, grant: WriteGrant) -> None:
         """Leave C{grant} (holding the lock) for the next write (reactor thread)."""
@@ -657,8 +699,12 @@ class FileState:
             removed.addErrback(lambda failure: _log.failure("removing a spill file", failure))
 
     def close(self) -> Deferred[None] | None:
-        """The last handle is gone: stop any write-behind, retire the spill file."""
+        """
+        The last handle is gone: stop any write-behind, retire the spill
+        file; growth not committed by now is dropped with it.
+        """
         self.revoke_grant()
+        self._grow(-self.grown)
         if self.write_behind is not None:
             self.write_behind.cancel()
             self.write_behind = None
