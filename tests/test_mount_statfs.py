@@ -1,11 +1,13 @@
 """
 C{statfs} through a real mount: the agent's grant, set through the control
 plane with the service token, is what C{os.statvfs} of the mount reports,
-and the free space shrinks by a file written through the mount.
+and the free space shrinks by a file written through the mount; a write
+past the grant fails C{EDQUOT} itself.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -76,4 +78,34 @@ class MountStatfsTests(MountStackCase):
         shrunk = free_before - after.f_bavail * after.f_frsize
         self.assertAlmostEqual(shrunk, SIZE, delta=2 * after.f_frsize)
         self.assertEqual(after.f_blocks, before.f_blocks)
+        self.unmount(mount)
+
+    def test_a_write_past_the_grant_fails_at_the_write(self) -> None:
+        """
+        Writing more than the grant through the mount: a C{write} fails
+        C{EDQUOT} before the C{close} (which then succeeds), the bytes
+        written before it are committed, and removing the file gives the
+        room back to the next write at once.
+        """
+        status, body = http(
+            "PATCH",
+            f"{self.control_url}/v1/entities/agent/{DEMO_AGENT}",
+            {"grant_bytes": GRANT},
+            self.state["token"],
+        )
+        self.assertEqual(status, 200, body)
+        mount = self.mount()
+        self.wait_for("the grant", lambda st: abs(st.f_blocks * st.f_frsize - GRANT) < st.f_frsize)
+        piece = os.urandom(1 << 20)
+        path = self.mount_point / "too-big.bin"
+        written = 0
+        with path.open("wb", buffering=0) as out:
+            with self.assertRaises(OSError) as raised:
+                while written <= 2 * GRANT:
+                    written += out.write(piece)
+        self.assertEqual(raised.exception.errno, errno.EDQUOT)
+        self.assertLess(written, GRANT)
+        self.assertEqual(path.stat().st_size, written)
+        path.unlink()
+        (self.mount_point / "after.bin").write_bytes(piece)
         self.unmount(mount)
