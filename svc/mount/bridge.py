@@ -446,10 +446,14 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         """
         A create answered after its timeout (the program was told EIO): the
         kernel never got the handle or the entry, so the handle is released
-        and the lookup forgotten (the file, made by then, stays, empty).
+        (a new file nobody else has is forgotten with it:
+        C{MountFS.abandon_create}) and the lookup forgotten.
         """
         opened, entry = result
-        self._abandon_opened(caller, opened)
+        _log.warn("a file created after its call timed out is given up")
+        self._fs.abandon_create(opened.fh, caller).addErrback(
+            lambda failure: _log.failure("giving up a late create failed", failure)
+        )
         self._fs.forget([(entry.ino, 1)])
 
     def _abandon_opened(self, caller: CallerProcess, opened: OpenResult) -> None:

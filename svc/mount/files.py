@@ -662,6 +662,37 @@ class FileOps:
         finally:
             self._hand_offs.finished()
 
+    async def abandon_create(self, fh: int, caller: CallerProcess) -> None:
+        """
+        A C{create} answered after the program was told C{EIO} (the bridge's
+        timeout): nobody holds C{fh}. A new file that never reached the
+        server, and that nobody else opened or wrote meanwhile, is forgotten
+        (its name dropped), so the failed C{open} left nothing behind and a
+        program trying again with C{O_EXCL} does not meet C{EEXIST}.
+        Otherwise C{fh} is released as any handle.
+        """
+        ctx = self._ctx
+        handle = ctx.files.handle(fh)
+        if handle is not None:
+            state = handle.state
+            state.revoke_grant()  # the create's write grant holds the lock
+            node = ctx.table.get(state.ino)
+            if (
+                node is not None
+                and node.pending
+                and state.handles == 1
+                and not state.dirty
+                and not state.lock.locked
+            ):
+                _log.info(
+                    "file inode {ino} created after its call timed out is forgotten", ino=node.ino
+                )
+                for parent_ino, name in list(node.names):
+                    parent = ctx.table.get(parent_ino)
+                    if parent is not None:
+                        ctx.table.unlink(parent, name)
+        await self.release(fh, caller)
+
     async def _release_state(self, state: FileState, caller: CallerProcess) -> None:
         ctx = self._ctx
         if state.handles:

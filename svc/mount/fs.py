@@ -348,6 +348,14 @@ class MountFS:
         """Close a file handle (the last one writes back and drops the spill file)."""
         return Deferred.fromCoroutine(self._files.release(fh, caller))
 
+    def abandon_create(self, fh: int, caller: CallerProcess) -> Deferred[None]:
+        """
+        Release the handle of a C{create} the program was told had failed
+        (answered after its timeout); a new file nobody else has is
+        forgotten rather than created.
+        """
+        return Deferred.fromCoroutine(self._files.abandon_create(fh, caller))
+
     def write_backs_settled(self) -> Deferred[None]:
         """
         Fires once no write-back a call stopped waiting for is still running

@@ -482,14 +482,15 @@ class BridgeTests(SynchronousTestCase):
     def test_late_open_and_create_release_their_handles(self) -> None:
         """
         An open or a create answered after its timeout (the program was
-        told EIO): the handle the kernel never got is released, and the
-        create's lookup forgotten.
+        told EIO): the handle the kernel never got is released (a create's
+        given up), and the create's lookup forgotten.
         """
         opened: Deferred[OpenResult] = Deferred()
         created: Deferred[tuple[OpenResult, Entry]] = Deferred()
         self.fs.answers["open"] = lambda *a: opened
         self.fs.answers["create"] = lambda *a: created
         self.fs.answers["release"] = None
+        self.fs.answers["abandon_create"] = None
         self.assertEqual(
             self.fuse_errno(lambda: self.bridge.open(4, os.O_RDWR, Context(1))), errno.EIO
         )
@@ -500,8 +501,12 @@ class BridgeTests(SynchronousTestCase):
         opened.callback(OpenResult(fh=7, keep_cache=False))
         created.callback((OpenResult(fh=8, keep_cache=False), Entry(5, attributes())))
         self.assertEqual(
-            [(name, args[0]) for name, args in self.fs.calls if name in ("release", "forget")],
-            [("release", 7), ("release", 8), ("forget", [(5, 1)])],
+            [
+                (name, args[0])
+                for name, args in self.fs.calls
+                if name in ("release", "abandon_create", "forget")
+            ],
+            [("release", 7), ("abandon_create", 8), ("forget", [(5, 1)])],
         )
 
 

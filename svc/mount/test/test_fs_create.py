@@ -42,6 +42,35 @@ class PendingCreateTests(SynchronousTestCase):
     def requests(self) -> list[str]:
         return list(self.mount.connection.calls)
 
+    def test_a_create_given_up_leaves_nothing(self) -> None:
+        """
+        A create the program was told had failed (answered after the
+        bridge's timeout) is given up: nothing is sent, the name is gone,
+        and creating it again with O_EXCL works (it used to be created
+        empty: EEXIST).
+        """
+        before = len(self.requests())
+        opened = create(self.mount, "d/f")
+        self.mount.ok(self.mount.fs.abandon_create(opened.fh, CALLER))
+        self.assertEqual(self.requests()[before:], [])
+        self.assertEqual(self.mount.names("d"), [])
+        parent, name = self.mount.parent_of("d/f")
+        again, _entry = self.mount.ok(
+            self.mount.fs.create(parent, name, 0o640, os.O_WRONLY | os.O_EXCL, CALLER)
+        )
+        close(self.mount, again)
+        self.assertEqual(self.fixture.mount().names("d"), ["f"])
+
+    def test_a_create_given_up_that_another_opened_is_kept(self) -> None:
+        """A file given up that another handle opened and wrote meanwhile stays."""
+        opened = create(self.mount, "d/f")
+        entry = self.mount.lookup_path("d/f")
+        other = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDWR, CALLER))
+        self.mount.ok(self.mount.fs.write(other.fh, 0, b"kept", CALLER))
+        self.mount.ok(self.mount.fs.abandon_create(opened.fh, CALLER))
+        close(self.mount, other)
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"kept")
+
     def test_first_commit_creates_the_file(self) -> None:
         """
         create and write send nothing; the flush is one manifest_put, its
