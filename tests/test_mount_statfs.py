@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from svc.quickstart import DEMO_AGENT, http
-from tests.mount_harness import MountStackCase
+from tests.mount_harness import Mount, MountStackCase
 
 GRANT = 64 << 20
 """Bytes: the demo agent's grant for this test (the quickstart gives it 1 GiB)."""
@@ -49,8 +49,8 @@ class MountStatfsTests(MountStackCase):
         )
         return float(found.group(1)) if found else 0.0
 
-    def test_statvfs_reports_the_grant(self) -> None:
-        """f_blocks is the grant, f_bavail drops by a file's size, a burst is one request."""
+    def mount_with_grant(self) -> Mount:
+        """Give the demo agent the grant C{GRANT} (the host API), then mount."""
         status, body = http(
             "PATCH",
             f"{self.control_url}/v1/entities/agent/{DEMO_AGENT}",
@@ -58,7 +58,11 @@ class MountStatfsTests(MountStackCase):
             self.state["token"],
         )
         self.assertEqual(status, 200, body)
-        mount = self.mount()
+        return self.mount()
+
+    def test_statvfs_reports_the_grant(self) -> None:
+        """f_blocks is the grant, f_bavail drops by a file's size, a burst is one request."""
+        mount = self.mount_with_grant()
         before = self.wait_for(
             "the grant", lambda st: abs(st.f_blocks * st.f_frsize - GRANT) < st.f_frsize
         )
@@ -87,14 +91,7 @@ class MountStatfsTests(MountStackCase):
         written before it are committed, and removing the file gives the
         room back to the next write at once.
         """
-        status, body = http(
-            "PATCH",
-            f"{self.control_url}/v1/entities/agent/{DEMO_AGENT}",
-            {"grant_bytes": GRANT},
-            self.state["token"],
-        )
-        self.assertEqual(status, 200, body)
-        mount = self.mount()
+        mount = self.mount_with_grant()
         self.wait_for("the grant", lambda st: abs(st.f_blocks * st.f_frsize - GRANT) < st.f_frsize)
         piece = os.urandom(1 << 20)
         path = self.mount_point / "too-big.bin"
