@@ -502,11 +502,12 @@ class FileState:
         (L{svc.mount.quota_room}). Reads the layout: any thread, while
         the caller holds the lock or is the reactor.
         """
-        layout = self.layout
-        start, end = max(offset, layout.base_size), offset + length
-        if end <= start:
-            return 0
-        return end - start - sum(high - low for low, high in layout.written.within(start, end))
+        start, end = max(offset, self.layout.base_size), offset + length
+        return end - start - self._written_between(start, end) if end > start else 0
+
+    def _written_between(self, start: int, end: int) -> int:
+        """Bytes written since the last commit within C{[start, end)}."""
+        return sum(high - low for low, high in self.layout.written.within(start, end))
 
     def fits_quota(self, offset: int, length: int) -> bool:
         """
@@ -542,9 +543,7 @@ class FileState:
         self.layout.truncate(size)
         self.mtime_ns = self._now_ns()
         start = self.layout.base_size
-        grown = 0
-        if size > start:
-            grown = sum(high - low for low, high in self.layout.written.within(start, size))
+        grown = self._written_between(start, size) if size > start else 0
         self._grow(grown - self.grown)
 
     async def _spill_for(self, end: int) -> Spill:

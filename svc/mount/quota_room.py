@@ -32,13 +32,13 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.mount.attributes import QuotaReport
-from svc.mount.errors import FSError, RemoteFailure
-from svc.wire.errno import WireErrno
+from svc.mount.errors import FSError
+from svc.mount.quota_source import statfs_unsupported
 
 _log = Logger()
 
@@ -109,24 +109,19 @@ class QuotaRoom:
         """
         fetch = self._fetch
         if fetch is None:
-            return Deferred.fromCoroutine(_nothing())
+            return succeed(None)
         committed_before = self._committed
 
         def answered(result: QuotaReport | Failure) -> None:
             if isinstance(result, Failure):
-                error = result.value
-                if isinstance(error, RemoteFailure) and error.wire is WireErrno.ENOSYS:
+                if statfs_unsupported(result):
                     self._fetch = None
                     self._report = None
                     return
-                _log.info("the disk's quota could not be had: {error}", error=error)
+                _log.info("the disk's quota could not be had: {error}", error=result.value)
                 return
             self._report = result
             # The report holds what was committed before it was asked for.
             self._committed -= committed_before
 
         return fetch().addBoth(answered)
-
-
-async def _nothing() -> None:
-    return None

@@ -56,7 +56,8 @@ NO_QUOTA = QuotaReport(None, 0)
 """What a data plane without C{statfs} reports: no limit known, nothing counted."""
 
 
-def _unsupported(failure: Failure) -> bool:
+def statfs_unsupported(failure: Failure) -> bool:
+    """Whether C{failure} says the data plane has no C{statfs} (C{ENOSYS}: older than the mount)."""
     error = failure.value
     return isinstance(error, RemoteFailure) and error.wire is WireErrno.ENOSYS
 
@@ -99,7 +100,7 @@ class QuotaSource:
 
     def _answered(self, result: DiskUsage | Failure | None, asked_at: float) -> None:
         waiters, self._waiting = self._waiting or [], None
-        if isinstance(result, Failure) and _unsupported(result):
+        if isinstance(result, Failure) and statfs_unsupported(result):
             self._unsupported = True
             result = None
         if result is None:
