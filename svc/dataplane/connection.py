@@ -14,18 +14,20 @@ L{svc.dataplane.change_notices}) and writes one audit line with the
 outcome. Every op is timed into C{svc_dataplane_op_duration_seconds}.
 
 Ordering (wire section 5: a request sees the effects of every earlier
-request of its connection): namespace, journal, lease and C{close} requests
-run one at a time in arrival order; C{chunk_get}, C{chunk_has} and
-C{statfs} wait for the earlier ones but do not hold up later ones;
-C{chunk_put} starts at once, and any later request naming its hash waits for
-it; C{ping} waits for nothing. A write's C{changed} push is sent once it
-has committed and before its turn ends, so before the connection's next
-ordered request starts and before the write's own answer is sent.
+request of its connection) is L{svc.dataplane.request_order}'s: namespace,
+journal, lease and C{close} requests run one at a time in arrival order,
+except that consecutive C{manifest_put}s overlap once each is queued in the
+database; C{chunk_get}, C{chunk_has} and C{statfs} wait for the earlier
+ones but do not hold up later ones; C{chunk_put} starts at once, and any
+later request naming its hash waits for it; C{ping} waits for nothing. A
+write's C{changed} push is sent once it has committed and before its turn
+ends, so before the connection's next request other than a C{manifest_put}
+starts and before the write's own answer is sent.
 
 A request the protocol gives up on (its timeout, the connection closing)
 is stopped only while it waits for its turn; one that has started runs to
-its end and holds its turn until then, so the requests after it still see
-its effects (dataplane-ops.md section 7).
+its end, and the requests after it still see its effects
+(dataplane-ops.md section 7).
 
 The audit lines are L{svc.dataplane.connection_audit}'s.
 """
@@ -33,7 +35,7 @@ The audit lines are L{svc.dataplane.connection_audit}'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
@@ -67,6 +69,7 @@ from svc.dataplane.ops import (
     request_op,
     session_of,
 )
+from svc.dataplane.request_order import RequestOrder, Running, Turn
 from svc.dataplane.session_epochs import SessionEpochs
 from svc.metrics import DataPlaneMetrics, op_label
 from svc.pki.identity import AgentIdentity
@@ -79,9 +82,6 @@ from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
 from svc.wire.errno import WireErrno
 from svc.wire.ops import Op
-
-_UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
-_AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS, Op.STATFS})
 
 
 class Seconds(Protocol):
@@ -114,46 +114,6 @@ class ConnectionContext:
     draining: Callable[[AgentConnection, Deferred[None]], None]
     visible_memory: int
     announce: Callable[[ChangeNotice], None]
-
-
-class _Turn:
-    """
-    A request's place in the connection's order: C{ready} fires when the
-    request may start. L{release} gives up the order C{ready} took, if it
-    took it (a wait cancelled before then took nothing); idempotent.
-    """
-
-    def __init__(self, ready: Deferred[Any], release: Callable[[], object] | None) -> None:
-        self.ready = ready
-        self._release: Callable[[], object] | None = None
-        if release is not None:
-            ready.addCallback(self._taken, release)
-
-    def _taken(self, result: object, release: Callable[[], object]) -> object:
-        self._release = release
-        return result
-
-    def release(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-
-
-class _Running:
-    """
-    One request the protocol may give up on (its timeout, or the
-    connection closing). Giving up stops a request still waiting for its
-    turn: it never runs. One that has started runs to its end, holding its
-    turn until then, so a later request never overtakes its work.
-    """
-
-    def __init__(self) -> None:
-        self.turn: _Turn | None = None
-
-    def give_up(self) -> None:
-        turn = self.turn
-        if turn is not None and not turn.ready.called:
-            turn.ready.cancel()
 
 
 class _Upload:
@@ -220,10 +180,7 @@ class AgentConnection:
         self._seen_sessions: dict[str, MountSession] = {}
         self._disk: DiskHandle | None = None
         self._open_lock = DeferredLock()
-        self._order = DeferredLock()
-        if after is not None:
-            self._order.acquire()  # free: taken at once, given back when the fence opens
-            after.addBoth(lambda _: self._order.release())
+        self._order = RequestOrder(after)
         self._uploads: dict[str, list[_Upload]] = {}
 
     # Properties the handlers use.
@@ -287,9 +244,9 @@ class AgentConnection:
         Run one request (see the module docstring). Cancelling the answer
         (the protocol gave up on it) stops the request only while it waits
         for its turn; once started it runs to its end, and its answer is
-        dropped (L{_Running}).
+        dropped (L{svc.dataplane.request_order.Running}).
         """
-        running = _Running()
+        running = Running()
         answer: Deferred[OpReply] = Deferred(lambda _: running.give_up())
         done = Deferred.fromCoroutine(self._handle(op, payload, raw, running))
         done.addBoth(_pass_on, answer)
@@ -304,7 +261,7 @@ class AgentConnection:
         self._context.forget(self)
         # The requests already received still run (their answers go nowhere);
         # the agent's next connection waits for them (DrainFences).
-        drained: Deferred[None] = self._order.acquire().addCallback(lambda lock: lock.release())
+        drained = self._order.drained()
         self._context.draining(self, drained)
         self._log.info(
             "connection {connection_id} of {agent} closed: {reason}",
@@ -367,15 +324,6 @@ class AgentConnection:
 
     # The request pipeline
 
-    def _enter(self, op: Op) -> _Turn:
-        if op in _UNORDERED:
-            return _Turn(succeed(None), None)
-        acquired = self._order.acquire()
-        if op in _AFTER_EARLIER:
-            ready = acquired.addCallback(lambda lock: lock.release())
-            return _Turn(ready, None)
-        return _Turn(acquired, self._order.release)
-
     def _begin_upload(self, request: Request) -> _Upload | None:
         if not isinstance(request, ChunkPutRequest):
             return None
@@ -394,7 +342,7 @@ class AgentConnection:
         upload.finish()
 
     async def _handle(
-        self, op_name: str, payload: Mapping[str, object], raw: memoryview, running: _Running
+        self, op_name: str, payload: Mapping[str, object], raw: memoryview, running: Running
     ) -> OpReply:
         op = request_op(op_name)
         started = self.now()
@@ -408,7 +356,7 @@ class AgentConnection:
         op: Op,
         payload: Mapping[str, object],
         raw: memoryview,
-        running: _Running | None = None,
+        running: Running | None = None,
     ) -> OpReply:
         if op is Op.CHUNK_PUT:
             self.metrics.count_bytes("in", op.value, len(raw))
@@ -422,7 +370,7 @@ class AgentConnection:
             raise
         call = Call(op, request, inline_stored=self._store_inline(request, segments))
         upload = self._begin_upload(request)
-        turn = self._enter(op)
+        turn = self._order.enter(op)
         if running is not None:
             running.turn = turn
         try:
@@ -442,7 +390,7 @@ class AgentConnection:
                 self.audit.failed(op, first_path(request), call)
                 raise
             finally:
-                turn.release()
+                turn.end()
             self.audit.succeeded(call, outcome)
         finally:
             # After the line: a put waiting for this upload writes its own after it.
@@ -489,7 +437,7 @@ class AgentConnection:
             _released(answer)
         return OpReply({**reply.payload, "inline": list(hashes)}, raw, sent=reply.sent)
 
-    async def _checked(self, call: Call, raw: memoryview, turn: _Turn) -> Outcome:
+    async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
         uses = path_uses(call.op, call.request)
         for use in uses:
             if not is_confined(use.path, self.agent_id):

@@ -195,6 +195,9 @@ async def _manifest_put(
         writer=conn.writer(call),
         holder=conn.holder(),
         atime_ns=request.atime_ns,
+        # Queued in the database: the connection's next put may start
+        # (request_order: consecutive puts share a transaction).
+        queued=release,
     )
     _count_journal(conn, "put", result.journal_seq)
     return Outcome(OpReply(put_map(result)), size=result.size, extra={"version": result.version})

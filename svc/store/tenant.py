@@ -6,8 +6,11 @@ The rules that need more than one store live here:
 
 - B{No manifest names missing bytes.} A manifest change that references
   chunks first checks the chunk store holds them (L{MissingChunks}
-  otherwise), and that check and the commit run under the tenant's commit
-  lock, which garbage collection and purge also take before deleting chunks.
+  otherwise), and that check and the commit run holding the tenant's commit
+  gate shared, which garbage collection and purge hold exclusively before
+  deleting chunks (L{svc.store.commit_gate}). Commits do not wait for each
+  other: their database work is ordered by the routes queue, where commits
+  in flight together share one transaction.
   A chunk whose upload this storage completed since the last deletion (GC,
   purge; a chunk withdrawn as corrupt is forgotten) is known to be there
   and is not looked up again (L{RecentChunks}).
@@ -28,7 +31,7 @@ metrics (sizes, versions, hashes, counts) so nothing is read twice.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -43,6 +46,7 @@ from svc.store.chunks import (
     CorruptStoredChunk,
     IChunkStore,
 )
+from svc.store.commit_gate import CommitGate
 from svc.store.errors import MissingChunks, NotFound, WriteLeaseHeld
 from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
 from svc.store.journal import JournalPage, JournalQuery, RevertResult
@@ -139,9 +143,9 @@ class RecentChunks:
     """
     Chunks known to be stored without asking the chunk store: those whose
     upload completed (durably) since the last deletion. L{deleted} is
-    called, still under the commit lock, once a deletion has ended (however
+    called, still holding the commit gate, once a deletion has ended (however
     it ended); it forgets them all, including uploads that completed while
-    it ran. Manifest changes wait for the commit lock, so none trusts a
+    it ran. Manifest changes wait for the commit gate, so none trusts a
     chunk a deletion may have removed. At most C{limit} are remembered (the
     oldest forgotten first). Forgetting is always safe: the chunk store is
     asked instead.
@@ -210,7 +214,7 @@ class TenantStorage:
         self._grants = grants
         self._retention = retention
         self._seconds = clock_seconds
-        self._commit_lock = DeferredLock()
+        self._gate = CommitGate()
         self._journal_waiters: list[Deferred[None]] = []
         self._recent = RecentChunks()
 
@@ -349,17 +353,33 @@ class TenantStorage:
 
     def _committing(self, work: Coroutine[Any, Any, T]) -> Deferred[T]:
         """
-        Run ``work`` holding the commit lock (excludes GC and purge).
+        Run ``work`` (a change naming chunks) holding the commit gate shared:
+        beside other such changes, never beside a GC sweep or a purge.
         """
 
-        async def locked() -> T:
-            await self._commit_lock.acquire()
+        async def gated() -> T:
+            await self._gate.acquire_shared()
             try:
                 return await work
             finally:
-                self._commit_lock.release()
+                self._gate.release_shared()
 
-        return _defer(locked())
+        return _defer(gated())
+
+    def _deleting(self, work: Coroutine[Any, Any, T]) -> Deferred[T]:
+        """
+        Run ``work`` (a GC sweep or a purge) holding the commit gate alone:
+        no change naming chunks is between its check and its commit.
+        """
+
+        async def gated() -> T:
+            await self._gate.acquire_exclusive()
+            try:
+                return await work
+            finally:
+                self._gate.release_exclusive()
+
+        return _defer(gated())
 
     def manifest_put(
         self,
@@ -375,6 +395,7 @@ class TenantStorage:
         writer: Writer,
         holder: LeaseHolder | None = None,
         atime_ns: int | None = None,
+        queued: Callable[[], object] | None = None,
     ) -> Deferred[PutResult]:
         """
         Compare-and-swap a file's content (and its atime, when given).
@@ -382,6 +403,12 @@ class TenantStorage:
         L{WriteLeaseHeld} on lease contention,
         L{svc.store.errors.StaleVersion} when the version moved on, and
         L{svc.store.errors.QuotaExceeded} past the agent's grant.
+
+        @param queued: called once the put's checks have passed and its
+            database work is queued: every change or read of this tenant's
+            namespace submitted afterwards runs after it and sees its effect
+            (in the same transaction or a later one). Not called when the
+            put fails before then.
         """
 
         async def put() -> PutResult:
@@ -392,7 +419,7 @@ class TenantStorage:
                 if has.absent:
                     raise MissingChunks(tuple(has.absent))
             top = path.split("/")[1] if path.count("/") >= 1 else ""
-            return await self.manifests.put(
+            committed = self.manifests.put(
                 path,
                 expected_version=expected_version,
                 chunks=chunks,
@@ -405,6 +432,9 @@ class TenantStorage:
                 quota_bytes=self._grants.get(top),
                 atime_ns=atime_ns,
             )
+            if queued is not None:
+                queued()
+            return await committed
 
         return self._journaling(self._committing(put()))
 
@@ -492,7 +522,7 @@ class TenantStorage:
         """
         Restore ``path`` to its state just before journal entry ``seq``;
         refuses with L{svc.store.errors.ChunksCollected} when GC already
-        removed chunks it needs. Runs under the commit lock so the chunk
+        removed chunks it needs. Runs holding the commit gate so the chunk
         check and the restore see the same store.
         """
 
@@ -520,7 +550,7 @@ class TenantStorage:
         """
         A L{Deferred} that fires (with L{None}) once the next change that
         appends a journal row has committed, so a reader can re-run its
-        query and see the row. It fires after the change's commit lock is
+        query and see the row. It fires after the change's commit gate is
         released, before the change's own caller sees the result.
         Cancelling it stops the wait and forgets it (it then fails with
         L{twisted.internet.defer.CancelledError}); a waiter that is neither
@@ -600,7 +630,7 @@ class TenantStorage:
                 len(young) + len(result.kept),
             )
 
-        return self._committing(sweeping())
+        return self._deleting(sweeping())
 
     def purge_agent(self, agent_id: str) -> Deferred[PurgeReport]:
         """
@@ -621,7 +651,7 @@ class TenantStorage:
             self._grants.pop(agent_id, None)
             return PurgeReport(self.tenant_id, agent_id, purged.count, result.bytes_freed)
 
-        return self._committing(purging())
+        return self._deleting(purging())
 
     def close(self) -> Deferred[None]:
         """

@@ -11,7 +11,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.drain_fences import FENCE_SECONDS, DrainFences
-from svc.dataplane.test.test_service_support import ManualWorker, ServiceFixture, blob, identity
+from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
+from svc.testing.worker import ManualWorker
 from svc.wire.errno import WireErrno
 
 AGENT = ("tenant-a", "agent-1")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from twisted.internet.defer import CancelledError
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.test.test_service_support import ManualWorker, ServiceFixture, blob
+from svc.dataplane.test.test_service_support import ServiceFixture, blob
+from svc.testing.worker import ManualWorker
 from svc.wire.errno import WireErrno
 
 

@@ -22,7 +22,6 @@ from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.service import DENIED_GOAWAY_REASON
 from svc.dataplane.test.test_service_support import (
-    ManualWorker,
     RecordingSink,
     ServiceFixture,
     blob,
@@ -32,7 +31,7 @@ from svc.pki.identity import DenyList
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
 from svc.testing.pki import shared_test_pki
-from svc.testing.worker import ImmediateWorker
+from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.wire.errno import WireErrno
 
 LOCATION = TenantLocation("user-1", "tenant-a")

@@ -12,8 +12,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.ops import MAX_INLINE_CHUNKS
 from svc.dataplane.test.test_service import expected, line
-from svc.dataplane.test.test_service_support import ManualWorker, ServiceFixture, blob, identity
+from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
 from svc.policy import PathPolicy
+from svc.testing.worker import ManualWorker
 from svc.wire.errno import WireErrno
 
 

@@ -10,7 +10,8 @@ from blake3 import blake3
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.jsonl import line_object
-from svc.dataplane.test.test_service_support import ManualWorker, ServiceFixture, blob
+from svc.dataplane.test.test_service_support import ServiceFixture, blob
+from svc.testing.worker import ManualWorker
 from svc.wire.errno import WireErrno
 
 PATH = "/agent-1/f"

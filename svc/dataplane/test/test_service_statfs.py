@@ -11,13 +11,13 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.test.test_service_support import (
-    ManualWorker,
     ServiceFixture,
     blob,
     identity,
 )
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
+from svc.testing.worker import ManualWorker
 
 TENANT_A = TenantLocation("user-1", "tenant-a")
 

@@ -10,7 +10,7 @@ its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 from blake3 import blake3
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -83,29 +82,6 @@ def admitted(
         intermediate_serial=intermediate,
         intermediate_not_after=intermediate_not_after,
     )
-
-
-class ManualWorker:
-    """An L{IWorker} whose calls wait until L{run} runs them, in order."""
-
-    def __init__(self) -> None:
-        self.queue: list[tuple[Callable[[], Any], Deferred[Any]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> Deferred[T]:
-        done: Deferred[T] = Deferred()
-        self.queue.append((fn, done))
-        return done
-
-    def run(self) -> None:
-        """Run every queued call, including those queued meanwhile."""
-        while self.queue:
-            fn, done = self.queue.pop(0)
-            try:
-                result = fn()
-            except Exception:
-                done.errback()
-            else:
-                done.callback(result)
 
 
 LEASE_TIMINGS = LeaseTimings(ttl=60.0, revoke_timeout=10.0, wait_margin=5.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import blake3
@@ -36,31 +36,6 @@ def chunk(label: object, size: int = 1000) -> ChunkRef:
     A chunk reference whose hash is the BLAKE3 of ``label``.
     """
     return ChunkRef(blake3.blake3(repr(label).encode()).hexdigest(), size)
-
-
-class ManualWorker:
-    """
-    An L{svc.worker.IWorker} that holds each call until the test runs it,
-    standing in for a busy worker thread.
-    """
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Callable[[], Any], Deferred[Any]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> Deferred[T]:
-        deferred: Deferred[T] = Deferred()
-        self.queued.append((fn, deferred))
-        return deferred
-
-    def run_one(self) -> None:
-        """Run the oldest held call and deliver its outcome."""
-        fn, deferred = self.queued.pop(0)
-        try:
-            result = fn()
-        except Exception as error:
-            deferred.errback(error)
-        else:
-            deferred.callback(result)
 
 
 class StoreTestCase(SynchronousTestCase):

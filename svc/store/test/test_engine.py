@@ -31,7 +31,7 @@ from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.tenant import RetentionPolicy, TenantStorage
-from svc.testing.worker import ImmediateWorker
+from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.wire.errno import WireErrno
 
 ACME = TenantLocation.for_owner("acme")
@@ -53,7 +53,9 @@ class EngineFixture:
     L{Clock} set to the wall clock (chunk files carry real mtimes).
     """
 
-    def __init__(self, case: SynchronousTestCase, root: Path | None = None) -> None:
+    def __init__(
+        self, case: SynchronousTestCase, root: Path | None = None, db_worker: Any = None
+    ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
         self.clock = Clock()
@@ -63,7 +65,7 @@ class EngineFixture:
         self.engine = StorageEngine(
             StorageRoots.single(self.root),
             self.clock,
-            lambda name: ImmediateWorker(),
+            lambda name: db_worker or ImmediateWorker(),
             ImmediateWorker(),
             lambda loc, revoke: self.revokes.append((loc, revoke)),
             lambda loc, event: self.events.append((loc, event)),
@@ -366,6 +368,55 @@ class CollectionTests(SynchronousTestCase):
         self.failureResultOf(self.storage.manifest_get("/a1"), NotFound)
         self.assertEqual(self.stored(), {shared[0]})
         self.assertEqual(self.f.ok(self.storage.manifest_get("/a2/g")).attributes.size, 30)
+
+
+class CommitGateRuleTests(SynchronousTestCase):
+    """
+    Commits hold the tenant's commit gate shared, GC sweeps and purges
+    exclusively (L{svc.store.commit_gate}); the database worker runs only
+    when the test says so.
+    """
+
+    def setUp(self) -> None:
+        self.database = ManualWorker()
+        self.f = EngineFixture(self, db_worker=self.database)
+        opened = self.f.engine.tenant(ACME)
+        self.database.run()
+        self.storage: TenantStorage = self.f.ok(opened)
+        for name in ("a1", "a2", "a3", "a4"):
+            made = self.storage.dir_create(f"/{name}", mode=0o755, uid=0, gid=0, writer=WRITER)
+            self.database.run()
+            self.f.ok(made)
+        self.finished: list[str] = []
+
+    def tearDown(self) -> None:
+        closed = self.f.engine.close()
+        self.database.run()
+        self.f.ok(closed)
+
+    def put(self, name: str) -> None:
+        done = self.f.put_file(self.storage, f"/{name}/f", [blob(name, 10)])
+        done.addCallback(lambda _: self.finished.append(name))
+
+    def test_commits_share_a_transaction_and_a_sweep_waits_for_them(self) -> None:
+        """
+        Three agents' commits do not wait for each other: the first runs
+        alone, the two behind it share the next transaction. A sweep asked
+        for meanwhile starts only after all three; a commit asked for while
+        the sweep waits queues behind it (a stream of commits cannot starve
+        a sweep).
+        """
+        for name in ("a1", "a2", "a3"):
+            self.put(name)
+        swept = self.storage.sweep()
+        swept.addCallback(lambda _: self.finished.append("sweep"))
+        self.put("a4")
+        self.database.run_one()
+        self.assertEqual(self.finished, ["a1"])
+        self.database.run_one()
+        self.assertEqual(self.finished, ["a1", "a2", "a3"])
+        self.database.run()
+        self.assertEqual(self.finished, ["a1", "a2", "a3", "sweep", "a4"])
 
 
 class RecentChunksTests(SynchronousTestCase):

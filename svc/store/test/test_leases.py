@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import TypeVar
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -32,7 +31,7 @@ from svc.store.lease_values import (
 from svc.store.leases import LeaseTable
 from svc.store.leases_schema import CURRENT_VERSION, LeaseDatabase
 from svc.store.sqlite_migrations import SchemaTooNew
-from svc.testing.worker import ImmediateWorker
+from svc.testing.worker import ImmediateWorker, ManualWorker
 
 T = TypeVar("T")
 
@@ -41,23 +40,6 @@ WRITE = LeaseMode.WRITE
 ALICE = LeaseHolder("alice", "conn-1", "mount:aa")
 BOB = LeaseHolder("bob", "conn-2")
 CAROL = LeaseHolder("carol", "conn-3")
-
-
-class HeldWorker:
-    """An IWorker that runs submitted calls only when the test says so."""
-
-    def __init__(self) -> None:
-        self.queue: list[tuple[Callable[[], object], Deferred[object]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> Deferred[T]:
-        result: Deferred[T] = Deferred()
-        self.queue.append((fn, result))  # type: ignore[arg-type]
-        return result
-
-    def run(self) -> None:
-        while self.queue:
-            fn, result = self.queue.pop(0)
-            result.callback(fn())
 
 
 class LeaseTableTests(SynchronousTestCase):
@@ -390,7 +372,7 @@ class DeferredWriteTests(SynchronousTestCase):
         """A grant's Deferred fires only once its row has been written."""
         path = Path(self.mktemp())
         path.parent.mkdir(parents=True, exist_ok=True)
-        worker = HeldWorker()
+        worker = ManualWorker()
         clock = Clock()
         opening = LeaseTable.open(path, worker, clock, lambda r: None, lambda e: None)
         worker.run()
@@ -407,7 +389,7 @@ class DeferredWriteTests(SynchronousTestCase):
         """A waiter cancelled between its grant and the commit gives the lease back."""
         path = Path(self.mktemp())
         path.parent.mkdir(parents=True, exist_ok=True)
-        worker = HeldWorker()
+        worker = ManualWorker()
         events: list[LeaseEvent] = []
         opening = LeaseTable.open(path, worker, Clock(), lambda r: None, events.append)
         worker.run()

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from svc.store.errors import NotFound, StaleVersion
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.manifests import ManifestStore
-from svc.store.test.routes_support import ManualWorker, StoreTestCase, chunk
+from svc.store.test.routes_support import StoreTestCase, chunk
+from svc.testing.worker import ManualWorker
 
 WRITERS = 3
 PATHS = 2

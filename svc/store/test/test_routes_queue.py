@@ -11,7 +11,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.store.routes_queue import StoreClosed, TransactionQueue
-from svc.store.test.routes_support import ManualWorker
+from svc.testing.worker import ManualWorker
 
 
 class _Boom(Exception):

@@ -1,0 +1,121 @@
+"""
+Tests for consecutive C{manifest_put}s of one connection: each gives way
+once queued in the tenant's database, so a stream of them shares
+transactions (group commit), while every answer still comes after its own
+commit and every other request waits for them all
+(L{svc.dataplane.request_order}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.dataplane.test.test_service_inline import put_request
+from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
+from svc.testing.worker import ManualWorker
+from svc.wire.errno import WireErrno
+
+
+class PutPipeliningTests(SynchronousTestCase):
+    """One agent whose database worker runs only when the test says so."""
+
+    def setUp(self) -> None:
+        self.database = ManualWorker()
+        self.fixture = ServiceFixture(self, db_worker=self.database)
+        self.addCleanup(self.close)
+        self.agent = self.fixture.agent()
+        opened = self.agent.request("head_file", path=self.agent.root)
+        self.database.run()
+        self.successResultOf(opened)
+
+    def close(self) -> None:
+        closed = self.fixture.service.engine.close()
+        self.database.run()
+        self.successResultOf(closed)
+
+    def put(self, name: str, label: str, **extra: Any) -> Any:
+        """Send the C{manifest_put} creating C{name}, its one chunk inline."""
+        chunk_hash, data = blob(label)
+        request = put_request(name, [(chunk_hash, data)], inline=[chunk_hash], **extra)
+        return self.agent.request("manifest_put", data, **request)
+
+    def test_consecutive_puts_share_a_transaction(self) -> None:
+        """
+        Three puts sent back to back: the first commits alone (the
+        database was idle), the two queued behind it commit together in
+        the next transaction. Each is answered only once its own
+        transaction has committed.
+        """
+        puts = [self.put(f"f{index}", f"c{index}") for index in range(3)]
+        self.assertEqual(len(self.database.queued), 1)
+        for put in puts:
+            self.assertNoResult(put)
+        self.database.run_one()
+        self.assertEqual(self.successResultOf(puts[0]).payload["version"], 1)
+        self.assertNoResult(puts[1])
+        self.assertNoResult(puts[2])
+        self.assertEqual(len(self.database.queued), 1)
+        self.database.run_one()
+        self.assertEqual([self.successResultOf(put).payload["version"] for put in puts[1:]], [1, 1])
+        self.assertEqual(self.database.queued, [])
+        self.assertEqual(
+            [event.allowed for event in self.fixture.events("manifest_put")], [True] * 3
+        )
+
+    def test_a_refused_put_does_not_undo_the_others(self) -> None:
+        """
+        A put refused in the shared transaction (a stale version) rolls
+        back alone; the puts beside it commit, and a later put of the
+        stream sees the earlier ones (the same path, one version later).
+        """
+        first = self.put("f", "one")
+        stale = self.put("g", "two", expected_version=5)
+        again = self.put("f", "three", expected_version=1)
+        self.database.run()
+        self.assertEqual(self.successResultOf(first).payload["version"], 1)
+        self.assertEqual(self.failureResultOf(stale).value.errno, WireErrno.ESTALE)
+        self.assertEqual(self.successResultOf(again).payload["version"], 2)
+        self.assertEqual(
+            [event.allowed for event in self.fixture.events("manifest_put")], [True, False, True]
+        )
+
+    def test_another_request_waits_for_the_puts_ahead_of_it(self) -> None:
+        """
+        A request that is not a put, sent behind puts, starts only once
+        they have all ended: a lease request's work (in the lease database,
+        beside the puts' queue) is not even submitted meanwhile, and a
+        listing after it sees every put.
+        """
+        puts = [self.put(f"f{index}", f"c{index}") for index in range(2)]
+        lease = self.agent.request("lease_grant", path="/agent-1/f0", mode="write")
+        listed = self.agent.request("list", path=self.agent.root)
+        self.database.run_one()
+        self.successResultOf(puts[0])
+        self.assertNoResult(lease)
+        # Only the second put's transaction is queued: the lease request waits.
+        self.assertEqual(len(self.database.queued), 1)
+        self.database.run_one()
+        self.successResultOf(puts[1])
+        self.assertNoResult(lease)
+        self.database.run()
+        self.successResultOf(lease)
+        names = [entry["name"] for entry in self.successResultOf(listed).payload["entries"]]
+        self.assertEqual(names, ["f0", "f1"])
+
+    def test_another_connections_read_queues_behind_the_puts(self) -> None:
+        """
+        A read from another connection while a put waits in the queue
+        runs after it: it finds the file, committed, never a half-made one.
+        """
+        reader = self.fixture.agent(identity(), "reader")
+        first = self.put("f0", "c0")
+        second = self.put("f1", "c1")
+        self.database.run_one()
+        self.successResultOf(first)
+        looked = reader.request("head_file", path="/agent-1/f1")
+        self.database.run()
+        self.successResultOf(second)
+        # The reader's lookup was queued behind the second put's transaction.
+        self.assertEqual(self.successResultOf(looked).payload["size"], 1000)
