@@ -553,8 +553,11 @@ class FilesystemChunkStore:
         """
         if not self._opened:
             return fail(RuntimeError("FilesystemChunkStore used before open() fired"))
-        with self._lock:
-            return succeed(self._total)
+        # No lock: the worker threads change the total under it, in one
+        # assignment each, so a read sees it before or after a change, as
+        # it would taking the lock; waiting for a thread that holds the
+        # lock through a rename would stall the reactor.
+        return succeed(self._total)
 
 
 def open_filesystem_chunk_store(

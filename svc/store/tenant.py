@@ -35,7 +35,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredLock, fail
+from twisted.internet.defer import Deferred, DeferredLock, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -119,7 +119,12 @@ class OwnerAccount:
         Reserve ``size`` bytes of new chunk data, or fail with
         L{svc.store.errors.QuotaExceeded}. Every successful reservation must
         be followed by L{release} once the upload has finished either way.
+        Without a budget nothing can be refused: the reservation is counted
+        (a budget set meanwhile sees it) with no lock and no usage sum.
         """
+        if self.budget_bytes is None:
+            self._reserved += size
+            return succeed(None)
 
         async def reserving() -> None:
             await self._lock.acquire()

@@ -12,6 +12,7 @@ from typing import Any, cast
 from blake3 import blake3
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -30,7 +31,7 @@ from svc.store.gc import SweepReport
 from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
 from svc.store.manifest_values import ChunkRef, Writer
-from svc.store.tenant import RetentionPolicy, TenantStorage
+from svc.store.tenant import OwnerAccount, RetentionPolicy, TenantStorage
 from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.wire.errno import WireErrno
 
@@ -169,6 +170,39 @@ class AccountBudgetTests(SynchronousTestCase):
         self.addCleanup(again.close)
         h2, d2 = blob("two", 301)
         self.failureResultOf(again.tenant(ACME).chunk_put(h2, d2), QuotaExceeded)
+
+
+class _SlowTotals:
+    """A chunk store stand-in whose total is never reported (only L{total_bytes})."""
+
+    def total_bytes(self) -> Deferred[int]:
+        return Deferred()
+
+
+class OwnerAccountReservationTests(SynchronousTestCase):
+    """L{OwnerAccount.reserve}: the budget check, and none without a budget."""
+
+    def test_without_a_budget_nothing_is_summed_or_waited_for(self) -> None:
+        """
+        With no budget a reservation is granted at once, without asking the
+        stores for their totals (the upload path's cost), and still counts.
+        """
+        account = OwnerAccount("acme", None)
+        account.add_store(cast(Any, _SlowTotals()))
+        self.successResultOf(account.reserve(100))
+        account.budget_bytes = 150
+        checked = account.reserve(60)
+        # With a budget, the totals are asked for (never answered here).
+        self.assertNoResult(checked)
+
+    def test_a_budget_set_later_sees_reservations_made_without_one(self) -> None:
+        """Bytes reserved while there was no budget count once a budget applies."""
+        account = OwnerAccount("acme", None)
+        self.successResultOf(account.reserve(100))
+        account.budget_bytes = 150
+        self.failureResultOf(account.reserve(60), QuotaExceeded)
+        account.release(100)
+        self.successResultOf(account.reserve(60))
 
 
 class ManifestRulesTests(SynchronousTestCase):
