@@ -21,6 +21,14 @@ which request may start when.
    pushes sent), as if the puts had run one at a time.
 
 A request given up while it waits for its turn takes nothing (L{Running}).
+
+Giving the order back starts the next request at once, inside the call that
+gave it back; a C{manifest_put} started so may give way in turn before it
+waits for anything. So the order is given back through a trampoline
+(L{RequestOrder._give_back}): a give-back made while another is running is
+done by that one once the request it started has returned, and a stream of
+puts ready at the same moment starts one after the other rather than each
+inside the previous one's call (hundreds deep: Python's stack overflowed).
 """
 
 from __future__ import annotations
@@ -145,9 +153,11 @@ class RequestOrder:
     def __init__(self, after: Deferred[None] | None = None) -> None:
         self._lock = DeferredLock()
         self._finishing = _Finishing()
+        self._giving_back = False
+        self._owed = 0  # give-backs asked for while one was running
         if after is not None:
             self._lock.acquire()  # free: taken at once, given back when the fence opens
-            after.addBoth(lambda _: self._lock.release())
+            after.addBoth(lambda _: self._give_back())
 
     def enter(self, op: Op) -> Turn:
         """The turn of a request of C{op}, received now."""
@@ -155,16 +165,32 @@ class RequestOrder:
             return Turn(succeed(None))
         acquired = self._lock.acquire()
         if op in PIPELINED:
-            return Turn(acquired, self._lock.release, self._finishing)
+            return Turn(acquired, self._give_back, self._finishing)
         ready = acquired.addCallback(self._after_finishing)
         if op in AFTER_EARLIER:
-            return Turn(ready.addCallback(lambda _: self._lock.release()))
-        return Turn(ready, self._lock.release)
+            return Turn(ready.addCallback(lambda _: self._give_back()))
+        return Turn(ready, self._give_back)
 
     def drained(self) -> Deferred[None]:
         """Fires once every request received so far has ended (or was given up)."""
         ready = self._lock.acquire().addCallback(self._after_finishing)
-        return ready.addCallback(lambda _: self._lock.release())
+        return ready.addCallback(lambda _: self._give_back())
+
+    def _give_back(self) -> None:
+        """
+        Release the order (see the module docstring): at once, unless a
+        release is running further up this call, which then does it.
+        """
+        self._owed += 1
+        if self._giving_back:
+            return
+        self._giving_back = True
+        try:
+            while self._owed:
+                self._owed -= 1
+                self._lock.release()
+        finally:
+            self._giving_back = False
 
     def _after_finishing(self, lock: object) -> Deferred[None] | None:
         """Holding the order, wait for the pipelined requests still finishing."""
@@ -174,7 +200,7 @@ class RequestOrder:
 
         def given_up(failure: Failure) -> Failure:
             # Cancelled while waiting for them: give the order back.
-            self._lock.release()
+            self._give_back()
             return failure
 
         return settled.addErrback(given_up)

@@ -34,6 +34,7 @@ class CommitGate:
         self._shared = 0
         self._exclusive = False
         self._waiting: deque[_Waiter] = deque()
+        self._granting = False
 
     @property
     def holders(self) -> int:
@@ -83,14 +84,25 @@ class CommitGate:
         return waiter.granted
 
     def _grant(self) -> None:
-        """Admit the waiters at the head of the queue that may enter now."""
-        while self._waiting and not self._exclusive:
-            head = self._waiting[0]
-            if head.exclusive:
-                if self._shared:
-                    return
-                self._exclusive = True
-            else:
-                self._shared += 1
-            self._waiting.popleft()
-            head.granted.callback(None)
+        """
+        Admit the waiters at the head of the queue that may enter now. A
+        waiter admitted runs at once and may give the gate back before its
+        callback returns: that release's own admitting is left to the loop
+        already running here, so many such waiters do not nest.
+        """
+        if self._granting:
+            return
+        self._granting = True
+        try:
+            while self._waiting and not self._exclusive:
+                head = self._waiting[0]
+                if head.exclusive:
+                    if self._shared:
+                        return
+                    self._exclusive = True
+                else:
+                    self._shared += 1
+                self._waiting.popleft()
+                head.granted.callback(None)
+        finally:
+            self._granting = False

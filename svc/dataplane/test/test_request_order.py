@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.request_order import RequestOrder
+from svc.dataplane.request_order import RequestOrder, Turn
 from svc.wire.ops import Op
 
 
@@ -135,3 +135,22 @@ class RequestOrderTests(SynchronousTestCase):
         second = self.order.enter(Op.MANIFEST_RENAME)
         self.successResultOf(first.ready)
         self.assertNoResult(second.ready)
+
+    def test_puts_giving_way_at_once_start_one_after_the_other(self) -> None:
+        """
+        Thousands of puts waiting, each giving way as soon as it starts:
+        each starts after the previous one's give-back has returned, not
+        inside it (which overflowed the stack), and in arrival order.
+        """
+        blocker = self.order.enter(Op.MANIFEST_RENAME)
+        started: list[int] = []
+
+        def start(_: object, index: int, turn: Turn) -> None:
+            started.append(index)
+            turn.release()
+
+        for index in range(5000):
+            turn = self.order.enter(Op.MANIFEST_PUT)
+            turn.ready.addCallback(start, index, turn)
+        blocker.end()
+        self.assertEqual(started, list(range(5000)))

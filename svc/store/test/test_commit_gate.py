@@ -87,3 +87,23 @@ class CommitGateTests(SynchronousTestCase):
         self.assertRaises(RuntimeError, self.gate.release_exclusive)
         self.successResultOf(self.gate.acquire_shared())
         self.assertRaises(RuntimeError, self.gate.release_exclusive)
+
+    def test_waiters_giving_the_gate_back_at_once_do_not_nest(self) -> None:
+        """
+        Thousands of commits waiting behind a sweep, each giving the gate
+        back as soon as it enters (a put refused before its first wait),
+        are admitted one after the other, not each inside the previous
+        one's release (which overflowed the stack).
+        """
+        self.successResultOf(self.gate.acquire_exclusive())
+        entered: list[int] = []
+
+        def enter(_: object, index: int) -> None:
+            entered.append(index)
+            self.gate.release_shared()
+
+        for index in range(5000):
+            self.gate.acquire_shared().addCallback(enter, index)
+        self.gate.release_exclusive()
+        self.assertEqual(entered, list(range(5000)))
+        self.assertEqual(self.gate.holders, 0)
