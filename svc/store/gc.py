@@ -6,9 +6,9 @@ A chunk is garbage when no live file references it, no journal row inside
 the retention window references it, and it is older than the grace period
 (a chunk uploaded moments ago may belong to a manifest not committed yet; a
 deduplicated re-upload refreshes the chunk's age, see the chunk store). The
-selection here is pure; L{svc.store.tenant.TenantStorage} runs it under the
-tenant's commit lock so that no manifest can commit a reference to a chunk
-being deleted.
+selection here is pure; L{svc.store.tenant.TenantStorage} runs it holding
+the tenant's commit gate exclusively (L{svc.store.commit_gate}) so that no
+manifest can commit a reference to a chunk being deleted.
 """
 
 from __future__ import annotations
