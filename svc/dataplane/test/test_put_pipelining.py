@@ -120,10 +120,6 @@ class PutPipeliningTests(SynchronousTestCase):
         # The reader's lookup was queued behind the second put's transaction.
         self.assertEqual(self.successResultOf(looked).payload["size"], 1000)
 
-
-class LongStreamTests(SynchronousTestCase):
-    """Many puts that become ready at the same moment."""
-
     def test_a_long_stream_released_at_once_does_not_recurse(self) -> None:
         """
         Hundreds of puts waiting for their turn behind a put held at the
@@ -131,24 +127,11 @@ class LongStreamTests(SynchronousTestCase):
         the one before gives way: one after the other, not each inside the
         previous one's call (that recursion overflowed Python's stack).
         """
-        database = ManualWorker()
-        fixture = ServiceFixture(self, db_worker=database)
-        agent = fixture.agent()
-        opened = agent.request("head_file", path=agent.root)
-        database.run()
-        self.successResultOf(opened)
-        storage = self.successResultOf(agent.connection.storage())
+        storage = self.successResultOf(self.agent.connection.storage())
         swept = storage.sweep()  # holds the commit gate while its reads wait
-        puts = []
-        for index in range(400):
-            chunk_hash, data = blob(f"c{index}")
-            request = put_request(f"f{index}", [(chunk_hash, data)], inline=[chunk_hash])
-            puts.append(agent.request("manifest_put", data, **request))
-        database.run()
+        puts = [self.put(f"f{index}", f"c{index}") for index in range(400)]
+        self.database.run()
         self.successResultOf(swept)
         self.assertEqual(
             [self.successResultOf(put).payload["version"] for put in puts], [1] * len(puts)
         )
-        closed = fixture.service.engine.close()
-        database.run()
-        self.successResultOf(closed)

@@ -19,8 +19,8 @@ from svc.mount.cache import (
     CacheClosed,
     ChunkBytesMismatch,
 )
-from svc.mount.test.test_cache_support import QueuedWorker, chunk, open_cache
-from svc.testing.worker import ImmediateWorker
+from svc.mount.test.test_cache_support import chunk, open_cache
+from svc.testing.worker import ImmediateWorker, ManualWorker
 
 
 class StoreAndReadTests(SynchronousTestCase):
@@ -289,37 +289,37 @@ class OrderingTests(SynchronousTestCase):
 
     def test_get_waits_for_pending_put(self) -> None:
         """A get during a put is answered with the stored bytes once the put finishes."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, data = chunk(1)
         putting = opened.cache.put(name, data)
         getting = opened.cache.get(name)
         self.assertNoResult(getting)
-        worker.run_all()
+        worker.run()
         self.successResultOf(putting)
         self.assertEqual(self.successResultOf(getting), data)
 
     def test_get_during_refused_put_misses(self) -> None:
         """A get waiting on a put that is refused is a miss."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, _ = chunk(1)
         putting = opened.cache.put(name, chunk(2)[1])
         getting = opened.cache.get(name)
-        worker.run_all()
+        worker.run()
         self.failureResultOf(putting, ChunkBytesMismatch)
         self.assertIsNone(self.successResultOf(getting))
 
     def test_discard_during_read(self) -> None:
         """A read submitted before a discard still returns the verified bytes; then it is gone."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, data = chunk(1)
         opened.cache.put(name, data)
-        worker.run_all()
+        worker.run()
         getting = opened.cache.get(name)
         discarding = opened.cache.discard(name)
-        worker.run_all()
+        worker.run()
         self.assertEqual(self.successResultOf(getting), data)
         self.successResultOf(discarding)
         self.assertFalse(opened.file_of(name).exists())
@@ -327,16 +327,16 @@ class OrderingTests(SynchronousTestCase):
 
     def test_discard_then_put_during_corrupt_read(self) -> None:
         """A corrupt read overtaken by discard and a fresh put leaves the fresh chunk cached."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, data = chunk(1)
         opened.cache.put(name, data)
-        worker.run_all()
+        worker.run()
         opened.file_of(name).write_bytes(b"junk")
         getting = opened.cache.get(name)
         opened.cache.discard(name)
         putting = opened.cache.put(name, data)
-        worker.run_all()
+        worker.run()
         self.assertIsNone(self.successResultOf(getting))
         self.successResultOf(putting)
         self.assertEqual(opened.cache.contains([name]), frozenset({name}))
@@ -418,13 +418,13 @@ class PutSoonTests(SynchronousTestCase):
 
     def test_get_of_a_waiting_chunk_writes_the_batch(self) -> None:
         """A get of a chunk still waiting writes the batch at once and answers its bytes."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, data = chunk(1)
         opened.cache.put_soon(name, data)
         getting = opened.cache.get(name)
         self.assertNoResult(getting)
-        worker.run_all()
+        worker.run()
         self.assertEqual(self.successResultOf(getting), data)
         self.assertEqual(opened.clock.getDelayedCalls(), [])
 
@@ -433,12 +433,12 @@ class PutSoonTests(SynchronousTestCase):
         A discard of a chunk still waiting removes it for good: its write is
         submitted first, so no file or row is left behind.
         """
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker)
         name, data = chunk(1)
         opened.cache.put_soon(name, data)
         discarding = opened.cache.discard(name)
-        worker.run_all()
+        worker.run()
         self.successResultOf(discarding)
         self.assertFalse(opened.file_of(name).exists())
         self.assertEqual(opened.index_rows(), {})

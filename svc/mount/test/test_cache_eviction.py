@@ -14,7 +14,8 @@ from svc.audit.client_events import EvictionReason
 from svc.audit.names import EventName
 from svc.mount.cache import EvictionRun
 from svc.mount.cache_index import CHUNKS_DIR_NAME
-from svc.mount.test.test_cache_support import Opened, QueuedWorker, chunk, open_cache
+from svc.mount.test.test_cache_support import Opened, chunk, open_cache
+from svc.testing.worker import ManualWorker
 
 # A budget of ten 100-byte chunks: eviction starts above 900, stops at 500.
 LIMITS: dict[str, Any] = {"budget_bytes": 1000, "high_water": 900, "low_water": 500}
@@ -123,15 +124,15 @@ class WaterMarkTests(SynchronousTestCase):
 
     def test_read_in_flight_survives_eviction(self) -> None:
         """A read submitted before its chunk is evicted still returns the verified bytes."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opened = open_cache(self, worker=worker, **LIMITS)
         name, data = chunk(0)
         opened.cache.put(name, data)
-        worker.run_all()
+        worker.run()
         getting = opened.cache.get(name)
         for seed in range(1, 10):
             opened.cache.put(*chunk(seed))
-        worker.run_all()
+        worker.run()
         self.assertEqual(self.successResultOf(getting), data)
         self.assertNotIn(name, opened.cache.contains([name]))
         self.assertFalse(opened.file_of(name).exists())

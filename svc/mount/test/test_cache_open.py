@@ -21,8 +21,8 @@ from svc.mount.cache_index import (
     CacheDisk,
     chunk_path,
 )
-from svc.mount.test.test_cache_support import Opened, QueuedWorker, chunk, open_cache
-from svc.testing.worker import ImmediateWorker
+from svc.mount.test.test_cache_support import Opened, chunk, open_cache
+from svc.testing.worker import ImmediateWorker, ManualWorker
 
 
 def reopen(case: SynchronousTestCase, opened: Opened, **options: Any) -> Opened:
@@ -85,13 +85,13 @@ class OpenTests(SynchronousTestCase):
 
     def test_open_with_queued_worker(self) -> None:
         """Opening runs its blocking work on the worker, firing only once it ran."""
-        worker = QueuedWorker()
+        worker = ManualWorker()
         opening = ChunkCache.open(Path(self.mktemp()), worker, Clock(), emit=print)
         self.assertNoResult(opening)
-        worker.run_all()
+        worker.run()
         cache = self.successResultOf(opening)
         closing = cache.close()
-        worker.run_all()
+        worker.run()
         self.successResultOf(closing)
 
 

@@ -7,12 +7,10 @@ in a temporary directory with its audit lines collected.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -20,7 +18,7 @@ from svc.audit.events import AuditEvent
 from svc.chunking import chunk_hash
 from svc.mount.cache import ChunkCache
 from svc.mount.cache_index import CHUNKS_DIR_NAME, INDEX_NAME, chunk_path
-from svc.testing.worker import ImmediateWorker
+from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.worker import IWorker
 
 T = TypeVar("T")
@@ -30,32 +28,6 @@ def chunk(seed: int, size: int = 100) -> tuple[str, bytes]:
     """A chunk of C{size} bytes distinct for each C{seed}, and its name."""
     data = (seed.to_bytes(4, "big") * (size // 4 + 1))[:size]
     return chunk_hash(data), data
-
-
-class QueuedWorker:
-    """
-    A serial L{IWorker} whose calls wait in a queue until L{run_all}, so a
-    test can interleave operations as a real worker thread would.
-    """
-
-    def __init__(self) -> None:
-        self.queue: list[tuple[Callable[[], Any], Deferred[Any]]] = []
-
-    def submit(self, fn: Callable[[], T]) -> Deferred[T]:
-        result: Deferred[T] = Deferred()
-        self.queue.append((fn, result))
-        return result
-
-    def run_all(self) -> None:
-        """Run every queued call (and those they queue) in submission order."""
-        while self.queue:
-            fn, result = self.queue.pop(0)
-            try:
-                value = fn()
-            except BaseException:
-                result.errback()
-            else:
-                result.callback(value)
 
 
 @attrs.define
@@ -103,15 +75,15 @@ def open_cache(
     opening = ChunkCache.open(
         root, worker or ImmediateWorker(), clock, emit=events.append, **options
     )
-    if isinstance(worker, QueuedWorker):
-        worker.run_all()
+    if isinstance(worker, ManualWorker):
+        worker.run()
     cache = case.successResultOf(opening)
     opened = Opened(cache, root, clock, events)
 
     def close() -> None:
         closing = cache.close()
-        if isinstance(worker, QueuedWorker):
-            worker.run_all()
+        if isinstance(worker, ManualWorker):
+            worker.run()
         case.successResultOf(closing)
 
     case.addCleanup(close)
