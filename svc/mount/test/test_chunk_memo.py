@@ -5,6 +5,7 @@ memory within a byte budget.
 
 from __future__ import annotations
 
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.open_files import ChunkMemo
@@ -43,3 +44,76 @@ class ChunkMemoTests(SynchronousTestCase):
         source.chunks["x"] = bytes(10)
         self.successResultOf(memo.get("x"))
         self.assertEqual(source.fetched, 1)
+
+
+class _SlowSource(DictSource):
+    """A L{DictSource} whose fetches are answered when the test says so."""
+
+    def __init__(self, chunks: dict[str, bytes]) -> None:
+        super().__init__(chunks)
+        self.waiting: dict[str, Deferred[bytes]] = {}
+
+    def fetch(self, chunk_hash: str, /) -> Deferred[bytes]:
+        self.fetched += 1
+        self.waiting[chunk_hash] = Deferred()
+        return self.waiting[chunk_hash]
+
+    def answer(self, chunk_hash: str) -> None:
+        self.waiting.pop(chunk_hash).callback(self.chunks[chunk_hash])
+
+    def refuse(self, chunk_hash: str) -> None:
+        self.waiting.pop(chunk_hash).errback(OSError("gone"))
+
+
+class ReadAheadAllowanceTests(SynchronousTestCase):
+    """
+    Chunks fetched ahead and not yet asked for hold at most half the budget,
+    so read-ahead never pushes out what readers are about to read.
+    """
+
+    def setUp(self) -> None:
+        self.source = _SlowSource({name: name.encode() * 10 for name in "abcdefgh"})
+        self.memo = ChunkMemo(self.source, budget=100)  # read-ahead allowance: 50
+
+    def test_prefetch_stops_at_half_the_budget(self) -> None:
+        """Prefetches beyond the allowance are skipped, not queued."""
+        started = [self.memo.prefetch(name, 10) for name in "abcdefg"]
+        self.assertEqual(started, [True] * 5 + [False] * 2)
+        self.assertEqual(self.memo.ahead_bytes, 50)
+        self.assertEqual(sorted(self.source.waiting), list("abcde"))
+
+    def test_asking_for_a_chunk_frees_its_share(self) -> None:
+        """Once a prefetched chunk is asked for (arrived or not), it is no longer ahead."""
+        for name in "abcde":
+            self.memo.prefetch(name, 10)
+        self.source.answer("a")
+        self.assertEqual(self.successResultOf(self.memo.get("a")), b"a" * 10)
+        pending = self.memo.get("b")  # still on its way
+        self.assertEqual(self.memo.ahead_bytes, 30)
+        self.assertTrue(self.memo.prefetch("f", 10))
+        self.assertTrue(self.memo.prefetch("g", 10))
+        self.assertFalse(self.memo.prefetch("h", 10))
+        self.source.answer("b")
+        self.assertEqual(self.successResultOf(pending), b"b" * 10)
+        self.assertEqual(self.source.fetched, 7, "the shared fetches were not repeated")
+
+    def test_a_failed_or_dropped_prefetch_frees_its_share(self) -> None:
+        """A prefetch that fails, or whose chunk is pushed out unread, stops counting."""
+        self.memo.prefetch("a", 10)
+        self.source.refuse("a")
+        self.assertEqual(self.memo.ahead_bytes, 0)
+        self.memo.prefetch("b", 10)
+        self.source.answer("b")
+        self.assertEqual(self.memo.ahead_bytes, 10)
+        for name in "cdefghijkl":  # 100 more bytes remembered: b (least recent) goes
+            self.memo.remember(name, name.encode() * 10)
+        self.assertEqual(self.memo.ahead_bytes, 0)
+
+    def test_a_held_or_fetching_chunk_is_not_fetched_again(self) -> None:
+        """Prefetching a chunk held or on its way fetches nothing and says it is there."""
+        self.memo.remember("a", b"a" * 10)
+        self.assertTrue(self.memo.prefetch("a", 10))
+        self.memo.get("b")
+        self.assertTrue(self.memo.prefetch("b", 10))
+        self.assertEqual(self.source.fetched, 1)
+        self.assertEqual(self.memo.ahead_bytes, 0)
