@@ -27,7 +27,11 @@ DEFAULT_OP_TIMEOUT = 30.0
 """Seconds a FUSE thread waits for a metadata operation or a read."""
 DEFAULT_WRITEBACK_TIMEOUT = 600.0
 """Seconds a FUSE thread waits for flush, fsync, release or a truncation."""
-DEFAULT_WORKERS = 8
+DEFAULT_WORKERS = 2
+"""llfuse worker threads: fewer cost less CPU per request, more let more
+requests wait on the data plane at once (the trade, measured:
+C{docs/configuration.md}, C{SVC_FUSE_WORKERS}; C{docs/decisions.md},
+session 21)."""
 
 
 @attrs.frozen
