@@ -596,11 +596,13 @@ class FileOps:
     def nothing_to_flush(self, fh: int) -> bool:
         """
         Any thread: whether a flush of C{fh} now would find nothing to
-        commit and nothing in progress (a clean file, not pending, its lock
-        free: no write, write-back or write grant), so the FUSE thread may
-        answer it without the reactor. A write that starts after this look
-        is later than the close, whose flush it needs no more than any later
-        write does. A flush with nothing to commit writes no audit line.
+        commit now and nothing in progress, so the FUSE thread may answer it
+        without the reactor: a clean file, not pending, or an empty one
+        whose close waits (L{_empty_close_waits}); its lock free or held
+        only for a write grant nobody has taken (no write or write-back
+        running). A write that starts after this look is later than the
+        close, whose flush it needs no more than any later write does. A
+        flush with nothing to commit writes no audit line.
         """
         handle = self._ctx.files.handle(fh)
         if handle is None:
@@ -608,10 +610,37 @@ class FileOps:
         if not handle.writable:
             return True  # a read-only handle's close commits nothing (flush)
         state = handle.state
-        if state.lock.locked or state.dirty:
+        if state.lock.locked and not state.grant_offered:
             return False
         node = self._ctx.table.get(state.ino)
-        return node is not None and not node.pending
+        if node is None:
+            return False
+        if not (state.dirty or node.pending):
+            return True
+        return self._empty_close_waits(state, node)
+
+    def _empty_close_waits(self, state: FileState, node: Node) -> bool:
+        """
+        Whether a close leaves the commit of C{state}'s file to a later
+        one: the file is empty now (new, or truncated to nothing) with no
+        change of mode, owner or times kept, this is its only open handle,
+        and closes may hand their commits off (no C{durable_close}, the
+        mount writable, the file not written uncached). The shell's C{>}
+        (open, C{dup2}, close, write, close) and C{touch} then commit once,
+        not twice, and readers of the data plane never see the file empty
+        between its old content and its new. The handle's next close with
+        content or a change, an C{fsync}, or its release commits it
+        (``mount-consistency.md`` section 2.5, "An empty file's close").
+        """
+        return (
+            state.size == 0
+            and not state.attributes_changed
+            and state.handles == 1
+            and not state.uncached
+            and not self._ctx.settings.durable_close
+            and self._ctx.read_only_reason is None
+            and node.kind is FileKind.FILE
+        )
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:
         """
@@ -629,6 +658,8 @@ class FileOps:
         state = handle.state
         node = ctx.table.get(state.ino)
         due = state.dirty or (node is not None and node.pending)
+        if due and node is not None and self._empty_close_waits(state, node):
+            return
         if (
             due
             and not state.uncached

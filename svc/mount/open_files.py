@@ -688,6 +688,14 @@ class FileState:
             assert self._grant is None, "one grant at a time"
             self._grant = grant
 
+    @property
+    def grant_offered(self) -> bool:
+        """
+        Any thread: whether a grant waits for the next write, untaken. The
+        lock is then held for it alone: no write or write-back is running.
+        """
+        return self._grant is not None
+
     def take_grant(self) -> WriteGrant | None:
         """The grant left for the next write, if any, now the caller's (any thread)."""
         with self._grant_guard:
