@@ -141,7 +141,15 @@ def shows_evidence(test: Callable[[T], None]) -> Callable[[T], None]:
 
 
 def _print_evidence(tmp: Path) -> None:
-    for log in sorted(tmp.glob("**/*.log")):
+    # os.walk, not glob: a dead mount under tmp (EIO on listing) is skipped, not raised
+    # over the test's own failure.
+    logs = [
+        Path(folder) / name
+        for folder, _dirs, names in os.walk(tmp)
+        for name in names
+        if name.endswith(".log")
+    ]
+    for log in sorted(logs):
         if not log.is_file():
             continue
         try:

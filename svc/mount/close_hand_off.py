@@ -51,13 +51,16 @@ class HandOffs:
         *,
         durable_close: bool,
         quota: Callable[[], Deferred[QuotaReport]] | None,
+        connected: Callable[[], bool] = lambda: True,
     ) -> None:
         """
         @param durable_close: no close hands off.
         @param quota: the disk's quota and usage (L{None}: not known, no limit).
+        @param connected: whether the data plane's connection is open now.
         """
         self._durable_close = durable_close
         self._quota = quota
+        self._connected = connected
         self._unfinished = InFlight()
         self._bytes = 0  # sizes of the files handed off and still running
         self._files = 0  # how many those are
@@ -88,9 +91,11 @@ class HandOffs:
         """
         Whether the close of a file of C{size} bytes with something to
         commit may return once its commit is sent: not with
-        C{durable_close}, on a read-only mount, for a file over
-        L{HAND_OFF_MAX_BYTES}, after a handed-off write-back failed (until a
-        commit succeeds), or when the disk's quota (the C{statfs} answer, a
+        C{durable_close}, on a read-only mount, while the data plane's
+        connection is not open (the commit would only wait in the queue for
+        a new one, and whether it gets through is the program's to hear), for
+        a file over L{HAND_OFF_MAX_BYTES}, after a handed-off write-back
+        failed (until a commit succeeds), or when the disk's quota (the C{statfs} answer, a
         few seconds old at most) would leave less than L{HAND_OFF_HEADROOM}
         once every handed-off file is stored, or cannot be had. Then the
         close waits and reports.
@@ -101,7 +106,7 @@ class HandOffs:
         (each file keeps its spill until then), and the close waits for the
         oldest commit, not for its own behind all the others.
         """
-        if self._durable_close or read_only or size > HAND_OFF_MAX_BYTES:
+        if self._durable_close or read_only or size > HAND_OFF_MAX_BYTES or not self._connected():
             return False
         while not self._failed and self._full(size):
             await self._room()

@@ -73,7 +73,9 @@ class FileOps:
         # Closes that hand their commit off, and the write-backs nobody
         # waits for (theirs and releases'), which shutdown waits for.
         self._hand_offs = HandOffs(
-            durable_close=context.settings.durable_close, quota=context.quota
+            durable_close=context.settings.durable_close,
+            quota=context.quota,
+            connected=context.connected,
         )
         context.leases.on_yield(self._yield_file)
 

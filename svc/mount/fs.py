@@ -77,6 +77,7 @@ class MountFS:
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
+        connected: Callable[[], bool] = lambda: True,
         settings: FSSettings = DEFAULT_SETTINGS,
     ) -> None:
         """
@@ -101,6 +102,8 @@ class MountFS:
         @param forget_attributes: told a FUSE inode number whose attributes
             changed after the kernel may have cached them (a commit answered
             after the C{close} that handed it off), so the kernel asks again.
+        @param connected: whether the data plane's connection is open now (a
+            C{close} does not hand its commit off while it is not).
         """
         self._ctx = FSContext(
             remote=remote,
@@ -118,6 +121,7 @@ class MountFS:
             invalidate=invalidate,
             invalidate_entry=invalidate_entry,
             forget_attributes=forget_attributes,
+            connected=connected,
             settings=settings,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)

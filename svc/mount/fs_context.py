@@ -128,6 +128,7 @@ class FSContext:
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
+        connected: Callable[[], bool] = lambda: True,
         clock: DataPlaneClock,
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
@@ -153,6 +154,7 @@ class FSContext:
         self.invalidate = invalidate
         self.invalidate_entry = invalidate_entry
         self.forget_attributes = forget_attributes
+        self.connected = connected
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)

@@ -229,7 +229,7 @@ class MountService(Service):
         self._schedule_refresh(lease.ttl_seconds)
         self._schedule_renewal()
 
-        self._dataplane = ReconnectingClient(reactor, self._connect_dataplane)
+        self._dataplane = dataplane = ReconnectingClient(reactor, self._connect_dataplane)
         await self._dataplane.start()
         remote = Remote(self._dataplane)
         self._cache = await ChunkCache.open(
@@ -252,6 +252,7 @@ class MountService(Service):
             invalidate_entry=notices.invalidate_entry,
             forget_attributes=notices.forget_attributes,
             quota=QuotaSource(remote.statfs, reactor),
+            connected=lambda: dataplane.connected,
             settings=settings.fs_settings,
         )
         await self._fs.start()

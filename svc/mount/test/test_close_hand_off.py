@@ -102,6 +102,21 @@ class HandOffTests(SynchronousTestCase):
             self.successResultOf(Deferred.fromCoroutine(self.hand_offs.allowed(1, read_only=True)))
         )
 
+    def test_never_while_the_connection_is_down(self) -> None:
+        """
+        While the data plane's connection is not open, a close waits for
+        its commit's answer (which comes once a new connection takes it, or
+        as the error the program hears); once it is open again, closes hand
+        off again.
+        """
+        up = [False]
+        hand_offs = HandOffs(durable_close=False, quota=None, connected=lambda: up[0])
+        allowed = Deferred.fromCoroutine(hand_offs.allowed(1, read_only=False))
+        self.assertFalse(self.successResultOf(allowed))
+        up[0] = True
+        allowed = Deferred.fromCoroutine(hand_offs.allowed(1, read_only=False))
+        self.assertTrue(self.successResultOf(allowed))
+
 
 class InFlightBoundTests(SynchronousTestCase):
     """Closes past the bound wait for the oldest commit in flight, then hand off."""

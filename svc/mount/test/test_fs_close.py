@@ -80,6 +80,26 @@ class HandOffTests(SynchronousTestCase):
         mount.answers.release()
         mount.ok(flushed)
 
+    def test_a_close_waits_while_the_connection_is_down(self) -> None:
+        """
+        With the data plane's connection down, the close fires only with
+        its commit's answer (here: once the held answer is let go), so the
+        program hears whether the commit got through.
+        """
+        up = [False]
+        mount = self.fixture.mount(connected=lambda: up[0])
+        opened = create(mount, "f", b"content")
+        mount.answers.hold("manifest_put")
+        flushed = mount.fs.flush(opened.fh, CALLER)
+        self.assertNoResult(flushed)
+        mount.answers.release()
+        mount.ok(flushed)
+        up[0] = True
+        again = create(mount, "g", b"more")
+        mount.answers.hold("manifest_put")
+        mount.ok(mount.fs.flush(again.fh, CALLER))  # handed off again
+        mount.answers.release()
+
     def test_a_large_file_waits(self) -> None:
         """A file over HAND_OFF_MAX_BYTES: the close waits for its commit."""
         self.patch(close_hand_off, "HAND_OFF_MAX_BYTES", 6)

@@ -183,6 +183,7 @@ class Mount:
         settings: FSSettings,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         clock_ahead: float = 0.0,
+        connected: Callable[[], bool] = lambda: True,
     ) -> None:
         self.fixture = fixture
         case = fixture.case
@@ -211,6 +212,7 @@ class Mount:
             forget_attributes=self.forgotten_attributes.append,
             settings=settings,
             quota=quota,
+            connected=connected,
         )
         self.connection.on_push(revoke_pushes(self.fs.lease_revoked))
         self.ok(self.fs.start())
@@ -325,10 +327,12 @@ class FSFixture:
         settings: FSSettings | None = None,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
         clock_ahead: float = 0.0,
+        connected: Callable[[], bool] = lambda: True,
     ) -> Mount:
         """
         A new started L{MountFS} on a new connection (session at C{epoch}),
-        its clock C{clock_ahead} seconds ahead of the data plane's.
+        its clock C{clock_ahead} seconds ahead of the data plane's;
+        C{connected} is what it is told of its connection being open.
         """
         return Mount(
             self,
@@ -338,4 +342,5 @@ class FSFixture:
             settings=settings or FSSettings(),
             quota=quota,
             clock_ahead=clock_ahead,
+            connected=connected,
         )
