@@ -305,6 +305,12 @@ class FileModel(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.handles))
     @rule(slot=SLOTS)
+    def fd_dup_close(self, slot: int) -> None:
+        """Close a duplicate of the descriptor, as the shell's C{>} does: a flush, no release."""
+        self.both_fd(f"fd_dup_close(slot {slot})", slot, lambda fd: os.close(os.dup(fd)))
+
+    @precondition(lambda self: bool(self.handles))
+    @rule(slot=SLOTS)
     def fd_close(self, slot: int) -> None:
         slot = slot if slot in self.handles else next(iter(self.handles))
         self.both_fd(f"fd_close(slot {slot})", slot, os.close)
