@@ -627,7 +627,8 @@ class FileOps:
         one: the file is empty now (new, or truncated to nothing) with no
         change of mode, owner or times kept, this is its only open handle,
         and closes may hand their commits off (no C{durable_close}, the
-        mount writable, the file not written uncached). The shell's C{>}
+        mount writable, the data plane's connection open, the file not
+        written uncached). The shell's C{>}
         (open, C{dup2}, close, write, close) and C{touch} then commit once,
         not twice, and readers of the data plane never see the file empty
         between its old content and its new. The handle's next close with
@@ -642,6 +643,7 @@ class FileOps:
             and not self._ctx.settings.durable_close
             and self._ctx.read_only_reason is None
             and node.kind is FileKind.FILE
+            and self._ctx.connected()
         )
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:

@@ -178,6 +178,18 @@ class EmptyCloseTests(SynchronousTestCase):
         mount.ok(mount.fs.release(opened.fh, CALLER))
         self.assertEqual(mount.count("manifest_put"), 1)
 
+    def test_while_the_connection_is_down_the_close_commits(self) -> None:
+        """
+        During an outage every close of a changed file waits for its commit
+        (section 2.5), an empty one's too, so the program hears the outcome.
+        """
+        mount = self.fixture.mount(connected=lambda: False)
+        opened = create(mount, "new")
+        self.assertFalse(mount.fs.nothing_to_flush(opened.fh))
+        mount.ok(mount.fs.flush(opened.fh, CALLER))
+        self.assertEqual(self.server().lookup_path("new").attributes.size, 0)
+        mount.ok(mount.fs.release(opened.fh, CALLER))
+
     def test_a_read_only_mount_reports_the_close(self) -> None:
         """On a mount turned read-only, the close of a new empty file fails as before."""
         opened = create(self.mount, "new")
