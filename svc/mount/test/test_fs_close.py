@@ -70,15 +70,18 @@ class HandOffTests(SynchronousTestCase):
         self.answers.release()
         self.mount.ok(synced)
 
-    def test_durable_close_waits_for_the_answer(self) -> None:
-        """With C{durable_close}, a close fires only with the answer."""
-        mount = self.fixture.mount(settings=FSSettings(durable_close=True))
-        opened = create(mount, "f", b"content")
+    def assert_close_waits(self, mount: Mount, name: str) -> None:
+        """A close of a new file C{name} on C{mount} fires only with its commit's answer."""
+        opened = create(mount, name, b"content")
         mount.answers.hold("manifest_put")
         flushed = mount.fs.flush(opened.fh, CALLER)
         self.assertNoResult(flushed)
         mount.answers.release()
         mount.ok(flushed)
+
+    def test_durable_close_waits_for_the_answer(self) -> None:
+        """With C{durable_close}, a close fires only with the answer."""
+        self.assert_close_waits(self.fixture.mount(settings=FSSettings(durable_close=True)), "f")
 
     def test_a_close_waits_while_the_connection_is_down(self) -> None:
         """
@@ -88,12 +91,7 @@ class HandOffTests(SynchronousTestCase):
         """
         up = [False]
         mount = self.fixture.mount(connected=lambda: up[0])
-        opened = create(mount, "f", b"content")
-        mount.answers.hold("manifest_put")
-        flushed = mount.fs.flush(opened.fh, CALLER)
-        self.assertNoResult(flushed)
-        mount.answers.release()
-        mount.ok(flushed)
+        self.assert_close_waits(mount, "f")
         up[0] = True
         again = create(mount, "g", b"more")
         mount.answers.hold("manifest_put")
