@@ -87,6 +87,14 @@ class HandOffs:
         """A commit succeeded: closes may hand off again."""
         self._failed = False
 
+    def may_return_early(self, *, read_only: bool) -> bool:
+        """
+        Whether closes may return before their commits are answered at all:
+        not with C{durable_close}, on a read-only mount, or while the data
+        plane's connection is not open. L{allowed} adds the per-file rules.
+        """
+        return not self._durable_close and not read_only and self._connected()
+
     async def allowed(self, size: int, *, read_only: bool) -> bool:
         """
         Whether the close of a file of C{size} bytes with something to
@@ -106,7 +114,7 @@ class HandOffs:
         (each file keeps its spill until then), and the close waits for the
         oldest commit, not for its own behind all the others.
         """
-        if self._durable_close or read_only or size > HAND_OFF_MAX_BYTES or not self._connected():
+        if not self.may_return_early(read_only=read_only) or size > HAND_OFF_MAX_BYTES:
             return False
         while not self._failed and self._full(size):
             await self._room()

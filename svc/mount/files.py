@@ -640,10 +640,8 @@ class FileOps:
             and not state.attributes_changed
             and state.handles == 1
             and not state.uncached
-            and not self._ctx.settings.durable_close
-            and self._ctx.read_only_reason is None
             and node.kind is FileKind.FILE
-            and self._ctx.connected()
+            and self._hand_offs.may_return_early(read_only=self._ctx.read_only_reason is not None)
         )
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:
