@@ -63,6 +63,19 @@ print(json.dumps({"generation": generation, "failures": failures}))
 """A program saving files atomically until a stop file appears."""
 
 
+WRITE_AND_CLOSE = """
+import errno, sys
+try:
+    with open(sys.argv[1], "w") as out:
+        out.write("kept through the outage\\n")
+except OSError as error:
+    print(errno.errorcode[error.errno])
+else:
+    print("closed")
+"""
+"""Writes a file and prints how its close ended (an errno's name, or C{closed})."""
+
+
 def port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -128,6 +141,44 @@ class MountReconnectTests(MountStackCase):
         self.assertEqual(
             contents,
             {"before": "before\n", "during": "during\n", "after": "after\n", "idle": "idle\n"},
+        )
+        self.unmount(fresh)
+
+    @shows_evidence
+    def test_changes_kept_through_an_outage_reach_the_data_plane_after_it(self) -> None:
+        """
+        A file closed while the data plane is down for longer than a call
+        waits for a connection: the close reports the failure, but the
+        release keeps the changes instead of discarding them, and they are
+        committed once the data plane is back, with the mount still up.
+        """
+        mount = self.mount()
+        self.sh("mkdir work", mount)
+        self.kill_dataplane()
+        written = subprocess.run(
+            [sys.executable, "-c", WRITE_AND_CLOSE, str(self.mount_point / "work" / "kept.txt")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        self.assertEqual(written.stdout.strip(), "EIO", written.stderr)
+        deadline = time.monotonic() + 60
+        while "are kept and written back" not in mount.log.read_text(errors="replace"):
+            self.assertLess(time.monotonic(), deadline, "the release did not keep the file")
+            time.sleep(0.2)
+        self.start_dataplane()
+        deadline = time.monotonic() + 90
+        while not any(
+            line["event"] == "flush" and line["path"] == "/work/kept.txt" and line["allowed"]
+            for line in mount.audit_lines()
+        ):
+            self.assertLess(time.monotonic(), deadline, "the kept file was not written back")
+            time.sleep(0.2)
+        self.unmount(mount)
+        fresh = self.mount(cache=self.tmp / "fresh-cache")
+        self.assertEqual(
+            (self.mount_point / "work" / "kept.txt").read_text(), "kept through the outage\n"
         )
         self.unmount(fresh)
 

@@ -590,8 +590,9 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
 
 def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
     """
-    On the reactor thread: write back every open handle (before unmounting);
-    fires with how many failed (each logged).
+    On the reactor thread: write back every open handle (before unmounting),
+    then make the final attempt at the files kept through an outage; fires
+    with how many handles failed (each logged).
     """
 
     async def syncing() -> int:
@@ -609,6 +610,7 @@ def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
                     "write-back of handle {fh} failed at shutdown: {error}", fh=fh, error=error
                 )
         await fs.write_backs_settled()
+        await fs.last_write_backs()
         return failed
 
     return Deferred.fromCoroutine(syncing())

@@ -50,6 +50,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
+from svc.mount.kept_write_backs import KeptWriteBacks
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
 from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
@@ -77,6 +78,8 @@ class FileOps:
             quota=context.quota,
             connected=context.connected,
         )
+        # Files whose last release could not reach the data plane.
+        self._kept = KeptWriteBacks(context.clock)
         context.leases.on_yield(self._yield_file)
 
     def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool]:
@@ -117,6 +120,22 @@ class FileOps:
         (at once when none is).
         """
         return self._hand_offs.settled()
+
+    def reconnected(self) -> None:
+        """A new data-plane connection is open: write back the kept files now."""
+        self._kept.now()
+
+    def last_write_backs(self) -> Deferred[None]:
+        """
+        Shutdown: the final attempt at every file kept through an outage
+        (discarded, with a warning, when it fails too); fires once all ended.
+        """
+        return self._kept.last_round()
+
+    @property
+    def kept(self) -> int:
+        """How many files are kept through an outage."""
+        return len(self._kept)
 
     # Opening
 
@@ -568,7 +587,7 @@ class FileOps:
                 async with handle.state.lock:
                     await handle.state.truncate(size)
             finally:
-                await self.release(handle.fh, caller)
+                await self.release(handle.fh, caller, keep=False)
             return
         if size == 0:
             async with ctx.namespace_lock:
@@ -591,7 +610,7 @@ class FileOps:
             async with handle.state.lock:
                 await handle.state.truncate(size)
         finally:
-            await self.release(handle.fh, caller)
+            await self.release(handle.fh, caller, keep=False)
 
     # Write-back
 
@@ -679,11 +698,13 @@ class FileOps:
         """Write back the file's changes, if any."""
         await self.write_back(self._handle(fh).state, caller)
 
-    async def release(self, fh: int, caller: CallerProcess) -> None:
+    async def release(self, fh: int, caller: CallerProcess, *, keep: bool = True) -> None:
         """
         Close handle C{fh}; the last one writes back what is left and then
-        drops the spill file (changes that could not be committed are lost,
-        with a warning).
+        drops the spill file. Changes that got no answer from the data plane
+        are kept, and written back once it answers (C{keep}, L{_keep});
+        changes that could not be committed otherwise are lost, with a
+        warning.
         """
         ctx = self._ctx
         handle = ctx.files.release(fh)
@@ -691,7 +712,7 @@ class FileOps:
             raise FSError(errno.EBADF, f"no open file {fh}")
         self._hand_offs.started()
         try:
-            await self._release_state(handle.state, caller)
+            await self._release_state(handle.state, caller, keep=keep)
         finally:
             self._hand_offs.finished()
 
@@ -726,7 +747,7 @@ class FileOps:
                         ctx.table.unlink(parent, name)
         await self.release(fh, caller)
 
-    async def _release_state(self, state: FileState, caller: CallerProcess) -> None:
+    async def _release_state(self, state: FileState, caller: CallerProcess, *, keep: bool) -> None:
         ctx = self._ctx
         if state.handles:
             return
@@ -741,6 +762,9 @@ class FileOps:
                 if not state.dirty or state.handles or state.version == version:
                     break
         except FSError as error:
+            if keep and self._keeps(state, error):
+                self._keep(state, caller, error)
+                return
             failure = error
         if ctx.files.retire_if_idle(state):
             ctx.leases.release(state.ino)
@@ -770,6 +794,49 @@ class FileOps:
                 await done
         if failure is not None:
             raise failure
+
+    def _keeps(self, state: FileState, error: FSError) -> bool:
+        """
+        Whether a last release whose write-back failed with C{error} keeps
+        the file for a later attempt: the data plane gave no answer (the
+        connection could not be had, or was lost), the file still has
+        something to commit, the mount is writable, and
+        L{KeptWriteBacks.room} says yes.
+        """
+        node = self._ctx.table.get(state.ino)
+        return (
+            isinstance(error, RemoteFailure)
+            and error.wire is None
+            and node is not None
+            and (state.dirty or node.pending)
+            and self._ctx.read_only_reason is None
+            and self._kept.room()
+        )
+
+    def _keep(self, state: FileState, caller: CallerProcess, error: FSError) -> None:
+        """
+        Keep C{state} open (a handle of the mount's own, so its state,
+        spill file and write lease stay) and leave its write-back to
+        L{KeptWriteBacks}: each attempt releases that handle again, which
+        writes back and, failing the same way, keeps it again.
+        """
+        handle = self._ctx.files.open(state, writable=True)
+        if state.ino not in self._kept:
+            _log.warn(
+                "could not write back inode {ino} ({error}): its {size} bytes are kept "
+                "and written back once the data plane answers",
+                ino=state.ino,
+                error=error,
+                size=state.size,
+            )
+
+        async def attempt(final: bool) -> None:
+            try:
+                await self.release(handle.fh, caller, keep=not final)
+            except FSError:
+                pass  # logged, and the changes discarded, by the release
+
+        self._kept.keep(state.ino, attempt)
 
     async def _settle_pending(self, node: Node) -> None:
         """

@@ -183,9 +183,26 @@ class MountFS:
     def reconnected(self) -> None:
         """
         A new data-plane connection replaced a lost one: the write leases
-        are asked for again on it at once (L{svc.mount.write_leases}).
+        are asked for again on it at once (L{svc.mount.write_leases}), and
+        the files kept through the outage are written back right after the
+        calls that waited for the connection are sent
+        (L{svc.mount.kept_write_backs}).
         """
         self._ctx.leases.reconnected()
+        self._ctx.clock.callLater(0, self._files.reconnected)
+
+    def last_write_backs(self) -> Deferred[None]:
+        """
+        Shutdown: the final attempt at the files kept through an outage;
+        fires once all ended (the ones still failing are discarded, with a
+        warning).
+        """
+        return self._files.last_write_backs()
+
+    @property
+    def kept_files(self) -> int:
+        """How many files are kept through an outage, waiting for the data plane."""
+        return self._files.kept
 
     def stop_leases(self) -> None:
         """Stop refreshing write leases (shutdown: closing the connection ends them)."""

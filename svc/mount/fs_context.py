@@ -155,6 +155,7 @@ class FSContext:
         self.invalidate_entry = invalidate_entry
         self.forget_attributes = forget_attributes
         self.connected = connected
+        self.clock = clock
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)

@@ -528,13 +528,16 @@ class CallerTests(SynchronousTestCase):
 class ShutdownFS:
     """
     A MountFS stand-in for L{sync_all}: fsync answers per handle, and the
-    release write-backs settle when the test says so.
+    release write-backs settle, and the kept files' last attempts end, when
+    the test says so.
     """
 
     def __init__(self, answers: dict[int, Exception | None]) -> None:
         self.answers = answers
         self.synced: list[int] = []
         self.settled: Deferred[None] = Deferred()
+        self.last: Deferred[None] = succeed(None)
+        self.last_asked = False
 
     def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
         self.synced.append(fh)
@@ -543,6 +546,10 @@ class ShutdownFS:
 
     def write_backs_settled(self) -> Deferred[None]:
         return self.settled
+
+    def last_write_backs(self) -> Deferred[None]:
+        self.last_asked = True
+        return self.last
 
 
 class SyncAllTests(SynchronousTestCase):
@@ -568,6 +575,23 @@ class SyncAllTests(SynchronousTestCase):
         result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
         self.assertEqual(self.successResultOf(result), 1)
         self.flushLoggedErrors()
+
+    def test_kept_files_get_their_last_attempt_after_the_releases(self) -> None:
+        """
+        The files kept through an outage are tried a last time once the
+        releases in flight ended (those may keep more), and shutdown waits
+        for those attempts.
+        """
+        fs = ShutdownFS({1: None})
+        fs.last = Deferred()
+        caller = CallerProcess("app", 1, 0, 0)
+        result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
+        self.assertFalse(fs.last_asked)
+        fs.settled.callback(None)
+        self.assertTrue(fs.last_asked)
+        self.assertNoResult(result)
+        fs.last.callback(None)
+        self.assertEqual(self.successResultOf(result), 0)
 
 
 class RecordingFuse:

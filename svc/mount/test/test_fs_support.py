@@ -20,7 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent, CallerProcess
 from svc.dataplane.client import Reply
-from svc.dataplane.client_errors import OutcomeUnknown
+from svc.dataplane.client_errors import NotExecuted, OutcomeUnknown
 from svc.dataplane.test.test_service_support import ServiceFixture, identity
 from svc.mount.attributes import Entry, QuotaReport
 from svc.mount.errors import FSError, RemoteFailure
@@ -86,11 +86,13 @@ class HeldAnswers:
     until L{release}: the request has run on the server, the mount has not
     heard back yet (a commit in flight). Or it has not even run yet
     (C{hold(unsent=...)}: still on its way), and answers can be lost with
-    the connection (L{release} with C{lost}, L{lose}).
+    the connection (L{release} with C{lost}, L{lose}). While C{down}, no
+    connection can be had: every call fails L{NotExecuted}.
     """
 
     def __init__(self, connection: LocalConnection) -> None:
         self._connection = connection
+        self.down = False
         self._ops: frozenset[str] = frozenset()
         self._unsent: frozenset[str] = frozenset()
         self._held: list[tuple[str, Callable[[], Deferred[Reply]], bool, Deferred[Reply]]] = []
@@ -153,6 +155,8 @@ class HeldAnswers:
         def run() -> Deferred[Reply]:
             return self._connection.call(op, payload, raw, timeout=timeout)
 
+        if self.down:
+            return fail(NotExecuted(f"{op}: no data-plane connection"))
         losses = self._lost.get(op)
         ran = losses.pop() if losses else None
         if ran is not None:

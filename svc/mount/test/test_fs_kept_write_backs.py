@@ -1,0 +1,167 @@
+"""
+Tests for the changes a last release keeps through a data-plane outage
+(``docs/specifications/mount-consistency.md`` section 2.5, "Changes kept
+through an outage"; L{svc.mount.kept_write_backs}).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.kept_write_backs import PAUSE_INITIAL
+from svc.mount.test.test_fs_close import create
+from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+
+
+def spill_files(mount: Mount) -> list[str]:
+    """The files in C{mount}'s spill directory."""
+    return [name for _dirs, _subdirs, names in os.walk(mount.spill_dir) for name in names]
+
+
+class KeptThroughAnOutageTests(SynchronousTestCase):
+    """A file whose last release cannot reach the data plane is kept, and written back later."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.up = [True]
+        self.mount = self.fixture.mount(connected=lambda: self.up[0])
+        self.answers = self.mount.answers
+        self.clock = self.fixture.service.clock
+
+    def outage(self) -> None:
+        self.up[0] = False
+        self.answers.down = True
+
+    def back(self) -> None:
+        self.up[0] = True
+        self.answers.down = False
+
+    def on_server(self, name: str) -> bytes | None:
+        """C{name}'s content as a fresh mount reads it (L{None}: no such file)."""
+        fresh = self.fixture.mount()
+        if name not in fresh.names(""):
+            return None
+        return fresh.read_file(name)
+
+    def test_a_handed_off_commit_lost_with_the_connection_is_kept(self) -> None:
+        """
+        The close returned (handed off); the connection was lost with the
+        commit unsent and stays down through the release. The changes are
+        kept, not discarded, and committed on the first round after the
+        data plane is back.
+        """
+        opened = create(self.mount, "f", b"handed off")
+        self.answers.hold("manifest_put", unsent=["manifest_put"])
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))  # returned: handed off
+        self.outage()
+        self.answers.release(lost=True)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 1)
+        self.assertIn(self.on_server("f"), (None, b""), "not committed yet")
+        self.back()
+        self.clock.advance(PAUSE_INITIAL)
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual(self.on_server("f"), b"handed off")
+        flushes = self.mount.events("flush")
+        self.assertEqual([line.allowed for line in flushes][-1], True)
+        self.assertTrue(any(not line.allowed for line in flushes), "the failures are audited")
+
+    def test_a_close_that_reported_the_outage_still_keeps_the_changes(self) -> None:
+        """
+        With the connection down the close waits and fails C{EIO}; the
+        release keeps the changes anyway, and a reconnection sends them at
+        once.
+        """
+        opened = create(self.mount, "f", b"reported")
+        self.outage()
+        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EIO)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 1)
+        self.back()
+        self.mount.fs.reconnected()
+        self.clock.advance(0)
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual(self.on_server("f"), b"reported")
+
+    def test_rounds_during_the_outage_try_one_file_each(self) -> None:
+        """Three kept files, rounds while the outage lasts: one attempt (one put) each."""
+        handles = [create(self.mount, name, name.encode()) for name in ("a", "b", "c")]
+        self.outage()
+        for opened in handles:
+            self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+            self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 3)
+        failed_before = len(self.mount.events("flush"))
+        self.clock.advance(PAUSE_INITIAL)
+        self.clock.advance(2 * PAUSE_INITIAL)
+        self.assertEqual(len(self.mount.events("flush")) - failed_before, 2)
+        self.back()
+        self.clock.advance(4 * PAUSE_INITIAL)
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual([self.on_server(name) for name in ("a", "b", "c")], [b"a", b"b", b"c"])
+
+    def test_a_kept_file_reads_its_kept_content_and_takes_more_writes(self) -> None:
+        """
+        Reopened while kept, the file shows the kept bytes; a write and
+        close then commit everything, and the kept attempt finds nothing
+        left.
+        """
+        opened = create(self.mount, "f", b"first")
+        self.outage()
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        entry = self.mount.lookup_path("f")
+        again = self.mount.ok(self.mount.fs.open(entry.ino, os.O_RDWR, CALLER))
+        self.assertEqual(self.mount.ok(self.mount.fs.read(again.fh, 0, 100, CALLER)), b"first")
+        self.mount.ok(self.mount.fs.write(again.fh, 5, b"+second", CALLER))
+        self.back()
+        self.mount.ok(self.mount.fs.flush(again.fh, CALLER))
+        self.mount.ok(self.mount.fs.release(again.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 1, "its own attempt is still to come")
+        puts = self.mount.count("manifest_put")
+        self.clock.advance(PAUSE_INITIAL)
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual(self.mount.count("manifest_put"), puts, "nothing left to commit")
+        self.assertEqual(self.on_server("f"), b"first+second")
+
+    def test_shutdown_discards_what_still_cannot_be_written_back(self) -> None:
+        """
+        The last round's failure is final: the changes are discarded (the
+        spill file removed) and no retry stays scheduled.
+        """
+        opened = create(self.mount, "f", b"x" * (4 << 20))
+        self.outage()
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(len(spill_files(self.mount)), 1, "kept: its spill file stays")
+        retries = len(self.clock.getDelayedCalls())
+        self.mount.ok(self.mount.fs.last_write_backs())
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual(spill_files(self.mount), [])
+        self.assertEqual(len(self.clock.getDelayedCalls()), retries - 1)
+        self.back()
+        self.assertIn(self.on_server("f"), (None, b""), "its content never committed")
+
+    def test_shutdown_writes_back_once_the_data_plane_answers(self) -> None:
+        """The last round commits a kept file when it can."""
+        opened = create(self.mount, "f", b"at shutdown")
+        self.outage()
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.back()
+        self.mount.ok(self.mount.fs.last_write_backs())
+        self.assertEqual(self.on_server("f"), b"at shutdown")
+
+    def test_read_only_mode_keeps_nothing(self) -> None:
+        """
+        A write-back refused for another reason than an outage (here
+        read-only mode) keeps nothing: the release reports it, as before.
+        """
+        opened = create(self.mount, "f", b"refused")
+        self.mount.fs.set_read_only("test")
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.assertEqual(self.mount.errno(self.mount.fs.release(opened.fh, CALLER)), errno.EROFS)
+        self.assertEqual(self.mount.fs.kept_files, 0)
