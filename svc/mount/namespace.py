@@ -99,7 +99,9 @@ class NamespaceOps:
     def __init__(self, context: FSContext, truncate: Truncate) -> None:
         self._ctx = context
         self._truncate = truncate
-        self._hand_offs = NamespaceHandOffs(durable=context.settings.durable_close)
+        self._hand_offs = NamespaceHandOffs(
+            durable=context.settings.durable_close, connected=context.connected
+        )
 
     async def write(self, request: Awaitable[T]) -> T:
         """Await a write request; a refused session becomes EROFS (read-only)."""

@@ -12,7 +12,8 @@ connection, under the namespace lock (L{NamespaceLock.handing_off}); the
 next one goes out while the data plane runs the first. The mount's picture
 shows the change at once. L{NamespaceHandOffs} decides (the same rules as a
 close's hand-off: not in C{durable_close} mode, bounded, and not after a
-failure until a change succeeds again); L{settle_unlink} and
+failure until a change succeeds again, and not while the data plane's
+connection is down); L{settle_unlink} and
 L{settle_rename} handle the answers.
 
 An answer that never came (the connection was lost after the request was
@@ -58,9 +59,15 @@ NAMESPACE_HAND_OFF_MAX = 64
 class NamespaceHandOffs:
     """Whether the next unlink, rmdir or rename may hand off; see the module docstring."""
 
-    def __init__(self, *, durable: bool) -> None:
-        """@param durable: nothing hands off (C{durable_close}: every call waits)."""
+    def __init__(self, *, durable: bool, connected: Callable[[], bool] = lambda: True) -> None:
+        """
+        @param durable: nothing hands off (C{durable_close}: every call waits).
+        @param connected: whether the data plane's connection is open now
+            (nothing hands off while it is not: the request would only wait
+            for a connection, and whether it gets one is the program's to hear).
+        """
         self._durable = durable
+        self._connected = connected
         self._failed = False  # a handed-off change failed since the last success
         self._order = SendOrder()
 
@@ -88,6 +95,7 @@ class NamespaceHandOffs:
             and not self._failed
             and not read_only
             and in_flight < NAMESPACE_HAND_OFF_MAX
+            and self._connected()
         )
 
     def succeeded(self) -> None:

@@ -121,6 +121,41 @@ class UnlinkHandOffTests(SynchronousTestCase):
         durable.answers.release()
         durable.ok(unlinked)
 
+    def test_an_unlink_waits_while_the_connection_is_down(self) -> None:
+        """
+        With the data plane's connection down, an unlink waits for its
+        answer (here: the held one); once it is up again, unlinks hand off.
+        """
+        up = [False]
+        mount = self.fixture.mount(connected=lambda: up[0])
+        self.folder = mount.lookup_path("d").ino
+        mount.names("d")
+        mount.answers.hold("manifest_delete")
+        unlinked = self.unlink(mount, "f0")
+        self.assertNoResult(unlinked)
+        mount.answers.release()
+        mount.ok(unlinked)
+        up[0] = True
+        mount.answers.hold("manifest_delete")
+        mount.ok(self.unlink(mount, "f1"))
+        mount.answers.release()
+
+    def test_an_unlink_during_an_outage_reports_it(self) -> None:
+        """
+        No connection to be had: the unlink fails C{EIO} and the name stays,
+        rather than returning success and the name coming back later.
+        """
+        up = [False]
+        mount = self.fixture.mount(connected=lambda: up[0])
+        self.folder = mount.lookup_path("d").ino
+        mount.names("d")
+        mount.answers.down = True
+        self.assertEqual(mount.errno(self.unlink(mount, "f0")), errno.EIO)
+        self.assertIn("f0", mount.names("d"))
+        up[0] = True
+        mount.answers.down = False
+        self.assertIn("f0", self.fixture.mount().names("d"))
+
     def test_bounded_in_flight(self) -> None:
         """Beyond C{NAMESPACE_HAND_OFF_MAX} unanswered, an unlink waits for its own answer."""
         for index in range(NAMESPACE_HAND_OFF_MAX + 1):
@@ -357,6 +392,17 @@ class RenameHandOffTests(SynchronousTestCase):
         self.assertNoResult(renamed)
         durable.answers.release()
         durable.ok(renamed)
+
+    def test_a_rename_waits_while_the_connection_is_down(self) -> None:
+        """With the data plane's connection down, a rename waits for its answer."""
+        up = [False]
+        self.mount = self.fixture.mount(connected=lambda: up[0])
+        self.names("d")
+        self.mount.answers.hold("manifest_rename")
+        renamed = self.rename("final", "final2")
+        self.assertNoResult(renamed)
+        self.mount.answers.release()
+        self.mount.ok(renamed)
 
     def test_refused_rename_shows_the_old_names_again(self) -> None:
         """
