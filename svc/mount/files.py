@@ -50,7 +50,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
-from svc.mount.kept_write_backs import KeptWriteBacks
+from svc.mount.kept_write_backs import KeptWriteBacks, Try
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
 from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
@@ -706,13 +706,19 @@ class FileOps:
         changes that could not be committed otherwise are lost, with a
         warning.
         """
+        await self._release(fh, caller, keep=keep)
+
+    async def _release(
+        self, fh: int, caller: CallerProcess, *, keep: bool, write: bool = True
+    ) -> bool:
+        """L{release}; whether the file was kept (never without C{write}: no write-back)."""
         ctx = self._ctx
         handle = ctx.files.release(fh)
         if handle is None:
             raise FSError(errno.EBADF, f"no open file {fh}")
         self._hand_offs.started()
         try:
-            await self._release_state(handle.state, caller, keep=keep)
+            return await self._release_state(handle.state, caller, keep=keep, write=write)
         finally:
             self._hand_offs.finished()
 
@@ -747,13 +753,20 @@ class FileOps:
                         ctx.table.unlink(parent, name)
         await self.release(fh, caller)
 
-    async def _release_state(self, state: FileState, caller: CallerProcess, *, keep: bool) -> None:
+    async def _release_state(
+        self, state: FileState, caller: CallerProcess, *, keep: bool, write: bool = True
+    ) -> bool:
+        """
+        The release of a handle of C{state}: with no handle left, write it
+        back (unless not C{write}), then let it go, or keep it (C{keep},
+        L{_keeps}); whether it was kept.
+        """
         ctx = self._ctx
         if state.handles:
-            return
+            return False
         failure: FSError | None = None
         try:
-            while True:
+            while write:
                 version = state.version
                 await self.write_back(state, caller)
                 # A change kept while that commit was in flight (a chmod
@@ -764,7 +777,7 @@ class FileOps:
         except FSError as error:
             if keep and self._keeps(state, error):
                 self._keep(state, caller, error)
-                return
+                return True
             failure = error
         if ctx.files.retire_if_idle(state):
             ctx.leases.release(state.ino)
@@ -777,7 +790,8 @@ class FileOps:
                     ino=state.ino,
                 )
             if node is not None and node.pending:
-                await self._settle_pending(node)
+                # Not worth another wait when the data plane was out of reach.
+                await self._settle_pending(node, reach=write and not _out_of_reach(failure))
             done = state.close()
             if discarded:
                 # The kernel cached the discarded size and pages (long
@@ -794,6 +808,7 @@ class FileOps:
                 await done
         if failure is not None:
             raise failure
+        return False
 
     def _keeps(self, state: FileState, error: FSError) -> bool:
         """
@@ -805,8 +820,7 @@ class FileOps:
         """
         node = self._ctx.table.get(state.ino)
         return (
-            isinstance(error, RemoteFailure)
-            and error.wire is None
+            _out_of_reach(error)
             and node is not None
             and (state.dirty or node.pending)
             and self._ctx.read_only_reason is None
@@ -830,23 +844,27 @@ class FileOps:
                 size=state.size,
             )
 
-        async def attempt(final: bool) -> None:
+        async def attempt(how: Try) -> bool:
             try:
-                await self.release(handle.fh, caller, keep=not final)
-            except FSError:
-                pass  # logged, and the changes discarded, by the release
+                kept = await self._release(
+                    handle.fh, caller, keep=how is Try.AGAIN, write=how is not Try.GIVE_UP
+                )
+            except FSError as failure:  # the changes discarded (and logged) by the release
+                return not _out_of_reach(failure)
+            return not kept and how is not Try.GIVE_UP
 
         self._kept.keep(state.ino, attempt)
 
-    async def _settle_pending(self, node: Node) -> None:
+    async def _settle_pending(self, node: Node, *, reach: bool) -> None:
         """
         The last handle of a file never committed closed with its write-back
         failed: its changes are discarded (as for any file), and it is
         created empty, as C{create} otherwise does; when even that cannot be
-        done (read-only mode, the server refuses), its name is dropped.
+        done (read-only mode, the server refuses, not C{reach}: the data
+        plane is not to be asked), its name is dropped.
         """
         ctx = self._ctx
-        if ctx.read_only_reason is None:
+        if ctx.read_only_reason is None and reach:
             try:
                 async with ctx.namespace_lock:
                     await self._namespace.materialize(node)
@@ -1118,6 +1136,11 @@ class FileOps:
             node.stale = True
         else:
             table.bind(node, attrs.evolve(attributes, server_inode=inode))
+
+
+def _out_of_reach(error: FSError | None) -> bool:
+    """Whether C{error} says the data plane gave no answer (not a refusal)."""
+    return isinstance(error, RemoteFailure) and error.wire is None
 
 
 def _expected_version(node: Node, state: FileState) -> int:

@@ -15,9 +15,12 @@ stops at the first file kept again (the data plane is still out of reach),
 so an outage costs one attempt, and one C{flush} audit line, per round,
 not one per file.
 
-At shutdown L{KeptWriteBacks.last_round} runs every attempt once more as
-the I{final} one: a file that still cannot be written back then is
-discarded, with a warning, as it was before this existed. At most
+At shutdown L{KeptWriteBacks.last_round} gives every kept file a last
+attempt (L{Try.LAST}): a file that still cannot be written back then is
+discarded, with a warning, as it was before this existed. Once one last
+attempt found the data plane out of reach, the files after it are
+discarded without trying (L{Try.GIVE_UP}): each attempt may wait a call's
+whole connection wait, and shutdown must not take that long per file. At most
 L{MAX_KEPT_FILES} files are kept (each holds a spill file on the mount's
 disk); beyond that, and once the last round began, L{KeptWriteBacks.room}
 says no and the release discards as before.
@@ -25,6 +28,7 @@ says no and the release discards as before.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable
 
 from twisted.internet.defer import Deferred
@@ -43,10 +47,24 @@ PAUSE_MAX = 30.0
 MAX_KEPT_FILES = 4096
 """Most files kept at once."""
 
-Attempt = Callable[[bool], Awaitable[None]]
-"""C{attempt(final)}: try a kept file's write-back again; it calls
-L{KeptWriteBacks.keep} again when the file is still to be kept (never when
-C{final})."""
+
+class Try(enum.Enum):
+    """What an attempt at a kept file does."""
+
+    AGAIN = "again"
+    """Write it back; when the data plane is still out of reach, keep it again."""
+
+    LAST = "last"
+    """Write it back; when that fails, discard the changes (shutdown)."""
+
+    GIVE_UP = "give_up"
+    """Discard the changes without trying (shutdown, the data plane out of reach)."""
+
+
+Attempt = Callable[[Try], Awaitable[bool]]
+"""C{attempt(how)}: act on a kept file as C{how} says; whether the data
+plane was reached (C{False}: it was out of reach, and with L{Try.AGAIN} the
+attempt kept the file again with L{KeptWriteBacks.keep})."""
 
 
 class KeptWriteBacks:
@@ -87,9 +105,8 @@ class KeptWriteBacks:
     def keep(self, key: int, attempt: Attempt) -> None:
         """
         Keep file C{key}, to be written back by C{attempt} in a later round
-        (after the pause, or at a reconnection). Kept again during its own
-        attempt, it tells the running round that the data plane is still out
-        of reach.
+        (after the pause, or at a reconnection); also from within its own
+        attempt (L{Try.AGAIN}), which then returns C{False}.
         """
         self._kept[key] = attempt
         if not self._running:
@@ -108,8 +125,9 @@ class KeptWriteBacks:
 
     def last_round(self) -> Deferred[None]:
         """
-        Shutdown: every kept file's final attempt (after the running
-        round's); fires once all ended. Nothing is kept afterwards.
+        Shutdown: after the running round, every kept file's last attempt,
+        or, once one found the data plane out of reach, its changes given
+        up; fires once all ended. Nothing is kept afterwards.
         """
         self._final = True
         self._cancel_timer()
@@ -162,19 +180,28 @@ class KeptWriteBacks:
 
     async def _run(self, fresh: bool) -> None:
         progressed = False
+        out_of_reach = False  # an attempt of this round found the data plane out of reach
         while self._kept:
             key = next(iter(self._kept))
             attempt = self._kept.pop(key)
+            if not self._final:
+                how = Try.AGAIN
+            else:
+                how = Try.GIVE_UP if out_of_reach else Try.LAST
             self._trying = key
             try:
-                await attempt(self._final)
+                reached = await attempt(how)
             except Exception:
                 _log.failure("retrying the write-back of inode {ino} failed", ino=key)
+                reached = True
             finally:
                 self._trying = None
-            if key in self._kept and not self._final:
-                break  # kept again: the data plane is still out of reach
-            progressed = True
+            if reached:
+                progressed = True
+                continue
+            out_of_reach = True
+            if how is Try.AGAIN and not self._final:
+                break  # kept again: one attempt per round while the outage lasts
         if progressed or fresh:
             self._pause = self._pause_initial
         else:

@@ -145,6 +145,27 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.back()
         self.assertIn(self.on_server("f"), (None, b""), "its content never committed")
 
+    def test_shutdown_during_the_outage_tries_once_and_gives_up_the_rest(self) -> None:
+        """
+        Three kept files, the data plane still out of reach at shutdown: one
+        last attempt (one more C{flush} line), then the other two are
+        discarded without trying, so shutdown does not wait a connection
+        wait per file.
+        """
+        handles = [create(self.mount, name, name.encode()) for name in ("a", "b", "c")]
+        self.outage()
+        for opened in handles:
+            self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+            self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        lines = len(self.mount.events("flush"))
+        self.mount.ok(self.mount.fs.last_write_backs())
+        self.assertEqual(len(self.mount.events("flush")) - lines, 1)
+        self.assertEqual(self.mount.fs.kept_files, 0)
+        self.back()
+        self.assertEqual(
+            [self.on_server(name) in (None, b"") for name in ("a", "b", "c")], [True] * 3
+        )
+
     def test_shutdown_writes_back_once_the_data_plane_answers(self) -> None:
         """The last round commits a kept file when it can."""
         opened = create(self.mount, "f", b"at shutdown")

@@ -9,32 +9,40 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.kept_write_backs import KeptWriteBacks
+from svc.mount.kept_write_backs import KeptWriteBacks, Try
 
 
 class Files:
     """
     Kept files whose attempts record themselves and, while the data plane
-    is C{down}, keep their file again when there is room (as the release
-    does).
+    is C{down}, fail: kept again when there is room (as the release does)
+    with L{Try.AGAIN}, discarded otherwise.
     """
 
     def __init__(self, kept: KeptWriteBacks) -> None:
         self.kept = kept
         self.down = True
-        self.tried: list[tuple[int, bool]] = []
+        self.tried: list[tuple[int, Try]] = []
         self.hold: dict[int, Deferred[None]] = {}
 
     def keep(self, key: int) -> None:
-        self.kept.keep(key, lambda final: self._attempt(key, final))
+        self.kept.keep(key, lambda how: self._attempt(key, how))
 
-    async def _attempt(self, key: int, final: bool) -> None:
-        self.tried.append((key, final))
+    async def _attempt(self, key: int, how: Try) -> bool:
+        self.tried.append((key, how))
+        if how is Try.GIVE_UP:
+            return False
         held = self.hold.pop(key, None)
         if held is not None:
             await held
-        if self.down and not final and self.kept.room():
+        if not self.down:
+            return True
+        if how is Try.AGAIN and self.kept.room():
             self.keep(key)
+        return False
+
+
+AGAIN, LAST, GIVE_UP = Try.AGAIN, Try.LAST, Try.GIVE_UP
 
 
 class KeptWriteBacksTests(SynchronousTestCase):
@@ -49,7 +57,7 @@ class KeptWriteBacksTests(SynchronousTestCase):
         self.clock.advance(0.5)
         self.assertEqual(self.files.tried, [])
         self.clock.advance(0.5)
-        self.assertEqual(self.files.tried, [(1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN)])
         self.assertIn(1, self.kept)
 
     def test_a_round_stops_at_the_first_file_kept_again(self) -> None:
@@ -57,7 +65,7 @@ class KeptWriteBacksTests(SynchronousTestCase):
         for key in (1, 2, 3):
             self.files.keep(key)
         self.clock.advance(1.0)
-        self.assertEqual(self.files.tried, [(1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN)])
         self.assertEqual(len(self.kept), 3)
 
     def test_the_pause_doubles_while_rounds_make_no_progress(self) -> None:
@@ -80,7 +88,7 @@ class KeptWriteBacksTests(SynchronousTestCase):
         self.clock.advance(1.0)
         self.files.down = False
         self.clock.advance(2.0)
-        self.assertEqual(self.files.tried, [(1, False), (2, False), (3, False), (1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN), (2, AGAIN), (3, AGAIN), (1, AGAIN)])
         self.assertEqual(len(self.kept), 0)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
@@ -102,20 +110,35 @@ class KeptWriteBacksTests(SynchronousTestCase):
         held = self.files.hold[1]
         self.clock.advance(1.0)
         self.kept.now()
-        self.assertEqual(self.files.tried, [(1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN)])
         held.callback(None)  # failed: still down when its answer came
-        self.assertEqual(self.files.tried, [(1, False), (1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN), (1, AGAIN)])
 
-    def test_last_round_is_final(self) -> None:
-        """At shutdown every file is tried once more, as the final attempt, and none stays."""
+    def test_last_round_tries_each_file_once_more(self) -> None:
+        """
+        At shutdown, with the data plane back, every file gets its last
+        attempt, and none stays kept or scheduled.
+        """
         for key in (1, 2):
             self.files.keep(key)
-        done = self.kept.last_round()
-        self.successResultOf(done)
-        self.assertEqual(self.files.tried, [(1, True), (2, True)])
+        self.files.down = False
+        self.successResultOf(self.kept.last_round())
+        self.assertEqual(self.files.tried, [(1, LAST), (2, LAST)])
         self.assertEqual(len(self.kept), 0)
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertFalse(self.kept.room(), "nothing is kept after the last round began")
+
+    def test_last_round_gives_up_after_the_first_out_of_reach(self) -> None:
+        """
+        Shutdown with the data plane out of reach: one last attempt, then
+        the other files' changes are given up without trying (each attempt
+        may wait a call's whole connection wait).
+        """
+        for key in (1, 2, 3):
+            self.files.keep(key)
+        self.successResultOf(self.kept.last_round())
+        self.assertEqual(self.files.tried, [(1, LAST), (2, GIVE_UP), (3, GIVE_UP)])
+        self.assertEqual(len(self.kept), 0)
 
     def test_last_round_waits_for_the_running_round(self) -> None:
         """The attempt running at shutdown ends first; what it kept gets its final attempt."""
@@ -127,8 +150,8 @@ class KeptWriteBacksTests(SynchronousTestCase):
         self.assertNoResult(done)
         held.callback(None)
         self.successResultOf(done)
-        # The running attempt learned it was final once it asked: it did not keep the file.
-        self.assertEqual(self.files.tried, [(1, False)])
+        # The running attempt found no room (the last round began): the file is not kept.
+        self.assertEqual(self.files.tried, [(1, AGAIN)])
         self.assertEqual(len(self.kept), 0)
 
     def test_room_is_bounded(self) -> None:
@@ -153,7 +176,7 @@ class KeptWriteBacksTests(SynchronousTestCase):
     def test_a_failing_attempt_is_logged_and_dropped(self) -> None:
         """An attempt that raises is logged; the file is not kept, and the rest go on."""
 
-        async def broken(final: bool) -> None:
+        async def broken(how: Try) -> bool:
             raise RuntimeError("boom")
 
         self.kept.keep(7, broken)
@@ -161,5 +184,5 @@ class KeptWriteBacksTests(SynchronousTestCase):
         self.files.keep(1)
         self.clock.advance(1.0)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
-        self.assertEqual(self.files.tried, [(1, False)])
+        self.assertEqual(self.files.tried, [(1, AGAIN)])
         self.assertEqual(len(self.kept), 0)
