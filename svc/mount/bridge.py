@@ -590,12 +590,14 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
 
 def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
     """
-    On the reactor thread: write back every open handle (before unmounting),
-    then make the final attempt at the files kept through an outage; fires
-    with how many handles failed (each logged).
+    On the reactor thread: tell C{fs} that shutdown begins, write back
+    every open handle (before unmounting), then make the final attempt at
+    the files kept through an outage; fires with how many handles failed
+    (each logged).
     """
 
     async def syncing() -> int:
+        fs.stopping()
         failed = 0
         for fh, caller in sorted(handles.items()):
             try:

@@ -191,6 +191,15 @@ class MountFS:
         self._ctx.leases.reconnected()
         self._ctx.clock.callLater(0, self._files.reconnected)
 
+    def stopping(self) -> None:
+        """
+        Shutdown begins: handed-off changes whose answers were lost stop
+        waiting for the data plane to tell what became of them
+        (L{svc.mount.unanswered}), so L{write_backs_settled} is not held up
+        by an outage.
+        """
+        self._ctx.stopping.begin()
+
     def last_write_backs(self) -> Deferred[None]:
         """
         Shutdown: the final attempt at the files kept through an outage;

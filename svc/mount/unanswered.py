@@ -136,14 +136,39 @@ class _CannotTell(Exception):
     """The server could not be asked what a path holds."""
 
 
-async def _found_at(ctx: FSContext, path: str) -> Attributes | None:
-    """What the server has at C{path}: its attributes, L{None} when nothing."""
-    try:
-        return await ctx.remote.head_file(path)
-    except RemoteFailure as error:
-        if error.errno == errno.ENOENT and error.wire is not None:
-            return None
-        raise _CannotTell(str(error)) from None
+LOOK_PAUSE_INITIAL = 1.0
+"""Seconds before asking again what a path holds, for a handed-off change."""
+
+LOOK_PAUSE_MAX = 5.0
+"""Longest such pause (each question also waits for a connection itself)."""
+
+
+async def _found_at(ctx: FSContext, path: str, *, persist: bool = False) -> Attributes | None:
+    """
+    What the server has at C{path}: its attributes, L{None} when nothing.
+    When it gives no answer (no connection to be had), the question is
+    asked again after a pause (C{persist}: a handed-off change, whose
+    program was told it succeeded) until it answers or the mount begins
+    to shut down; otherwise, and on any other failure, L{_CannotTell}.
+    """
+    pause = LOOK_PAUSE_INITIAL
+    while True:
+        try:
+            return await ctx.remote.head_file(path)
+        except RemoteFailure as error:
+            if error.errno == errno.ENOENT and error.wire is not None:
+                return None
+            if not persist or error.wire is not None or ctx.stopping.begun:
+                raise _CannotTell(str(error)) from None
+            _log.info(
+                "asking the data plane what {path} holds: no answer ({error}); "
+                "asking again in {pause} s",
+                path=path,
+                error=str(error),
+                pause=pause,
+            )
+        await ctx.stopping.pause(pause)
+        pause = min(pause * 2, LOOK_PAUSE_MAX)
 
 
 async def removal_outcome(
@@ -159,7 +184,7 @@ async def removal_outcome(
     """
     removed = removal.node.attributes.server_inode
     try:
-        found = await _found_at(ctx, removal.path)
+        found = await _found_at(ctx, removal.path, persist=True)
     except _CannotTell as error:
         return _untold(
             "removal", removal.path, f"the server could not be asked: {error}", unanswered
@@ -197,8 +222,8 @@ async def rename_outcome(
     """
     moved = rename.moved.attributes.server_inode
     try:
-        at_target = await _found_at(ctx, rename.to_path)
-        at_source = await _found_at(ctx, rename.path)
+        at_target = await _found_at(ctx, rename.to_path, persist=True)
+        at_source = await _found_at(ctx, rename.path, persist=True)
     except _CannotTell as error:
         return _untold("rename", rename.path, f"the server could not be asked: {error}", unanswered)
     if moved:

@@ -538,6 +538,7 @@ class ShutdownFS:
         self.settled: Deferred[None] = Deferred()
         self.last: Deferred[None] = succeed(None)
         self.last_asked = False
+        self.stopped = False
 
     def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
         self.synced.append(fh)
@@ -550,6 +551,9 @@ class ShutdownFS:
     def last_write_backs(self) -> Deferred[None]:
         self.last_asked = True
         return self.last
+
+    def stopping(self) -> None:
+        self.stopped = True
 
 
 class SyncAllTests(SynchronousTestCase):
@@ -586,6 +590,7 @@ class SyncAllTests(SynchronousTestCase):
         fs.last = Deferred()
         caller = CallerProcess("app", 1, 0, 0)
         result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
+        self.assertTrue(fs.stopped, "told first")
         self.assertFalse(fs.last_asked)
         fs.settled.callback(None)
         self.assertTrue(fs.last_asked)

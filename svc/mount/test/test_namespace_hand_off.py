@@ -13,6 +13,7 @@ import os
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount import unanswered
 from svc.mount.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
@@ -598,6 +599,24 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
+    def test_unlink_whose_outcome_cannot_be_asked_yet_is_asked_again(self) -> None:
+        """
+        The answer to an unlink that ran was lost, and the server cannot be
+        asked at once either: the name stays gone (the program was told so),
+        and once the server answers the unlink is settled as done.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.mount.answers.lose("head_file", ran=False)
+        self.mount.answers.release(lost=True)
+        self.assertEqual(self.lines("unlink"), [])
+        self.assertEqual(self.mount.names("d"), ["final"])
+        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.assertEqual(self.fixture.mount().names("d"), ["final"])
+        self.assert_hands_off_again()
+
     def test_unlink_that_never_ran_is_sent_again(self) -> None:
         """
         An unlink lost on its way: the server still has the file, so the
@@ -892,15 +911,34 @@ class UnansweredHandOffTests(SynchronousTestCase):
             self.assertEqual(mount.read_file("d/final"), b"old")
         self.assert_hands_off_again()
 
-    def test_server_that_cannot_be_asked(self) -> None:
+    def test_server_that_cannot_be_asked_is_asked_again(self) -> None:
         """
-        The rename's answer never came and neither did the server's answer
-        about the names: handled as refused (the old names are shown again,
-        as the server has them: the rename had not run).
+        The rename's answer never came, nor the server's answer about the
+        names (no connection): the program was told the rename succeeded, so
+        the mount asks again after a pause until the server answers, and then
+        settles it (here: it had not run; sent again, it is done).
         """
         self.mount.write_file("d/final.tmp", b"new")
-        self.mount.answers.lose("manifest_rename", "head_file", ran=False)
+        self.mount.answers.lose("manifest_rename", ran=False)
+        self.mount.answers.lose("head_file", ran=False, times=2)
         self.mount.ok(self.rename())
+        self.assertEqual(self.lines("rename"), [], "not settled yet")
+        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
+        self.assertEqual(self.lines("rename"), [], "asked again: still no answer")
+        self.fixture.service.clock.advance(2 * unanswered.LOOK_PAUSE_INITIAL)
+        self.assert_saved()
+
+    def test_server_that_cannot_be_asked_before_shutdown(self) -> None:
+        """
+        Still no answer about the names when shutdown begins: the mount stops
+        asking and handles the rename as refused (the old names are shown
+        again, as the server has them: the rename had not run).
+        """
+        self.mount.write_file("d/final.tmp", b"new")
+        self.mount.answers.lose("manifest_rename", ran=False)
+        self.mount.answers.lose("head_file", ran=False, times=2)
+        self.mount.ok(self.rename())
+        self.mount.fs.stopping()
         self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", False)])
         for mount in (self.mount, self.fixture.mount()):
             self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])

@@ -1,0 +1,47 @@
+"""
+Whether the mount is shutting down, and pauses that end early when it
+does: what retries waiting for the data plane use, so that shutdown does
+not wait out their pauses (L{svc.mount.unanswered}).
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+
+from svc.dataplane.protocol import DataPlaneClock, Timer
+
+
+class Stopping:
+    """See the module docstring."""
+
+    def __init__(self, clock: DataPlaneClock) -> None:
+        self._clock = clock
+        self._begun = False
+        self._pauses: dict[Deferred[None], Timer] = {}
+
+    @property
+    def begun(self) -> bool:
+        """Whether shutdown began."""
+        return self._begun
+
+    def begin(self) -> None:
+        """Shutdown begins: every pause ends now, and later ones at once."""
+        self._begun = True
+        pauses, self._pauses = self._pauses, {}
+        for done, timer in pauses.items():
+            timer.cancel()
+            done.callback(None)
+
+    def pause(self, seconds: float) -> Deferred[None]:
+        """Fires after C{seconds}, or when shutdown begins, whichever comes first."""
+        done: Deferred[None] = Deferred()
+        if self._begun:
+            done.callback(None)
+            return done
+
+        def over() -> None:
+            if self._pauses.pop(done, None) is not None:
+                done.callback(None)
+
+        self._pauses[done] = self._clock.callLater(seconds, over)
+        return done
