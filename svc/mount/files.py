@@ -702,14 +702,22 @@ class FileOps:
         """
         Close handle C{fh}; the last one writes back what is left and then
         drops the spill file. Changes that got no answer from the data plane
-        are kept, and written back once it answers (C{keep}, L{_keep});
-        changes that could not be committed otherwise are lost, with a
-        warning.
+        are kept, and written back once it answers (C{keep}, L{_keep}); so
+        are changes left at a release while the data plane's connection is
+        down, without trying first (the close that left them has just
+        waited for a connection in vain); changes that could not be
+        committed otherwise are lost, with a warning.
         """
-        await self._release(fh, caller, keep=keep)
+        await self._release(fh, caller, keep=keep, try_first=self._ctx.connected())
 
     async def _release(
-        self, fh: int, caller: CallerProcess, *, keep: bool, write: bool = True
+        self,
+        fh: int,
+        caller: CallerProcess,
+        *,
+        keep: bool,
+        write: bool = True,
+        try_first: bool = True,
     ) -> bool:
         """L{release}; whether the file was kept (never without C{write}: no write-back)."""
         ctx = self._ctx
@@ -718,7 +726,9 @@ class FileOps:
             raise FSError(errno.EBADF, f"no open file {fh}")
         self._hand_offs.started()
         try:
-            return await self._release_state(handle.state, caller, keep=keep, write=write)
+            return await self._release_state(
+                handle.state, caller, keep=keep, write=write, try_first=try_first
+            )
         finally:
             self._hand_offs.finished()
 
@@ -754,16 +764,26 @@ class FileOps:
         await self.release(fh, caller)
 
     async def _release_state(
-        self, state: FileState, caller: CallerProcess, *, keep: bool, write: bool = True
+        self,
+        state: FileState,
+        caller: CallerProcess,
+        *,
+        keep: bool,
+        write: bool = True,
+        try_first: bool = True,
     ) -> bool:
         """
         The release of a handle of C{state}: with no handle left, write it
         back (unless not C{write}), then let it go, or keep it (C{keep},
-        L{_keeps}); whether it was kept.
+        L{_keeps}; at once, without writing back, when not C{try_first});
+        whether it was kept.
         """
         ctx = self._ctx
         if state.handles:
             return False
+        if write and keep and not try_first and self._may_keep(state):
+            self._keep(state, caller, "the data plane's connection is down")
+            return True
         failure: FSError | None = None
         try:
             while write:
@@ -814,20 +834,24 @@ class FileOps:
         """
         Whether a last release whose write-back failed with C{error} keeps
         the file for a later attempt: the data plane gave no answer (the
-        connection could not be had, or was lost), the file still has
-        something to commit, the mount is writable, and
-        L{KeptWriteBacks.room} says yes.
+        connection could not be had, or was lost), and L{_may_keep}.
+        """
+        return _out_of_reach(error) and self._may_keep(state)
+
+    def _may_keep(self, state: FileState) -> bool:
+        """
+        Whether C{state}'s file may be kept: it still has something to
+        commit, the mount is writable, and L{KeptWriteBacks.room} says yes.
         """
         node = self._ctx.table.get(state.ino)
         return (
-            _out_of_reach(error)
-            and node is not None
+            node is not None
             and (state.dirty or node.pending)
             and self._ctx.read_only_reason is None
             and self._kept.room()
         )
 
-    def _keep(self, state: FileState, caller: CallerProcess, error: FSError) -> None:
+    def _keep(self, state: FileState, caller: CallerProcess, error: object) -> None:
         """
         Keep C{state} open (a handle of the mount's own, so its state,
         spill file and write lease stay) and leave its write-back to

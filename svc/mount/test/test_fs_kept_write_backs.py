@@ -78,13 +78,35 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         opened = create(self.mount, "f", b"reported")
         self.outage()
         self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EIO)
+        lines = len(self.mount.events("flush"))
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
         self.assertEqual(self.mount.fs.kept_files, 1)
+        self.assertEqual(
+            len(self.mount.events("flush")), lines, "kept without trying: still disconnected"
+        )
         self.back()
         self.mount.fs.reconnected()
         self.clock.advance(0)
         self.assertEqual(self.mount.fs.kept_files, 0)
         self.assertEqual(self.on_server("f"), b"reported")
+
+    def test_a_release_tries_first_while_the_connection_looks_open(self) -> None:
+        """
+        The connection counts as open but no answer comes (it is failing
+        right now): the release writes back first, and keeps the file when
+        that gets no answer.
+        """
+        opened = create(self.mount, "f", b"tried")
+        self.mount.ok(self.mount.fs.fsync(opened.fh, False, CALLER))
+        self.mount.ok(self.mount.fs.write(opened.fh, 5, b" again", CALLER))
+        self.answers.down = True
+        lines = len(self.mount.events("flush"))
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 1)
+        self.assertEqual(len(self.mount.events("flush")), lines + 1, "tried once")
+        self.answers.down = False
+        self.clock.advance(PAUSE_INITIAL)
+        self.assertEqual(self.on_server("f"), b"tried again")
 
     def test_rounds_during_the_outage_try_one_file_each(self) -> None:
         """Three kept files, rounds while the outage lasts: one attempt (one put) each."""
