@@ -23,10 +23,20 @@ credentials each time it is called). The rules, from the client error tree
  - Calls waiting for a connection are sent on it in the order they were
    first made (a request sees the effects of every earlier request on the
    same connection, and pipelined writers rely on that).
- - A call waits at most C{connect_wait} seconds for a connection (and never
-   past its own timeout), then fails L{NotExecuted} naming the last
-   connection error. While calls wait, attempts repeat with exponential
-   backoff from C{backoff_initial} to C{backoff_max} seconds.
+ - The data plane is out of reach from the moment a call finds no open
+   connection until one opens. A call waits for a connection at most until
+   C{connect_wait} seconds into that outage (and never past its own
+   timeout), then fails L{NotExecuted} naming the last connection error:
+   calls made during one outage share its wait, rather than each waiting
+   C{connect_wait} anew (a mount's few FUSE workers would otherwise be held
+   one after another, for everyone). Past that point a call waits only for
+   one fresh attempt, made at once (at most C{probe_wait} seconds, shared
+   by the calls that come meanwhile; a call right after a failed attempt,
+   within C{backoff_initial}, fails at once), and attempts also go on
+   without callers until one succeeds (the reconnect callbacks then run).
+   While calls wait or the outage is past C{connect_wait}, attempts repeat
+   with exponential backoff from C{backoff_initial} to C{backoff_max}
+   seconds.
  - L{ReconnectingClient.switch} opens a connection first and then moves new
    calls to it, closing the old one in order (answers still expected are
    awaited): after a certificate renewal, no call sees a gap.
@@ -83,6 +93,9 @@ RESENDABLE_OPS = frozenset(
 )
 """Ops that may run twice with the effect of running once: resent after an unknown outcome."""
 
+FAILURE_LOG_INTERVAL = 60.0
+"""Seconds between logged failed attempts while no call waits for them."""
+
 
 class IConnection(Protocol):
     """The part of L{svc.dataplane.client.DataPlaneClient} this module uses."""
@@ -129,6 +142,8 @@ class ReconnectPolicy:
     @ivar backoff_max: the longest pause between attempts.
     @ivar start_wait: how long L{ReconnectingClient.start} keeps trying to
         open the first connection (0: one attempt).
+    @ivar probe_wait: the longest a call made past C{connect_wait} into an
+        outage waits for the fresh attempt it asks for.
     """
 
     call_timeout: float = DEFAULT_CALL_TIMEOUT
@@ -136,12 +151,15 @@ class ReconnectPolicy:
     backoff_initial: float = 0.25
     backoff_max: float = 5.0
     start_wait: float = 60.0
+    probe_wait: float = 2.0
 
 
 @attrs.define(eq=False, order=False)
 class _Waiter:
     seq: int
     deferred: Deferred[IConnection]
+    probe: bool = False
+    """Waits for the next attempt only (made past C{connect_wait} into an outage)."""
 
     def __lt__(self, other: _Waiter) -> bool:
         return self.seq < other.seq
@@ -181,6 +199,10 @@ class ReconnectingClient:
         self._answered = False
         self._on_probation = False
         self._quick_drops = 0
+        self._missing_since: float | None = None
+        self._failed_at = float("-inf")
+        self._failures_logged_at = float("-inf")
+        self._pausing: tuple[Deferred[None], Any] | None = None
         self.connections = 0
 
     # -- life cycle ---------------------------------------------------------
@@ -248,6 +270,7 @@ class ReconnectingClient:
     def close(self) -> Deferred[None]:
         """Close the connection in order; calls waiting for one fail L{NotExecuted}."""
         self._closed = True
+        self._end_pause()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.deferred.called:
@@ -331,19 +354,53 @@ class ReconnectingClient:
             self._drop(current, None)
         if self._closed:
             raise NotExecuted("client closing")
-        waiter = _Waiter(seq, Deferred())
+        now = self._clock.seconds()
+        if self._missing_since is None:
+            self._missing_since = now
+        left = self._missing_since + self._policy.connect_wait - now
+        probe = left <= 0
+        if probe:
+            if now - self._failed_at < self._policy.backoff_initial:
+                self._ensure_connecting()
+                raise self._out_of_reach_error()
+            left = self._policy.probe_wait
+        waiter = _Waiter(seq, Deferred(), probe)
         bisect.insort(self._waiters, waiter)
-        wait = min(deadline - self._clock.seconds(), self._policy.connect_wait)
+        wait = min(deadline - now, left)
         timer = self._clock.callLater(max(0.0, wait), self._gave_up, waiter)
         waiter.deferred.addBoth(_cancelling(timer))
         self._ensure_connecting()
+        if probe:
+            self._end_pause()
         return waiter.deferred
+
+    def _out_of_reach_error(self) -> NotExecuted:
+        since = self._missing_since
+        seconds = 0.0 if since is None else self._clock.seconds() - since
+        return NotExecuted(f"no data-plane connection for {seconds:.0f}s: {self._last_error}")
 
     def _gave_up(self, waiter: _Waiter) -> None:
         if waiter in self._waiters:
             self._waiters.remove(waiter)
         if not waiter.deferred.called:
-            waiter.deferred.errback(NotExecuted(f"no data-plane connection: {self._last_error}"))
+            waiter.deferred.errback(
+                self._out_of_reach_error()
+                if waiter.probe
+                else NotExecuted(f"no data-plane connection: {self._last_error}")
+            )
+        if not waiter.probe and self._out_of_reach() and not self._waiters:
+            _log.warn(
+                "data plane out of reach for {seconds}s ({error}): calls fail at once"
+                " until a connection opens; attempts go on every {pause}s at most",
+                seconds=self._policy.connect_wait,
+                error=self._last_error,
+                pause=self._policy.backoff_max,
+            )
+
+    def _out_of_reach(self) -> bool:
+        """Whether the outage has lasted C{connect_wait}: calls fail at once."""
+        since = self._missing_since
+        return since is not None and self._clock.seconds() - since >= self._policy.connect_wait
 
     # -- connections --------------------------------------------------------
 
@@ -364,6 +421,7 @@ class ReconnectingClient:
     def _adopt(self, connection: IConnection, *, reconnected: bool = False) -> None:
         self.connections += 1
         self._current = connection
+        self._missing_since = None
         self._answered = False
         self._on_probation = reconnected
         for callback in self._push_callbacks:
@@ -398,18 +456,16 @@ class ReconnectingClient:
                     policy.backoff_initial * 2 ** (self._quick_drops - 1), policy.backoff_max
                 )
                 await deferLater(clock, pause)
-            while self._waiters and not self._closed:
+            while (self._waiters or self._out_of_reach()) and not self._closed:
                 attempt += 1
                 try:
                     connection = await self._connect()
                 except Exception as error:
                     self._last_error = str(error) or type(error).__name__
-                    _log.warn(
-                        "data-plane connection attempt {attempt} failed: {error}",
-                        attempt=attempt,
-                        error=self._last_error,
-                    )
-                    await deferLater(clock, delay)
+                    self._failed_at = clock.seconds()
+                    self._attempt_failed(attempt)
+                    self._fail_probes()
+                    await self._pause(delay)
                     delay = min(delay * 2, self._policy.backoff_max)
                     continue
                 if self._closed:
@@ -418,8 +474,50 @@ class ReconnectingClient:
                 _log.info("data-plane connection open again (attempt {attempt})", attempt=attempt)
                 self._adopt(connection, reconnected=True)
                 return
+            # Nobody waits, and the outage is younger than connect_wait:
+            # whether it goes on is unknown until the next call, which
+            # waits afresh.
+            self._missing_since = None
         finally:
             self._connecting = False
+
+    def _pause(self, delay: float) -> Deferred[None]:
+        """Fires after C{delay} seconds, or sooner on L{_end_pause}."""
+        ended: Deferred[None] = Deferred()
+        timer = self._clock.callLater(delay, self._end_pause)
+        self._pausing = (ended, timer)
+        return ended
+
+    def _end_pause(self) -> None:
+        """End the pause between attempts now, if one is going on."""
+        pausing, self._pausing = self._pausing, None
+        if pausing is not None:
+            ended, timer = pausing
+            if timer.active():
+                timer.cancel()
+            ended.callback(None)
+
+    def _fail_probes(self) -> None:
+        """An attempt failed: the calls that waited for one attempt fail."""
+        probes = [waiter for waiter in self._waiters if waiter.probe]
+        self._waiters = [waiter for waiter in self._waiters if not waiter.probe]
+        for waiter in probes:
+            if not waiter.deferred.called:
+                waiter.deferred.errback(self._out_of_reach_error())
+
+    def _attempt_failed(self, attempt: int) -> None:
+        """
+        Log a failed attempt: each while calls wait for it, then (attempts
+        going on by themselves through a long outage) one a minute.
+        """
+        now = self._clock.seconds()
+        if self._waiters or now - self._failures_logged_at >= FAILURE_LOG_INTERVAL:
+            self._failures_logged_at = now
+            _log.warn(
+                "data-plane connection attempt {attempt} failed: {error}",
+                attempt=attempt,
+                error=self._last_error,
+            )
 
 
 def _cancelling(timer: Any) -> Callable[[object], object]:

@@ -9,6 +9,7 @@ credentials).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -345,8 +346,163 @@ class BackoffTests(SynchronousTestCase):
         clock.advance(3)
         error = self.failureResultOf(result, NotExecuted).value
         self.assertIn("refused at 7.0", str(error))
+
+    def test_attempts_stop_with_the_last_call_that_waits(self) -> None:
+        """Before the outage is C{connect_wait} old, nobody waiting means no attempts."""
+        clock, dialler, client, first = started()
+        first.close()
+        result = client.call("list", {"path": "/a"}, timeout=2.0)
+        dialler.refuse()
+        clock.advance(2)
+        self.failureResultOf(result, NotExecuted)
+        clock.advance(1)
+        dialler.refuse()
+        attempts = len(dialler.attempts)
+        for _ in range(100):
+            clock.advance(1)
+        self.assertEqual(len(dialler.attempts), attempts)
+        later = client.call("ping")
+        dialler.refuse()
+        clock.advance(10 - 0.001)
+        self.assertNoResult(later)  # a new outage, as far as anyone knows
+        clock.advance(0.001)
+        self.failureResultOf(later, NotExecuted)
+
+
+class OutageTests(SynchronousTestCase):
+    """
+    Calls made during one outage share its C{connect_wait}; past it they
+    fail at once while attempts go on by themselves.
+    """
+
+    def test_calls_in_one_outage_share_its_wait(self) -> None:
+        """A call made 6 s into the outage waits 4 s, not C{connect_wait} (10 s)."""
+        clock, dialler, client, first = started()
+        first.close()
+        early = client.call("list", {"path": "/a"})
+        dialler.refuse()
+        clock.advance(6)
+        late = client.call("list", {"path": "/b"})
+        clock.advance(4 - 0.001)
+        self.assertNoResult(early)
+        self.assertNoResult(late)
+        clock.advance(0.001)
+        self.failureResultOf(early, NotExecuted)
+        self.failureResultOf(late, NotExecuted)
+
+    def test_call_past_connect_wait_fails_at_once(self) -> None:
+        """Once the outage is C{connect_wait} old, a call fails at once, naming it."""
+        clock, dialler, client, first = started()
+        first.close()
+        self.fails_after(clock, client.call("ping"), 10)
+        dialler.refuse("still refused")
+        error = self.failureResultOf(client.call("ping"), NotExecuted).value
+        self.assertIn("no data-plane connection for 10s", str(error))
+        self.assertIn("still refused", str(error))
+
+    def fails_after(self, clock: Clock, result: Deferred[Any], seconds: float) -> None:
+        """Advance C{clock} by C{seconds}; C{result} then failed L{NotExecuted}."""
+        clock.advance(seconds)
+        self.failureResultOf(result, NotExecuted)
+
+    def refused_for(self, clock: Clock, dialler: Dialler, client: ReconnectingClient) -> None:
+        """
+        A call waits out C{connect_wait} (10 s) with every attempt refused
+        (at 0, 1, 3 and 7 s: the next is due at 11 s).
+        """
+        waiting = client.call("ping")
+        while clock.seconds() < 10:
+            if not dialler.attempts[-1].called:
+                dialler.refuse()
+            clock.advance(0.5)
+        self.failureResultOf(waiting, NotExecuted)
+
+    def test_call_past_connect_wait_asks_for_a_fresh_attempt(self) -> None:
+        """
+        Past C{connect_wait}, a call made in a pause between attempts makes
+        one at once and is sent on the connection it opens.
+        """
+        clock, dialler, client, first = started()
+        first.close()
+        self.refused_for(clock, dialler, client)
+        attempts = len(dialler.attempts)
+        result = client.call("list", {"path": "/a"})
+        self.assertEqual(len(dialler.attempts), attempts + 1)
+        dialler.accept().answer(0)
+        self.successResultOf(result)
+
+    def test_fresh_attempt_refused_fails_its_calls(self) -> None:
+        """The calls waiting for that one attempt fail with it, not after C{connect_wait}."""
+        clock, dialler, client, first = started()
+        first.close()
+        self.refused_for(clock, dialler, client)
+        one, two = client.call("ping"), client.call("ping")
+        dialler.refuse("refused again")
+        for result in (one, two):
+            self.assertIn("refused again", str(self.failureResultOf(result, NotExecuted).value))
+        late = client.call("ping")  # within backoff_initial of that answer
+        self.assertIn("refused again", str(self.failureResultOf(late, NotExecuted).value))
+
+    def test_fresh_attempt_waited_for_at_most_probe_wait(self) -> None:
+        """An attempt that hangs fails its calls after C{probe_wait} (2 s)."""
+        clock, dialler, client, first = started()
+        first.close()
+        self.refused_for(clock, dialler, client)
+        result = client.call("ping")
+        clock.advance(2 - 0.001)
+        self.assertNoResult(result)
+        clock.advance(0.001)
+        self.failureResultOf(result, NotExecuted)
+
+    def test_attempts_go_on_past_connect_wait(self) -> None:
+        """With nobody waiting, attempts repeat every C{backoff_max} seconds."""
+        clock, dialler, client, first = started()
+        first.close()
+        result = client.call("ping")
+        times = []
+        while clock.seconds() < 30:
+            if not dialler.attempts[-1].called:
+                times.append(clock.seconds())
+                dialler.refuse()
+            clock.advance(0.5)
+        self.failureResultOf(result, NotExecuted)
+        self.assertEqual(times, [0.0, 1.0, 3.0, 7.0, 11.0, 15.0, 19.0, 23.0, 27.0])
+
+    def test_connection_opened_by_itself_serves_the_next_call(self) -> None:
+        """
+        An attempt made with nobody waiting that succeeds runs the reconnect
+        callbacks and ends the outage: the next call is sent on it.
+        """
+        clock, dialler, client, first = started()
+        reconnected: list[int] = []
+        client.on_reconnect(lambda: reconnected.append(len(dialler.connections)))
+        first.close()
+        self.refused_for(clock, dialler, client)
+        clock.advance(1)
+        self.assertNoResult(dialler.attempts[-1])  # made at 11 s, with nobody waiting
+        second = dialler.accept()
+        self.assertEqual(reconnected, [2])
+        result = client.call("ping")
+        second.answer(0)
+        self.successResultOf(result)
+
+    def test_a_later_outage_waits_again(self) -> None:
+        """After a connection opened, the next outage's calls wait C{connect_wait} again."""
+        clock, dialler, client, first = started()
+        first.close()
+        self.fails_after(clock, client.call("ping"), 10)
+        second = dialler.accept()
+        answered = client.call("ping")
+        second.answer(0)
+        self.successResultOf(answered)
+        second.close()
         clock.advance(100)
-        self.assertEqual(len(dialler.attempts), 5, "no attempt once no call waits")
+        result = client.call("ping")
+        dialler.refuse()
+        clock.advance(10 - 0.001)
+        self.assertNoResult(result)
+        clock.advance(0.001)
+        self.failureResultOf(result, NotExecuted)
 
     def test_recovers_when_server_returns(self) -> None:
         """A call waiting through failed attempts runs once an attempt succeeds."""
