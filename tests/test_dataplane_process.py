@@ -6,6 +6,10 @@ System tests of the C{twist svc-dataplane} process itself:
   - SIGHUP reopens the audit log (rotation) and the process keeps serving;
   - SIGTERM sends GOAWAY C{shutdown} to live connections, flushes the
     audit log and stops cleanly;
+  - a server process that stops answering (SIGSTOP: its kernel still
+    acknowledges every packet, so TCP reports nothing) is found silent by a
+    client with a request in flight, which ends the connection and fails
+    the request with an unknown outcome instead of waiting out its timeout;
   - without certificate files the server obtains its leaf from a real
     C{twist svc-control} (C{POST /control/sign-server-cert}), stores it in
     C{SVC_STATE_DIR} and serves with it.
@@ -23,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
+from svc.dataplane.client_errors import OutcomeUnknown
 from tests.dataplane_harness import (
     REPO,
     SERVICE_TOKEN,
@@ -175,6 +181,59 @@ class GracefulStopTests(TestCase):
             if r["event"] == "dir_create" and r.get("agent_id") == "stop-1"
         ]
         self.assertEqual(made, [f"/stop-1/d{n}" for n in range(20)])
+
+
+class SilentServerTests(TestCase):
+    """
+    A server that stops answering, as a machine that vanished does.
+    """
+
+    @async_test
+    async def test_stopped_server_is_found_silent(self) -> None:
+        """
+        SIGSTOP with a request in flight: after two silent checks (the
+        second after a ping) the client ends the connection; the request
+        fails OutcomeUnknown long before its own timeout.
+        """
+        server = standard_server(Path(self.mktemp()).resolve())
+        server.start()
+        self.addCleanup(server.kill)
+        self.addCleanup(server.send_signal, signal.SIGCONT)
+        client = await connect_agent(
+            _reactor,
+            server,
+            server.pki.agent("tenant-a", "quiet-1"),
+            silence_check=1.0,
+            call_timeout=120.0,
+        )
+        closed = client.when_closed()
+        await client.call("dir_create", {"path": "/quiet-1/d", "mode": 0o755})
+
+        server.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        pending = client.call("list", {"path": "/quiet-1"})
+        failure = await bounded(Deferred.fromCoroutine(_failure_of(pending)), _reactor, 30.0)
+        waited = time.monotonic() - started
+        self.assertIsInstance(failure, OutcomeUnknown)
+        self.assertIn("said nothing for", str(failure))
+        self.assertIn("not even to a ping", str(failure))
+        self.assertLess(waited, 30.0)
+        await bounded(closed, _reactor, 10.0)
+
+        server.send_signal(signal.SIGCONT)
+        again = await connect_agent(_reactor, server, server.pki.agent("tenant-a", "quiet-1"))
+        self.addCleanup(again.close)
+        reply = await again.call("list", {"path": "/quiet-1"})
+        self.assertEqual([entry["name"] for entry in reply.payload["entries"]], ["d"])
+
+
+async def _failure_of(call: Deferred[Any]) -> Exception:
+    """The exception C{call} fails with (a test failure if it succeeds)."""
+    try:
+        result = await call
+    except Exception as error:
+        return error
+    raise AssertionError(f"expected a failure, got {result!r}")
 
 
 class ManagedCertificateTests(TestCase):

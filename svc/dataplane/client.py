@@ -19,6 +19,22 @@ whether the request ran:
 Closing (L{DataPlaneClient.close}) sends GOAWAY C{shutdown}, waits for the
 answers still expected, then closes TLS; the server then releases the
 connection's leases. The C{close} op is not used by this client.
+
+A connection can die without closing: the server's machine stops, the
+network drops every packet, the server process hangs. TCP then reports
+nothing for many minutes, and every call would wait out its own timeout on a
+connection that will never answer. So while requests are in flight the
+client watches for silence (C{silence_check}, 10 s by default): a check that
+finds nothing received since the previous one sends a C{ping} (which the
+server answers at once, whatever else it is running: C{dataplane-ops.md}
+section 7); the next check, if it too finds nothing received, ends the
+connection (with no ping sent -- none may follow a GOAWAY -- the third
+silent check in a row does): its calls in flight fail L{OutcomeUnknown},
+the queued ones L{NotExecuted}. One request slot of the server's
+C{max_in_flight} is kept for that ping. A dead connection is so found 20 to
+30 s after its last word; a live one that is merely slow (large answers
+still streaming, a long request running) is never ended, since any byte
+received counts.
 """
 
 from __future__ import annotations
@@ -92,6 +108,12 @@ DEFAULT_CALL_TIMEOUT = 120.0
 DEFAULT_CLOSE_TIMEOUT = 10.0
 """Seconds L{DataPlaneClient.close} waits for outstanding answers."""
 
+DEFAULT_SILENCE_CHECK = 10.0
+"""Seconds between checks that a connection with requests in flight still speaks."""
+
+SILENT_CHECKS_WITHOUT_PING = 3
+"""Silent checks in a row that end a connection no ping could be sent on."""
+
 PushCallback = Callable[[str, Mapping[str, object], bytes], object]
 """Receives a server PUSH: its op, its payload map and its raw segment."""
 
@@ -126,7 +148,13 @@ class DataPlaneClientProtocol(Protocol):
         *,
         hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        silence_check: float | None = DEFAULT_SILENCE_CHECK,
     ) -> None:
+        """
+        @param silence_check: seconds between checks that a connection with
+            requests in flight still speaks (module docstring); None: never
+            checked.
+        """
         self._clock = clock
         self._writer = PacedFrameWriter(lambda: self.transport, clock)
         self._hello_timeout = hello_timeout
@@ -150,6 +178,12 @@ class DataPlaneClientProtocol(Protocol):
         self._lost_waiters: list[Deferred[None]] = []
         self._push_callbacks: list[PushCallback] = []
         self._failure_reason: DataPlaneError | None = None
+        self._silence_check = silence_check
+        self._silence_timer: Timer | None = None
+        self._heard = False
+        self._silent_checks = 0
+        self._ping: _Call | None = None
+        self._reserved = 0
 
     # -- life cycle ---------------------------------------------------------
 
@@ -183,6 +217,9 @@ class DataPlaneClientProtocol(Protocol):
         if self._hello_timer is not None and self._hello_timer.active():
             self._hello_timer.cancel()
         self._hello_timer = None
+        if self._silence_timer is not None and self._silence_timer.active():
+            self._silence_timer.cancel()
+        self._silence_timer = None
         why = self._lost.getErrorMessage()
         if self._handshake_done:
             message = f"connection closed before HELLO (certificate refused?): {why}"
@@ -227,9 +264,11 @@ class DataPlaneClientProtocol(Protocol):
 
     def received_into(self, count: int) -> None:
         """C{count} bytes of the stream were written into L{receive_target}'s view."""
+        self._heard = True
         self._decoder.received_into(count)
 
     def dataReceived(self, data: bytes) -> None:
+        self._heard = True
         if self._lost is not None or self._failure_reason is not None:
             return
         try:
@@ -279,6 +318,8 @@ class DataPlaneClientProtocol(Protocol):
             return
         self.hello = hello
         self._table = RequestTable(min(hello.max_in_flight, MAX_REQUEST_ID - 1))
+        # One slot is kept for the silence check's ping (when there are two).
+        self._reserved = 1 if hello.max_in_flight > 1 and self._silence_check is not None else 0
         waiters, self._ready_waiters = self._ready_waiters, []
         for waiter in waiters:
             waiter.callback(hello)
@@ -356,7 +397,7 @@ class DataPlaneClientProtocol(Protocol):
     def _send_queued(self) -> None:
         table = self._table
         assert table is not None and self.hello is not None
-        while self._queue and table.has_room() and self._refusal() is None:
+        while self._queue and table.has_room(self._reserved) and self._refusal() is None:
             call = self._queue.popleft()
             request_id = table.start(call)
             try:
@@ -371,8 +412,73 @@ class DataPlaneClientProtocol(Protocol):
                 continue
             call.request_id = request_id
             self._writer.write(buffers)
+            self._watch_silence()
         if (self._closing or self.goaway is not None) and table.in_flight == 0:
             self._close_transport()
+
+    # -- silence ------------------------------------------------------------
+
+    def _watch_silence(self) -> None:
+        """A request went out: check in C{silence_check} seconds that the server speaks."""
+        if self._silence_check is not None and self._silence_timer is None:
+            self._heard = False
+            self._silent_checks = 0
+            self._silence_timer = self._clock.callLater(self._silence_check, self._check_silence)
+
+    def _check_silence(self) -> None:
+        self._silence_timer = None
+        table = self._table
+        if self._lost is not None or self._failure_reason is not None or table is None:
+            return
+        if table.in_flight == 0:
+            return  # nothing expected; the next request starts watching again
+        if self._heard:
+            self._heard = False
+            self._silent_checks = 0
+        else:
+            self._silent_checks += 1
+            pinged = self._ping is not None
+            if (pinged and self._silent_checks >= 2) or (
+                self._silent_checks >= SILENT_CHECKS_WITHOUT_PING
+            ):
+                self._fall_silent()
+                return
+            if not pinged:
+                self._send_ping()
+        assert self._silence_check is not None
+        self._silence_timer = self._clock.callLater(self._silence_check, self._check_silence)
+
+    def _send_ping(self) -> None:
+        table = self._table
+        assert table is not None
+        if not table.has_room() or self._refusal() is not None:
+            return
+        call = _Call({"op": "ping"}, b"", Deferred())
+        call.request_id = table.start(call)
+        self._ping = call
+
+        def answered(result: object) -> None:
+            if self._ping is call:
+                self._ping = None
+
+        call.deferred.addBoth(answered)
+        self._writer.write(encode_frame(Frame(FrameType.REQUEST, call.request_id, call.payload)))
+
+    def _fall_silent(self) -> None:
+        """The server said nothing for too long: end the connection."""
+        assert self._silence_check is not None
+        seconds = self._silence_check * self._silent_checks
+        why = "not even to a ping" if self._ping is not None else "and no ping could be sent"
+        _log.warn(
+            "data-plane server silent for {seconds:.0f}s with requests in flight ({why}):"
+            " ending the connection",
+            seconds=seconds,
+            why=why,
+        )
+        self._failure_reason = OutcomeUnknown(
+            f"the data-plane server said nothing for {seconds:.0f}s ({why})"
+        )
+        self._abort()
 
     def _timed_out(self, call: _Call) -> None:
         call.timer = None
@@ -556,6 +662,7 @@ def connect_dataplane(
     *,
     hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
     call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+    silence_check: float | None = DEFAULT_SILENCE_CHECK,
 ) -> Deferred[DataPlaneClient]:
     """
     Connect to a data-plane server and wait for its HELLO.
@@ -564,6 +671,8 @@ def connect_dataplane(
     @param endpoint: an C{IStreamClientEndpoint}, or C{(host, port)}.
     @param tls: the client TLS options (L{svc.pki.tls.client_tls_options}).
     @param call_timeout: default per-call timeout in seconds (None: none).
+    @param silence_check: seconds between checks that the server still
+        speaks while requests are in flight (module docstring; None: never).
     @return: fires with an admitted L{DataPlaneClient}; fails with
         L{AdmissionFailed} when the server drops us before HELLO, or with the
         endpoint's connection error.
@@ -573,7 +682,10 @@ def connect_dataplane(
         host, port = endpoint
         dialler = HostnameEndpoint(reactor, host, port)
     protocol = DataPlaneClientProtocol(
-        reactor, hello_timeout=hello_timeout, call_timeout=call_timeout
+        reactor,
+        hello_timeout=hello_timeout,
+        call_timeout=call_timeout,
+        silence_check=silence_check,
     )
     connected: Deferred[Any] = dialler.connect(client_tls_factory(protocol, tls, reactor))
     connected.addCallback(lambda _: protocol.when_ready())

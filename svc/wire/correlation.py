@@ -54,9 +54,9 @@ class RequestTable(Generic[T]):
         """Requests sent and not yet answered, abandoned ones included."""
         return len(self._waiting) + len(self._abandoned)
 
-    def has_room(self) -> bool:
-        """Whether L{start} may be called now."""
-        return self.in_flight < self._max_in_flight
+    def has_room(self, reserved: int = 0) -> bool:
+        """Whether L{start} may be called now, leaving C{reserved} slots free."""
+        return self.in_flight + reserved < self._max_in_flight
 
     def start(self, waiter: T) -> int:
         """

@@ -90,8 +90,11 @@ class CallTests(SynchronousTestCase):
         self.assertEqual([self.successResultOf(c).payload["i"] for c in calls], [0, 1, 2])
 
     def test_queues_beyond_max_in_flight(self) -> None:
-        """The client never exceeds the server's max_in_flight; extra calls wait their turn."""
-        harness, client, pump = connected(ServerLimits(max_in_flight=2))
+        """
+        The client never exceeds the server's max_in_flight, less one slot kept
+        for the silence check's ping; extra calls wait their turn.
+        """
+        harness, client, pump = connected(ServerLimits(max_in_flight=3))
         calls = [client.call("hold", {"i": i}) for i in range(5)]
         pump.flush()
         handler = harness.service.handlers[0]
@@ -102,6 +105,22 @@ class CallTests(SynchronousTestCase):
             answered += 1
             pump.flush()
         self.assertEqual([self.successResultOf(c).payload["i"] for c in calls], list(range(5)))
+
+    def test_every_slot_used_without_silence_checks(self) -> None:
+        """With no silence check, no slot is kept: max_in_flight requests go out."""
+        harness, client, pump = connected(ServerLimits(max_in_flight=3), silence_check=None)
+        for i in range(5):
+            client.call("hold", {"i": i})
+        pump.flush()
+        self.assertEqual(len(harness.service.handlers[0].held), 3)
+
+    def test_one_slot_limit_is_used(self) -> None:
+        """A server allowing one request in flight gets one: no slot can be kept."""
+        harness, client, pump = connected(ServerLimits(max_in_flight=1))
+        client.call("hold")
+        client.call("hold")
+        pump.flush()
+        self.assertEqual(len(harness.service.handlers[0].held), 1)
 
     def test_payload_over_server_limit(self) -> None:
         """A raw segment over the server's advertised max_raw fails the call, sending nothing."""
@@ -149,6 +168,138 @@ class CallTests(SynchronousTestCase):
         pump.flush()
         result.cancel()
         self.failureResultOf(result, CancelledError)
+
+
+class SilenceTests(SynchronousTestCase):
+    """
+    A connection with requests in flight whose server says nothing is ended,
+    so that its calls fail instead of waiting out their timeouts on a
+    connection that will never answer (a stopped machine, a dropped network).
+    """
+
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.transport = StringTransport()
+        self.protocol = DataPlaneClientProtocol(self.clock, silence_check=10)
+        self.protocol.makeConnection(self.transport)
+        self.protocol.dataReceived(wire(hello_frame(Hello())))
+        self.client = DataPlaneClient(self.protocol)
+
+    def sent_ops(self) -> list[str]:
+        return [str(frame.payload["op"]) for frame in frames_sent(self.transport)]
+
+    def wait(self, seconds: int) -> None:
+        """Let C{seconds} pass, a second at a time (as a reactor would)."""
+        self.clock.pump([1] * seconds)
+
+    def lose(self) -> None:
+        """What the reactor does once an aborted transport is gone."""
+        self.assertTrue(self.transport.disconnecting)
+        self.protocol.connectionLost(None)
+
+    def test_silent_server_gets_a_ping_then_the_connection_ends(self) -> None:
+        """
+        A silent check sends a ping; the next silent one ends the connection:
+        the call in flight fails with an unknown outcome, saying why.
+        """
+        running = self.client.call("manifest_put", {"path": "/a"}, timeout=600)
+        self.clock.advance(10)
+        self.assertEqual(self.sent_ops(), ["manifest_put", "ping"])
+        self.assertFalse(self.transport.disconnecting)
+        self.clock.advance(10)
+        self.lose()
+        error = self.failureResultOf(running, OutcomeUnknown).value
+        self.assertIn("said nothing for 20s (not even to a ping)", str(error))
+
+    def test_queued_call_of_a_silent_connection_was_not_executed(self) -> None:
+        """A call still queued when a silent connection ends was never sent."""
+        # HELLO's max_in_flight is 32: 31 go out, one slot is the ping's.
+        running = [self.client.call("hold", timeout=600) for _ in range(31)]
+        queued = self.client.call("hold", timeout=600)
+        self.wait(20)
+        self.lose()
+        for call in running:
+            self.failureResultOf(call, OutcomeUnknown)
+        self.failureResultOf(queued, NotExecuted)
+
+    def test_any_bytes_received_keep_the_connection(self) -> None:
+        """A server that sends anything between checks (a push here) is alive."""
+        running = self.client.call("hold", timeout=600)
+        for _ in range(10):
+            self.clock.advance(10)
+            self.protocol.dataReceived(wire(Frame(FrameType.PUSH, 0, {"op": "changed"})))
+        self.assertFalse(self.transport.disconnecting)
+        self.assertEqual(self.sent_ops(), ["hold", "ping"])
+        self.assertNoResult(running)
+
+    def test_answered_ping_keeps_the_connection(self) -> None:
+        """A ping's answer counts: the connection lives on while the request runs."""
+        running = self.client.call("hold", timeout=600)
+        for _ in range(10):
+            self.clock.advance(10)
+            sent = frames_sent(self.transport)
+            if sent and sent[-1].payload["op"] == "ping":
+                self.transport.clear()
+                self.protocol.dataReceived(wire(Frame(FrameType.RESPONSE, sent[-1].request_id, {})))
+        self.assertFalse(self.transport.disconnecting)
+        self.assertNoResult(running)
+
+    def test_idle_connection_is_not_checked(self) -> None:
+        """Nothing in flight, nothing expected: no ping, however long the quiet."""
+        answered = self.client.call("ping")
+        [frame] = frames_sent(self.transport)
+        self.protocol.dataReceived(wire(Frame(FrameType.RESPONSE, frame.request_id, {})))
+        self.successResultOf(answered)
+        self.transport.clear()
+        self.clock.advance(1000)
+        self.assertEqual(self.transport.value(), b"")
+        self.assertFalse(self.transport.disconnecting)
+
+    def test_no_ping_after_goaway_third_silent_check_ends(self) -> None:
+        """
+        After the server's GOAWAY no request may be sent, ping included: the
+        third silent check in a row ends the connection.
+        """
+        running = self.client.call("hold", timeout=600)
+        self.protocol.dataReceived(wire(goaway_frame(GoAway("shutdown"))))
+        self.transport.clear()
+        self.wait(30)  # the GOAWAY was heard before the first check
+        self.assertEqual(self.transport.value(), b"")
+        self.assertFalse(self.transport.disconnecting)
+        self.wait(10)
+        self.lose()
+        self.failureResultOf(running, ConnectionGoingAway)
+
+    def test_silence_check_off(self) -> None:
+        """With no silence check, a silent connection waits for the call's own timeout."""
+        protocol = DataPlaneClientProtocol(self.clock, silence_check=None)
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        protocol.dataReceived(wire(hello_frame(Hello())))
+        running = DataPlaneClient(protocol).call("hold", timeout=100)
+        self.clock.advance(99)
+        self.assertFalse(transport.disconnecting)
+        self.assertEqual(len(frames_sent(transport)), 1)
+        self.assertNoResult(running)
+        self.clock.advance(1)
+        self.failureResultOf(running, CallTimedOut)
+
+    def test_live_server_answers_ping_during_a_long_request(self) -> None:
+        """
+        Against the real server protocol: a request held for minutes leaves
+        the connection open (the server answers the pings at once, the
+        request still running).
+        """
+        harness, client, pump = connected(ServerLimits(request_timeout=1000), silence_check=10)
+        running = client.call("hold", timeout=600)
+        for _ in range(20):
+            harness.clock.advance(10)
+            pump.flush()
+        handler = harness.service.handlers[0]
+        self.assertEqual([op for op, _, _ in handler.handled].count("ping"), 10)
+        handler.held[0].deferred.callback(OpReply({"done": True}))
+        pump.flush()
+        self.assertEqual(self.successResultOf(running).payload, {"done": True})
 
 
 class PushTests(SynchronousTestCase):
