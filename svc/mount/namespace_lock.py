@@ -52,10 +52,18 @@ rename onto it) first waits for L{NamespaceLock.vacated}, so a change
 whose answer was lost can still be sent again, the name being nobody
 else's meanwhile (``mount-consistency.md`` section 2.6, "An answer that
 never came").
+
+While such a change cannot be settled because the server cannot be asked
+(L{NamespaceLock.stalled}: the data plane out of reach), an operation that
+would wait for it -- an exclusive holder, or one waiting for a name to be
+L{vacated} -- fails at once with C{EIO} instead, as do those already
+waiting: every one of them needs the server, and each would otherwise hold
+one of the mount's few FUSE workers until its timeout, one after another.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -63,6 +71,7 @@ from typing import TypeVar
 
 from twisted.internet.defer import Deferred, DeferredLock, succeed
 
+from svc.mount.errors import FSError
 from svc.mount.in_flight import InFlight
 
 K = TypeVar("K")
@@ -78,6 +87,8 @@ class NamespaceLock:
         self._moving: dict[int, InFlight] = {}
         self._leaving: dict[tuple[int, str], InFlight] = {}
         self._exclusive_waiting = InFlight()
+        self._stalls: list[str] = []
+        self._stall_waiters: list[Deferred[None]] = []
 
     @property
     def locked(self) -> bool:
@@ -152,9 +163,49 @@ class NamespaceLock:
         """
         Returns once no handed-off rename moving a node away from C{name} in
         folder C{folder} is in flight (at once when none is).
+
+        @raise FSError: C{EIO} while handed-off changes are L{stalled}.
         """
         while (leaving := self._leaving.get((folder, name))) is not None and leaving.count:
-            await leaving.settled()
+            await self._settled_unless_stalled(leaving)
+
+    def stalled(self, why: str) -> Callable[[], None]:
+        """
+        A handed-off change cannot be settled now, for the reason C{why}
+        (the server cannot be asked what became of it). Until the returned
+        callable (idempotent) is called, waiting for handed-off changes
+        fails with C{EIO} (module docstring).
+        """
+        self._stalls.append(why)
+        waiters, self._stall_waiters = self._stall_waiters, []
+        for waiter in waiters:
+            if not waiter.called:
+                waiter.callback(None)
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                self._stalls.remove(why)
+
+        return end
+
+    async def _settled_unless_stalled(self, kind: InFlight) -> None:
+        """Returns once none of C{kind} is in flight; fails C{EIO} while stalled."""
+        while kind.count:
+            if self._stalls:
+                raise FSError(
+                    errno.EIO,
+                    "an earlier change is not settled, and the data plane cannot be"
+                    f" asked about it: {self._stalls[-1]}",
+                )
+            woken: Deferred[None] = Deferred()
+            self._stall_waiters.append(woken)
+            kind.settled().addCallback(_waking(woken))
+            await woken
+            if woken in self._stall_waiters:
+                self._stall_waiters.remove(woken)
 
     def hand_offs_settled(self) -> Deferred[None]:
         """Fires once no handed-off change is in flight (at once when none is)."""
@@ -177,6 +228,11 @@ class NamespaceLock:
         return _counted(self._commits)
 
     async def __aenter__(self) -> NamespaceLock:
+        """
+        Hold the lock with no commit and no handed-off change in flight.
+
+        @raise FSError: C{EIO} while handed-off changes are L{stalled}.
+        """
         self._exclusive_waiting.add()
         try:
             await self._acquire_with_none_in_flight(self._commits, self._handed_off)
@@ -188,7 +244,10 @@ class NamespaceLock:
         """Take the lock at a moment when none of C{kinds} is in flight."""
         while True:
             for kind in kinds:
-                await kind.settled()
+                if kind is self._handed_off:
+                    await self._settled_unless_stalled(kind)
+                else:
+                    await kind.settled()
             await self._lock.acquire()
             if all(kind.count == 0 for kind in kinds):
                 return
@@ -202,6 +261,16 @@ class NamespaceLock:
         traceback: TracebackType | None,
     ) -> None:
         self._lock.release()
+
+
+def _waking(woken: Deferred[None]) -> Callable[[object], None]:
+    """A callback that fires C{woken}, unless something else has already."""
+
+    def wake(_: object) -> None:
+        if not woken.called:
+            woken.callback(None)
+
+    return wake
 
 
 def _counted(in_flight: InFlight) -> Callable[[], None]:

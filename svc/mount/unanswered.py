@@ -152,23 +152,31 @@ async def _found_at(ctx: FSContext, path: str, *, persist: bool = False) -> Attr
     to shut down; otherwise, and on any other failure, L{_CannotTell}.
     """
     pause = LOOK_PAUSE_INITIAL
-    while True:
-        try:
-            return await ctx.remote.head_file(path)
-        except RemoteFailure as error:
-            if error.errno == errno.ENOENT and error.wire is not None:
-                return None
-            if not persist or error.wire is not None or ctx.stopping.begun:
-                raise _CannotTell(str(error)) from None
-            _log.info(
-                "asking the data plane what {path} holds: no answer ({error}); "
-                "asking again in {pause} s",
-                path=path,
-                error=str(error),
-                pause=pause,
-            )
-        await ctx.stopping.pause(pause)
-        pause = min(pause * 2, LOOK_PAUSE_MAX)
+    unstall: Callable[[], None] | None = None
+    try:
+        while True:
+            try:
+                return await ctx.remote.head_file(path)
+            except RemoteFailure as error:
+                if error.errno == errno.ENOENT and error.wire is not None:
+                    return None
+                if not persist or error.wire is not None or ctx.stopping.begun:
+                    raise _CannotTell(str(error)) from None
+                if unstall is None:
+                    # Operations waiting for this change fail meanwhile.
+                    unstall = ctx.namespace_lock.stalled(str(error))
+                _log.info(
+                    "asking the data plane what {path} holds: no answer ({error}); "
+                    "asking again in {pause} s",
+                    path=path,
+                    error=str(error),
+                    pause=pause,
+                )
+            await ctx.stopping.pause(pause)
+            pause = min(pause * 2, LOOK_PAUSE_MAX)
+    finally:
+        if unstall is not None:
+            unstall()
 
 
 async def removal_outcome(

@@ -617,6 +617,27 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
+    def test_changes_fail_at_once_while_an_unlink_cannot_be_asked_about(self) -> None:
+        """
+        The server cannot be asked what became of a handed-off unlink: a
+        namespace change, which would wait for that unlink to settle, fails
+        EIO at once (it would need the server anyway) instead of holding a
+        FUSE worker until its timeout; once the server answers, changes go
+        through again.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.mount.answers.lose("head_file", ran=False)
+        self.mount.answers.release(lost=True)
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
+        )
+        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
+        self.assertEqual(sorted(self.fixture.mount().names("d")), ["final", "sub"])
+
     def test_unlink_that_never_ran_is_sent_again(self) -> None:
         """
         An unlink lost on its way: the server still has the file, so the

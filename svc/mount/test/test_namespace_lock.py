@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount.errors import FSError
 from svc.mount.namespace_lock import NamespaceLock
 
 
@@ -201,3 +204,77 @@ class HandOffsInFlightTests(SynchronousTestCase):
         self.assertNoResult(handed)
         release_exclusive.callback(None)
         self.successResultOf(handed)
+
+
+async def _exclusive(lock: NamespaceLock) -> None:
+    async with lock:
+        pass
+
+
+class StalledTests(SynchronousTestCase):
+    """
+    While a handed-off change cannot be settled (the data plane cannot be
+    asked), operations that would wait for it fail EIO instead of holding a
+    FUSE worker until their timeout.
+    """
+
+    def assertEIO(self, result: Deferred[None]) -> None:
+        error = self.failureResultOf(result, FSError).value
+        assert isinstance(error, FSError)
+        self.assertEqual(error.errno, errno.EIO)
+        self.assertIn("no connection for 20s", str(error))
+
+    def test_exclusive_holder_fails_at_once_while_stalled(self) -> None:
+        """An exclusive holder arriving while a handed-off change is stalled fails EIO."""
+        lock = NamespaceLock()
+        lock.hand_off_sent()
+        lock.stalled("no connection for 20s")
+        self.assertEIO(Deferred.fromCoroutine(_exclusive(lock)))
+        self.assertFalse(lock.locked)
+
+    def test_waiting_exclusive_holder_fails_when_the_stall_begins(self) -> None:
+        """One already waiting for the change fails as soon as it stalls."""
+        lock = NamespaceLock()
+        lock.hand_off_sent()
+        waiting = Deferred.fromCoroutine(_exclusive(lock))
+        self.assertNoResult(waiting)
+        lock.stalled("no connection for 20s")
+        self.assertEIO(waiting)
+
+    def test_vacated_fails_while_stalled(self) -> None:
+        """Waiting for a name a stalled rename moves away from fails EIO too."""
+        lock = NamespaceLock()
+        lock.hand_off_sent(7, leaving=(1, "a"))
+        waiting = Deferred.fromCoroutine(lock.vacated(1, "a"))
+        lock.stalled("no connection for 20s")
+        self.assertEIO(waiting)
+        self.successResultOf(Deferred.fromCoroutine(lock.vacated(1, "b")))
+
+    def test_waits_again_once_the_stall_ends(self) -> None:
+        """After the stall ends (the server answered), holders wait for the change as before."""
+        lock = NamespaceLock()
+        settle = lock.hand_off_sent()
+        end = lock.stalled("no connection for 20s")
+        end()
+        end()
+        waiting = Deferred.fromCoroutine(_exclusive(lock))
+        self.assertNoResult(waiting)
+        settle()
+        self.successResultOf(waiting)
+
+    def test_settled_change_is_not_waited_for_even_if_stalled(self) -> None:
+        """With nothing handed off in flight, a stall elsewhere does not fail anyone."""
+        lock = NamespaceLock()
+        lock.stalled("no connection for 20s")
+        self.successResultOf(Deferred.fromCoroutine(_exclusive(lock)))
+
+    def test_other_users_of_the_lock_are_not_failed(self) -> None:
+        """Commits and further hand-offs do not wait for handed-off changes: unaffected."""
+        lock = NamespaceLock()
+        lock.hand_off_sent()
+        lock.stalled("no connection for 20s")
+        sending, release_sending = hold(lock, sending=True)
+        self.successResultOf(sending)
+        release_sending.callback(None)
+        handing, _ = hold(lock, handing_off=True)
+        self.successResultOf(handing)
