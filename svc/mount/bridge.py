@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import llfuse
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -31,6 +31,7 @@ from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.mount.attributes import BLOCK_SIZE, AttributeChanges, Entry, OpenResult
 from svc.mount.errors import FSError
 from svc.mount.fs import MountFS
+from svc.mount.op_ticket import OpTicket, run_with_ticket
 from svc.mount.open_files import SpillWrite
 from svc.mount.settings import BridgeTimeouts
 
@@ -120,8 +121,10 @@ class ReactorCaller:
             if late is not None and not isinstance(result, Failure):
                 late(result)
 
+        ticket = OpTicket()
+
         def run() -> None:
-            maybeDeferred(f, *args).addBoth(finished)
+            run_with_ticket(ticket, f, *args).addBoth(finished)
 
         self._reactor.callFromThread(run)
         with self._released():
@@ -131,6 +134,8 @@ class ReactorCaller:
                 answered = bool(box)
                 abandoned = not answered
         if not answered:
+            # What still waits for its turn must not start now (op_ticket).
+            self._reactor.callFromThread(ticket.abandon)
             _log.error("{what} got no answer within {timeout}s: EIO", what=what, timeout=timeout)
             raise llfuse.FUSEError(errno.EIO)
         result = box[0]

@@ -35,10 +35,14 @@ class InFlight:
                 waiter.callback(None)
 
     def settled(self) -> Deferred[None]:
-        """Fires once none is under way (at once when none is)."""
-        waiter: Deferred[None] = Deferred()
+        """Fires once none is under way (at once when none is); cancelling stops the wait."""
+        waiter: Deferred[None] = Deferred(self._forget)
         if self._count == 0:
             waiter.callback(None)
         else:
             self._waiters.append(waiter)
         return waiter
+
+    def _forget(self, waiter: Deferred[None]) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)

@@ -59,6 +59,11 @@ would wait for it -- an exclusive holder, or one waiting for a name to be
 L{vacated} -- fails at once with C{EIO} instead, as do those already
 waiting: every one of them needs the server, and each would otherwise hold
 one of the mount's few FUSE workers until its timeout, one after another.
+
+Every wait for the lock also ends, with C{EIO}, once the program behind the
+operation has been answered without it (its bridge timeout:
+L{svc.mount.op_ticket}), so an operation never takes effect after its
+program was told it failed.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from twisted.internet.defer import Deferred, DeferredLock, succeed
 
 from svc.mount.errors import FSError
 from svc.mount.in_flight import InFlight
+from svc.mount.op_ticket import unless_abandoned
 
 K = TypeVar("K")
 
@@ -100,9 +106,14 @@ class NamespaceLock:
         """Commits sent whose answers are not handled yet."""
         return self._commits.count
 
-    def beside_commits(self) -> DeferredLock:
+    @asynccontextmanager
+    async def beside_commits(self) -> AsyncIterator[None]:
         """The lock alone: C{async with} it holds it, commits in flight or not."""
-        return self._lock
+        await unless_abandoned(self._lock.acquire())
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     @asynccontextmanager
     async def sending_commit(self) -> AsyncIterator[None]:
@@ -111,9 +122,12 @@ class NamespaceLock:
         flight), after any operation already waiting.
         """
         while self._exclusive_waiting.count:
-            await self._exclusive_waiting.settled()
-        async with self._lock:
+            await unless_abandoned(self._exclusive_waiting.settled())
+        await unless_abandoned(self._lock.acquire())
+        try:
             yield
+        finally:
+            self._lock.release()
 
     @asynccontextmanager
     async def handing_off(self) -> AsyncIterator[None]:
@@ -122,7 +136,7 @@ class NamespaceLock:
         or not), after any exclusive operation already waiting.
         """
         while self._exclusive_waiting.count:
-            await self._exclusive_waiting.settled()
+            await unless_abandoned(self._exclusive_waiting.settled())
         await self._acquire_with_none_in_flight(self._commits)
         try:
             yield
@@ -203,7 +217,7 @@ class NamespaceLock:
             woken: Deferred[None] = Deferred()
             self._stall_waiters.append(woken)
             kind.settled().addCallback(_waking(woken))
-            await woken
+            await unless_abandoned(woken)
             if woken in self._stall_waiters:
                 self._stall_waiters.remove(woken)
 
@@ -247,8 +261,8 @@ class NamespaceLock:
                 if kind is self._handed_off:
                     await self._settled_unless_stalled(kind)
                 else:
-                    await kind.settled()
-            await self._lock.acquire()
+                    await unless_abandoned(kind.settled())
+            await unless_abandoned(self._lock.acquire())
             if all(kind.count == 0 for kind in kinds):
                 return
             # One was sent while this waited for the lock.

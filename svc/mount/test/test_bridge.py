@@ -38,6 +38,7 @@ from svc.mount.bridge import (
     sync_all,
 )
 from svc.mount.errors import FSError
+from svc.mount.op_ticket import OpTicket, current_ticket
 from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.settings import BridgeTimeouts
 from svc.mount.spill import MemoryBudget, MemorySpill
@@ -212,6 +213,31 @@ class BridgeTests(SynchronousTestCase):
         """A call the reactor never answers fails with EIO after the timeout."""
         self.fs.answers["getattr"] = lambda *a: Deferred()
         self.assertEqual(self.fuse_errno(lambda: self.bridge.getattr(1, None)), errno.EIO)
+
+    def test_timeout_abandons_the_operation(self) -> None:
+        """
+        The operation runs with a ticket of its own, abandoned when its
+        program is answered EIO for want of time (so it cannot start later);
+        one answered in time keeps its ticket.
+        """
+        seen: list[OpTicket | None] = []
+
+        def hanging(*args: object) -> Deferred[None]:
+            seen.append(current_ticket())
+            return Deferred()
+
+        self.fs.answers["mkdir"] = hanging
+        self.assertEqual(
+            self.fuse_errno(lambda: self.bridge.mkdir(1, b"d", 0o755, None)), errno.EIO
+        )
+        self.fs.answers["rmdir"] = lambda *args: seen.append(current_ticket())
+        self.bridge.rmdir(1, b"d", None)
+        [abandoned, answered] = seen
+        assert abandoned is not None and answered is not None
+        self.assertTrue(abandoned.abandoned)
+        self.assertFalse(answered.abandoned)
+        self.assertIsNot(abandoned, answered)
+        self.assertIsNone(current_ticket())
 
     def test_dropped_call_times_out(self) -> None:
         """A call the reactor never runs fails with EIO too: nothing waits forever."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from twisted.internet.defer import CancelledError
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.in_flight import InFlight
@@ -29,3 +30,14 @@ class InFlightTests(SynchronousTestCase):
     def test_done_without_add(self) -> None:
         """More done than add is a bug, refused."""
         self.assertRaises(ValueError, InFlight().done)
+
+    def test_cancelled_waiter_is_forgotten(self) -> None:
+        """A waiter cancelled (its operation abandoned) is not fired when the count drops."""
+        tally = InFlight()
+        tally.add()
+        cancelled = tally.settled()
+        kept = tally.settled()
+        cancelled.cancel()
+        self.failureResultOf(cancelled, CancelledError)
+        tally.done()
+        self.successResultOf(kept)

@@ -18,6 +18,7 @@ from svc.mount.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
 from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX, NamespaceHandOffs
+from svc.mount.op_ticket import OpTicket, run_with_ticket
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 from svc.mount.unanswered import Turn
 from svc.policy import PathPolicy
@@ -616,6 +617,28 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
+
+    def test_change_its_program_stopped_waiting_for_never_runs(self) -> None:
+        """
+        A mkdir waits for a handed-off unlink's answer; its program is
+        answered EIO meanwhile (the bridge's timeout abandons its ticket):
+        when the answer comes, the mkdir is not sent. Nothing takes effect
+        after its program was told it failed.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        made_before = self.mount.count("dir_create")
+        ticket = OpTicket()
+        made = run_with_ticket(ticket, self.mount.fs.mkdir, self.folder, b"sub", 0o755, CALLER)
+        self.assertNoResult(made)
+        ticket.abandon()
+        self.assertEqual(self.mount.errno(made), errno.EIO)
+        self.mount.answers.release()
+        self.assertEqual(self.mount.count("dir_create"), made_before)
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(mount.names("d"), ["final"])
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
 
     def test_changes_fail_at_once_while_an_unlink_cannot_be_asked_about(self) -> None:
         """

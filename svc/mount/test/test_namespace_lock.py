@@ -9,6 +9,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.errors import FSError
 from svc.mount.namespace_lock import NamespaceLock
+from svc.mount.op_ticket import OpTicket, run_with_ticket
 
 
 def hold(
@@ -278,3 +279,54 @@ class StalledTests(SynchronousTestCase):
         release_sending.callback(None)
         handing, _ = hold(lock, handing_off=True)
         self.successResultOf(handing)
+
+
+class AbandonedTests(SynchronousTestCase):
+    """
+    An operation whose program was answered without it (its ticket
+    abandoned) stops waiting for the lock, fails EIO, and never holds it.
+    """
+
+    def waiting(self, lock: NamespaceLock, how: str, ticket: OpTicket) -> Deferred[None]:
+        async def take() -> None:
+            if how == "beside":
+                async with lock.beside_commits():
+                    pass
+            elif how == "sending":
+                async with lock.sending_commit():
+                    pass
+            elif how == "handing_off":
+                async with lock.handing_off():
+                    pass
+            else:
+                async with lock:
+                    pass
+
+        return run_with_ticket(ticket, lambda: Deferred.fromCoroutine(take()))
+
+    def test_every_way_of_taking_the_lock(self) -> None:
+        """Exclusive, beside commits, sending a commit, handing off: each gives up."""
+        for how in ("exclusive", "beside", "sending", "handing_off"):
+            lock = NamespaceLock()
+            _held, release = hold(lock)
+            ticket = OpTicket()
+            waiting = self.waiting(lock, how, ticket)
+            self.assertNoResult(waiting)
+            ticket.abandon()
+            error = self.failureResultOf(waiting, FSError).value
+            assert isinstance(error, FSError)
+            self.assertEqual(error.errno, errno.EIO, how)
+            release.callback(None)
+            self.assertFalse(lock.locked, how)
+
+    def test_waiting_for_commits_gives_up(self) -> None:
+        """An exclusive holder waiting for commits in flight gives up too; the commits go on."""
+        lock = NamespaceLock()
+        settle = lock.commit_sent()
+        ticket = OpTicket()
+        waiting = self.waiting(lock, "exclusive", ticket)
+        ticket.abandon()
+        self.failureResultOf(waiting, FSError)
+        settle()
+        self.assertEqual(lock.commits_in_flight, 0)
+        self.assertFalse(lock.locked)
