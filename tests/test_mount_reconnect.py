@@ -4,11 +4,14 @@ killed and started again, and the server's idle timeout, each end the
 connection; the mount reconnects on its next request, and a write made
 while the data plane is down waits for it instead of failing. Atomic saves
 whose answers the crash took (handed off: ``mount-consistency.md`` 2.6) end
-where the program put them.
+where the program put them. A data-plane process that stops answering
+(SIGSTOP) holds neither the mount nor its programs for long, and a change
+its program was told had failed is never made afterwards.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -180,6 +183,54 @@ class MountReconnectTests(MountStackCase):
         self.assertEqual(
             (self.mount_point / "work" / "kept.txt").read_text(), "kept through the outage\n"
         )
+        self.unmount(fresh)
+
+    def timed_mkdir(self, path: str) -> tuple[str, float]:
+        """C{mkdir} in the mount: how it ended (C{made} or the errno's name) and its seconds."""
+        started = time.monotonic()
+        try:
+            os.mkdir(self.mount_point / path)
+        except OSError as error:
+            return errno.errorcode[error.errno or 0], time.monotonic() - started
+        return "made", time.monotonic() - started
+
+    @shows_evidence
+    def test_stopped_dataplane_neither_holds_the_mount_nor_runs_failed_changes(self) -> None:
+        """
+        The data-plane process stops (SIGSTOP: its kernel still acknowledges
+        every packet) right after an `rm` handed off: the mount finds the
+        connection silent and ends it; each `mkdir`, which waits for the
+        `rm` to settle, fails EIO (once the server cannot be asked, at once),
+        while cached files stay readable; and once the server resumes, the
+        `rm` is settled as run and none of the failed `mkdir`s is made.
+        """
+        mount = self.mount()
+        self.sh("mkdir work && echo x > work/gone.txt && echo kept > work/kept.txt", mount)
+        for name in ("gone.txt", "kept.txt"):  # their commits answered: nothing in flight
+            fd = os.open(self.mount_point / "work" / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        pid = int((self.stack / "dataplane.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            (self.mount_point / "work" / "gone.txt").unlink()
+            ended = [self.timed_mkdir(f"work/late{n}") for n in range(3)]
+            self.assertEqual([how for how, _ in ended], ["EIO", "EIO", "EIO"], ended)
+            self.assertLess(ended[2][1], 25.0, f"the third mkdir waited its timeout: {ended}")
+            self.assertEqual((self.mount_point / "work" / "kept.txt").read_text(), "kept\n")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while self.timed_mkdir("work/after")[0] != "made":
+            self.assertLess(time.monotonic(), deadline, "the mount did not recover")
+            time.sleep(0.5)
+        self.unmount(mount)
+        log = mount.log.read_text(errors="replace")
+        self.assertIn("data-plane server silent for", log)
+        fresh = self.mount(cache=self.tmp / "fresh-cache")
+        self.assertEqual(sorted(os.listdir(self.mount_point / "work")), ["after", "kept.txt"])
         self.unmount(fresh)
 
     def assert_saved(self, folder: Path) -> None:
