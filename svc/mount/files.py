@@ -1063,8 +1063,18 @@ class FileOps:
         raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
 
     def _uploaded(self, chunk_hash: str, data: bytes | memoryview) -> None:
-        """Keep a chunk just stored (uploaded, or read inline) for reads, and cache it."""
+        """
+        Keep a chunk just stored (uploaded, or read inline) for reads, and
+        cache it on disk unless it is small enough to come inline with a
+        C{manifest_get} (C{inline_read_bytes}): the next mount's first open
+        of its file asks for the chunk list anyway, and gets such a chunk
+        with it, so a disk copy would save nothing but cost every small
+        file's close a cache file and an index row (``docs/decisions.md``,
+        session 25).
+        """
         self._ctx.memo.remember(chunk_hash, data)
+        if len(data) <= self._ctx.settings.inline_read_bytes:
+            return
         stored = self._ctx.chunks.put(chunk_hash, data)
         if isinstance(stored, Deferred):
             stored.addErrback(

@@ -52,14 +52,31 @@ class InlineReadTests(SynchronousTestCase):
     def test_small_file_is_read_with_its_manifest(self) -> None:
         """
         One C{manifest_get} and no C{chunk_get}: the bytes came with the
-        chunk list, and are offered to the chunk cache.
+        chunk list. They are kept in memory for the reads that follow, not
+        written to the disk cache (a later mount gets them inline again).
         """
         data = self.written("small", 5000)
         reader = self.fixture.mount()
         self.assertEqual(reader.read_file("small"), data)
+        self.assertEqual(reader.read_file("small"), data)
         self.assertEqual((reader.count("manifest_get"), reader.count("chunk_get")), (1, 0))
         self.assertEqual(reader.chunks.fetched, 0)
-        self.assertIn(blake3(data).hexdigest(), reader.chunks.chunks)
+        self.assertNotIn(blake3(data).hexdigest(), reader.chunks.chunks)
+
+    def test_written_chunk_cached_on_disk_only_when_too_large_to_come_inline(self) -> None:
+        """
+        A written chunk of at most C{inline_read_bytes} stays out of the disk
+        cache (kept in memory: reading it back costs no request); a larger
+        one is cached, since a later mount would have to fetch it.
+        """
+        writer = self.fixture.mount()
+        small = pseudo_random("small", DEFAULT_INLINE_READ_BYTES)
+        larger = pseudo_random("larger", DEFAULT_INLINE_READ_BYTES + 1)
+        writer.write_file("small", small)
+        writer.write_file("larger", larger)
+        self.assertEqual(set(writer.chunks.chunks), {blake3(larger).hexdigest()})
+        self.assertEqual(writer.read_file("small"), small)
+        self.assertEqual(writer.count("chunk_get"), 0)
 
     def test_file_over_the_limit_is_fetched(self) -> None:
         """A file one byte over C{inline_read_bytes} is read by C{chunk_get}, as before."""
