@@ -183,12 +183,14 @@ class MountFS:
     def reconnected(self) -> None:
         """
         A new data-plane connection replaced a lost one: the write leases
-        are asked for again on it at once (L{svc.mount.write_leases}), and
-        the files kept through the outage are written back right after the
-        calls that waited for the connection are sent
-        (L{svc.mount.kept_write_backs}).
+        are asked for again on it at once (L{svc.mount.write_leases}), the
+        lost changes still to be looked into are asked about at once
+        (L{svc.mount.stopping}), and the files kept through the outage are
+        written back right after the calls that waited for the connection
+        are sent (L{svc.mount.kept_write_backs}).
         """
         self._ctx.leases.reconnected()
+        self._ctx.stopping.reconnected()
         self._ctx.clock.callLater(0, self._files.reconnected)
 
     def stopping(self) -> None:

@@ -1,7 +1,10 @@
 """
 Whether the mount is shutting down, and pauses that end early when it
 does: what retries waiting for the data plane use, so that shutdown does
-not wait out their pauses (L{svc.mount.unanswered}).
+not wait out their pauses (L{svc.mount.unanswered}). The pauses also end
+when a new data-plane connection opens (L{Stopping.reconnected}), so such a
+retry asks at once rather than up to a pause later (while the look into a
+lost change waits, changes that would wait for it fail: C{NamespaceLock.stalled}).
 """
 
 from __future__ import annotations
@@ -45,3 +48,10 @@ class Stopping:
 
         self._pauses[done] = self._clock.callLater(seconds, over)
         return done
+
+    def reconnected(self) -> None:
+        """A data-plane connection opened: every pause going on ends now."""
+        pauses, self._pauses = self._pauses, {}
+        for done, timer in pauses.items():
+            timer.cancel()
+            done.callback(None)

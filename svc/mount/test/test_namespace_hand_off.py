@@ -618,6 +618,24 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
+    def test_new_connection_asks_about_a_lost_unlink_at_once(self) -> None:
+        """
+        While the server cannot be asked about a lost unlink, changes fail;
+        a new connection ends the pause before the next question, so they go
+        through at once rather than up to a pause later.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.hold("manifest_delete")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.mount.answers.lose("head_file", ran=False)
+        self.mount.answers.release(lost=True)
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
+        )
+        self.mount.fs.reconnected()
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
+
     def test_change_its_program_stopped_waiting_for_never_runs(self) -> None:
         """
         A mkdir waits for a handed-off unlink's answer; its program is

@@ -32,3 +32,19 @@ class StoppingTests(SynchronousTestCase):
     def test_a_pause_after_shutdown_began_ends_at_once(self) -> None:
         self.stopping.begin()
         self.successResultOf(self.stopping.pause(5.0))
+
+    def test_a_new_connection_ends_every_pause_but_not_later_ones(self) -> None:
+        """
+        A reconnection ends the pauses going on (their retries ask at once),
+        without beginning shutdown: a pause begun afterwards lasts its time.
+        """
+        first, second = self.stopping.pause(5.0), self.stopping.pause(30.0)
+        self.stopping.reconnected()
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertFalse(self.stopping.begun)
+        later = self.stopping.pause(2.0)
+        self.assertNoResult(later)
+        self.clock.advance(2.0)
+        self.successResultOf(later)
