@@ -804,11 +804,7 @@ class FileOps:
             node = ctx.table.get(state.ino)
             discarded = state.dirty
             if discarded:
-                _log.warn(
-                    "discarding {size} bytes of uncommitted changes to inode {ino}",
-                    size=state.size,
-                    ino=state.ino,
-                )
+                await self._discarding(state, node)
             if node is not None and node.pending:
                 # Not worth another wait when the data plane was out of reach.
                 await self._settle_pending(node, reach=write and not _out_of_reach(failure))
@@ -829,6 +825,33 @@ class FileOps:
         if failure is not None:
             raise failure
         return False
+
+    async def _discarding(self, state: FileState, node: Node | None) -> None:
+        """
+        C{state}'s changes are given up: its content is saved on the mount's
+        disk first, when it still has a name (L{svc.mount.unsent}), and the
+        warning says where.
+        """
+        ctx = self._ctx
+        rel = ctx.table.path_of(node) if node is not None else None
+        saved = (
+            None if rel is None else await ctx.unsent.save(rel, state.ino, state.size, state.read)
+        )
+        if saved is None:
+            _log.warn(
+                "discarding {size} bytes of uncommitted changes to inode {ino}",
+                size=state.size,
+                ino=state.ino,
+            )
+            return
+        _log.warn(
+            "discarding {size} bytes of uncommitted changes to {path} (inode {ino});"
+            " the file as it stood is saved at {saved}",
+            size=state.size,
+            path=rel,
+            ino=state.ino,
+            saved=str(saved),
+        )
 
     def _keeps(self, state: FileState, error: FSError) -> bool:
         """

@@ -79,6 +79,7 @@ class MountFS:
         forget_attributes: Callable[[int], object] = lambda ino: None,
         connected: Callable[[], bool] = lambda: True,
         settings: FSSettings = DEFAULT_SETTINGS,
+        unsent_dir: Path | None = None,
     ) -> None:
         """
         @param remote: the data-plane operations (L{svc.mount.remote.Remote}).
@@ -123,6 +124,7 @@ class MountFS:
             forget_attributes=forget_attributes,
             connected=connected,
             settings=settings,
+            unsent_dir=unsent_dir,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)
         self._files = FileOps(self._ctx, self._namespace)

@@ -29,6 +29,7 @@ from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
 from svc.mount.stopping import Stopping
+from svc.mount.unsent import UnsentFiles
 from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
 from svc.mount.write_leases import WriteLeases
 from svc.mount.writeback import (
@@ -133,6 +134,7 @@ class FSContext:
         clock: DataPlaneClock,
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
+        unsent_dir: Path | None = None,
     ) -> None:
         self.remote = remote
         self.chunks = chunks
@@ -146,6 +148,7 @@ class FSContext:
         )
         self.worker = worker
         self.spill_worker = worker if spill_worker is None else spill_worker
+        self.unsent = UnsentFiles(unsent_dir, self.spill_worker, now)
         self.now = now
         self.audit = ClientAudit(emit, now)
         self.policy = policy

@@ -84,6 +84,11 @@ class MountSettings:
         return self.cache_dir / "spill"
 
     @property
+    def unsent_dir(self) -> Path:
+        """Copies of changes the mount had to give up on (L{svc.mount.unsent})."""
+        return self.cache_dir / "unsent"
+
+    @property
     def chunk_dir(self) -> Path:
         """
         The chunk cache's root (the cache keeps C{chunks/<2 hex>/<hash>} and

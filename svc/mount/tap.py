@@ -242,6 +242,7 @@ class MountService(Service):
             agent_id=agent_id,
             session_id=lease.session_id,
             spill_dir=settings.spill_dir,
+            unsent_dir=settings.unsent_dir,
             worker=self._worker,
             spill_worker=self._spill_worker,
             now=reactor.seconds,

@@ -21,6 +21,18 @@ def spill_files(mount: Mount) -> list[str]:
     return [name for _dirs, _subdirs, names in os.walk(mount.spill_dir) for name in names]
 
 
+def saved_files(mount: Mount) -> dict[str, bytes]:
+    """The copies of given-up changes in C{mount}'s unsent directory: path in the disk, bytes."""
+    if not mount.unsent_dir.exists():
+        return {}
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for folder in mount.unsent_dir.iterdir()
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
 class KeptThroughAnOutageTests(SynchronousTestCase):
     """A file whose last release cannot reach the data plane is kept, and written back later."""
 
@@ -166,6 +178,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(len(self.clock.getDelayedCalls()), retries - 1)
         self.back()
         self.assertIn(self.on_server("f"), (None, b""), "its content never committed")
+        self.assertEqual(saved_files(self.mount), {"f": b"x" * (4 << 20)})
 
     def test_shutdown_during_the_outage_tries_once_and_gives_up_the_rest(self) -> None:
         """
@@ -187,6 +200,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(
             [self.on_server(name) in (None, b"") for name in ("a", "b", "c")], [True] * 3
         )
+        self.assertEqual(saved_files(self.mount), {"a": b"a", "b": b"b", "c": b"c"})
 
     def test_shutdown_writes_back_once_the_data_plane_answers(self) -> None:
         """The last round commits a kept file when it can."""
@@ -197,6 +211,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.back()
         self.mount.ok(self.mount.fs.last_write_backs())
         self.assertEqual(self.on_server("f"), b"at shutdown")
+        self.assertEqual(saved_files(self.mount), {}, "nothing given up, nothing saved")
 
     def test_read_only_mode_keeps_nothing(self) -> None:
         """

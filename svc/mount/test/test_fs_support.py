@@ -200,12 +200,14 @@ class Mount:
         self.invalidated_entries: list[tuple[int, bytes]] = []
         self.forgotten_attributes: list[int] = []
         self.spill_dir = Path(case.mktemp())
+        self.unsent_dir = Path(case.mktemp())
         self.fs = MountFS(
             remote=self.remote,
             chunks=self.chunks,
             agent_id=who.agent_id,
             session_id=session_id,
             spill_dir=self.spill_dir,
+            unsent_dir=self.unsent_dir,
             worker=ImmediateWorker(),
             now=lambda: fixture.service.clock.seconds() + clock_ahead,
             clock=fixture.service.clock,
