@@ -6,7 +6,8 @@ while the data plane is down waits for it instead of failing. Atomic saves
 whose answers the crash took (handed off: ``mount-consistency.md`` 2.6) end
 where the program put them. A data-plane process that stops answering
 (SIGSTOP) holds neither the mount nor its programs for long, and a change
-its program was told had failed is never made afterwards.
+its program was told had failed is never made afterwards. Changes the mount
+has to give up at shutdown are copied to its own disk first.
 """
 
 from __future__ import annotations
@@ -232,6 +233,39 @@ class MountReconnectTests(MountStackCase):
         fresh = self.mount(cache=self.tmp / "fresh-cache")
         self.assertEqual(sorted(os.listdir(self.mount_point / "work")), ["after", "kept.txt"])
         self.unmount(fresh)
+
+    @shows_evidence
+    def test_changes_given_up_at_shutdown_are_copied_to_the_mount_disk(self) -> None:
+        """
+        The data plane is still down when the mount stops: the file kept
+        through the outage cannot be written back, so before its changes are
+        discarded its content is copied to <cache>/unsent/<time>-<inode>/<path>,
+        and the warning names the copy.
+        """
+        mount = self.mount()
+        self.sh("mkdir work", mount)
+        self.kill_dataplane()
+        written = subprocess.run(
+            [sys.executable, "-c", WRITE_AND_CLOSE, str(self.mount_point / "work" / "kept.txt")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        self.assertEqual(written.stdout.strip(), "EIO", written.stderr)
+        deadline = time.monotonic() + 60
+        while "are kept and written back" not in mount.log.read_text(errors="replace"):
+            self.assertLess(time.monotonic(), deadline, "the release did not keep the file")
+            time.sleep(0.2)
+        self.unmount(mount)
+        unsent = mount.cache / "unsent"
+        copies = [path for path in unsent.rglob("*") if path.is_file()]
+        self.assertEqual(len(copies), 1, copies)
+        [copy] = copies
+        self.assertEqual(copy.read_text(), "kept through the outage\n")
+        self.assertEqual(copy.relative_to(unsent).parts[1:], ("work", "kept.txt"))
+        self.assertEqual(copy.stat().st_mode & 0o777, 0o600)
+        self.assertIn("the file as it stood is saved at", mount.log.read_text(errors="replace"))
 
     def assert_saved(self, folder: Path) -> None:
         """Every file holds the last whole pass's content; no temporary file is left."""
