@@ -267,6 +267,39 @@ class MountReconnectTests(MountStackCase):
         self.assertEqual(copy.stat().st_mode & 0o777, 0o600)
         self.assertIn("the file as it stood is saved at", mount.log.read_text(errors="replace"))
 
+    @shows_evidence
+    def test_a_file_kept_through_an_outage_survives_the_mount_being_killed(self) -> None:
+        """
+        A file kept through an outage lives in the mount's memory and spill
+        files; it also has a copy under <cache>/unsent, which a SIGKILL of
+        the mount leaves behind, and the next mount on that cache says so.
+        """
+        mount = self.mount()
+        self.sh("mkdir work", mount)
+        self.kill_dataplane()
+        written = subprocess.run(
+            [sys.executable, "-c", WRITE_AND_CLOSE, str(self.mount_point / "work" / "kept.txt")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        self.assertEqual(written.stdout.strip(), "EIO", written.stderr)
+        unsent = mount.cache / "unsent"
+        deadline = time.monotonic() + 60
+        while not [path for path in unsent.rglob("kept.txt")]:
+            self.assertLess(time.monotonic(), deadline, "no copy of the kept file")
+            time.sleep(0.2)
+        os.kill(mount.process.pid, signal.SIGKILL)
+        mount.process.wait(30)
+        subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+        [copy] = list(unsent.rglob("kept.txt"))
+        self.assertEqual(copy.read_text(), "kept through the outage\n")
+        self.start_dataplane()
+        again = self.mount(cache=mount.cache)
+        self.assertIn("copies of changes an earlier run did not write back", again.log.read_text())
+        self.unmount(again)
+
     def assert_saved(self, folder: Path) -> None:
         """Every file holds the last whole pass's content; no temporary file is left."""
         generation = int((folder / "generation").read_text())

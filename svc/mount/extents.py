@@ -159,9 +159,13 @@ class FileLayout:
 
     @ivar base: the base version's chunks, with file offsets.
     @ivar base_size: the base version's size.
+    @ivar edits: how many writes and truncations the layout has seen, ever
+        (a reset does not go back): whether the content changed since a
+        moment is whether this moved.
     """
 
     def __init__(self, base: Sequence[ChunkRef]) -> None:
+        self.edits = 0
         self.reset(base)
 
     def reset(self, base: Sequence[ChunkRef]) -> None:
@@ -185,6 +189,7 @@ class FileLayout:
             raise ValueError("negative offset or length")
         if length == 0:
             return
+        self.edits += 1
         self.written.add(offset, offset + length)
         self.size = max(self.size, offset + length)
 
@@ -192,6 +197,7 @@ class FileLayout:
         """The file was truncated or extended to C{size} (new bytes are zeros)."""
         if size < 0:
             raise ValueError("negative size")
+        self.edits += 1
         if size < self.size:
             self.written.clip(size)
             self.clean_limit = min(self.clean_limit, size)

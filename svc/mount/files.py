@@ -28,6 +28,7 @@ import os
 import stat
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -80,6 +81,8 @@ class FileOps:
         )
         # Files whose last release could not reach the data plane.
         self._kept = KeptWriteBacks(context.clock)
+        self._kept_copies: dict[int, tuple[Path, int]] = {}
+        """Kept files' copies on the mount's disk: the path, and the layout's edits then."""
         context.leases.on_yield(self._yield_file)
 
     def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool]:
@@ -803,8 +806,11 @@ class FileOps:
             ctx.leases.release(state.ino)
             node = ctx.table.get(state.ino)
             discarded = state.dirty
+            held = self._kept_copies.pop(state.ino, None)
             if discarded:
-                await self._discarding(state, node)
+                await self._discarding(state, node, held)
+            elif held is not None:
+                await ctx.unsent.remove(held[0])  # written back: the copy is not needed
             if node is not None and node.pending:
                 # Not worth another wait when the data plane was out of reach.
                 await self._settle_pending(node, reach=write and not _out_of_reach(failure))
@@ -826,17 +832,35 @@ class FileOps:
             raise failure
         return False
 
-    async def _discarding(self, state: FileState, node: Node | None) -> None:
+    async def _discarding(
+        self, state: FileState, node: Node | None, held: tuple[Path, int] | None
+    ) -> None:
         """
         C{state}'s changes are given up: its content is saved on the mount's
-        disk first, when it still has a name (L{svc.mount.unsent}), and the
-        warning says where.
+        disk first, when it still has a name (L{svc.mount.unsent}; the copy
+        made while it was kept, C{held}, serves when the content has not
+        changed since), and the warning says where.
         """
         ctx = self._ctx
         rel = ctx.table.path_of(node) if node is not None else None
-        saved = (
-            None if rel is None else await ctx.unsent.save(rel, state.ino, state.size, state.read)
-        )
+        if held is not None and held[1] == state.layout.edits:
+            saved: Path | None = held[0]
+        elif rel is not None:
+            saved = await ctx.unsent.save(rel, state.ino, state.size, state.read)
+            if held is not None:
+                if saved is None:
+                    _log.warn(
+                        "the copy of inode {ino} made while it was kept, older than the"
+                        " changes given up, stays at {copy}",
+                        ino=state.ino,
+                        copy=str(held[0]),
+                    )
+                else:
+                    await ctx.unsent.remove(held[0])
+        else:
+            saved = None
+            if held is not None:
+                await ctx.unsent.remove(held[0])  # unlinked: nobody can want it
         if saved is None:
             _log.warn(
                 "discarding {size} bytes of uncommitted changes to inode {ino}",
@@ -890,6 +914,7 @@ class FileOps:
                 error=error,
                 size=state.size,
             )
+        self._copy_kept(state)
 
         async def attempt(how: Try) -> bool:
             try:
@@ -901,6 +926,44 @@ class FileOps:
             return not kept and how is not Try.GIVE_UP
 
         self._kept.keep(state.ino, attempt)
+
+    def _copy_kept(self, state: FileState) -> None:
+        """
+        A kept file lives in the mount's memory and spill files: keep a copy
+        of its content on the mount's disk too (L{svc.mount.unsent}), so that
+        a mount killed before the data plane answers loses nothing. Made
+        again when the content changed since the last copy; removed once the
+        file is written back (L{_release_state}).
+        """
+        ctx = self._ctx
+        ino = state.ino
+        held = self._kept_copies.get(ino)
+        edits = state.layout.edits
+        if held is not None and held[1] == edits:
+            return
+        node = ctx.table.get(ino)
+        rel = ctx.table.path_of(node) if node is not None else None
+        if rel is None:
+            return
+
+        async def copying() -> None:
+            async with state.lock:
+                if ctx.files.state(ino) is not state:
+                    return  # retired meanwhile
+                saved = await ctx.unsent.save(rel, ino, state.size, state.read)
+            if saved is None:
+                return
+            if ctx.files.state(ino) is not state:
+                await ctx.unsent.remove(saved)  # retired while it was being copied
+                return
+            previous = self._kept_copies.get(ino)
+            self._kept_copies[ino] = (saved, edits)
+            if previous is not None and previous[0] != saved:
+                await ctx.unsent.remove(previous[0])
+
+        Deferred.fromCoroutine(copying()).addErrback(
+            lambda failure: _log.failure("copying kept inode {ino} failed", failure, ino=ino)
+        )
 
     async def _settle_pending(self, node: Node, *, reach: bool) -> None:
         """

@@ -39,6 +39,7 @@ from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, SettingsError, settings_from
 from svc.mount.start_retry import until_answered
+from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
 from svc.policy import UNRESTRICTED, load_policy_file
@@ -188,6 +189,14 @@ class MountService(Service):
         reactor = self._reactor
         for directory in (settings.chunk_dir, settings.spill_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        left = copies_in(settings.unsent_dir)
+        if left:
+            _log.warn(
+                "{count} copies of changes an earlier run did not write back are in {folder}"
+                " (operator guide, section 4)",
+                count=left,
+                folder=str(settings.unsent_dir),
+            )
         policy = load_policy_file(settings.policy_file) if settings.policy_file else UNRESTRICTED
         if settings.audit_log is not None:
             self._audit = AuditLogService(

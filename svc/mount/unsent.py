@@ -6,7 +6,7 @@ while the data plane is out of reach (its last attempt failed, or was not
 made: L{svc.mount.kept_write_backs}), or when a write-back fails for good
 (the quota, a read-only mount, a file kept too long). Rather than lose the
 bytes, the mount copies the file's content, as it stood, to
-C{<unsent directory>/<UTC time>-<inode>/<path in the disk>} (directories
+C{<unsent directory>/<UTC time>-<inode>[.<n>]/<path in the disk>} (directories
 0700, the file 0600, written and fsynced before the spill file goes) and
 names that place in its warning. Nothing reads it back: recovering it is
 the operator's or the agent's business (``docs/guides/operator.md``).
@@ -60,9 +60,12 @@ class UnsentFiles:
             return None
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._now()))
         parts = [part for part in PurePosixPath(rel).parts if part not in ("", "/", ".", "..")]
-        target = self._directory / f"{stamp}-{ino}" / Path(*(parts or ["unnamed"]))
+        inside = Path(*(parts or ["unnamed"]))
+        directory = self._directory
         try:
-            fd = await self._worker.submit(lambda: _create(target))
+            target, fd = await self._worker.submit(
+                lambda: _create_new(directory, f"{stamp}-{ino}", inside)
+            )
         except OSError as error:
             _log.error("could not save the changes to {path}: {error}", path=rel, error=error)
             return None
@@ -87,6 +90,51 @@ class UnsentFiles:
             return None
         await self._worker.submit(lambda: os.close(fd))
         return target
+
+    async def remove(self, copy: Path) -> None:
+        """Remove a copy L{save} made (and its folders, once empty); failures are logged."""
+        root = self._directory
+        if root is None:
+            return
+        try:
+            await self._worker.submit(lambda: _remove(copy, root))
+        except OSError as error:
+            _log.warn("could not remove {copy}: {error}", copy=str(copy), error=error)
+
+
+def copies_in(directory: Path) -> int:
+    """How many copies C{directory} holds (0 when it does not exist)."""
+    if not directory.is_dir():
+        return 0
+    return sum(len(files) for _folder, _dirs, files in os.walk(directory))
+
+
+def _remove(path: Path, root: Path) -> None:
+    """Remove C{path}, then its folders up to C{root} (not included) once empty."""
+    path.unlink(missing_ok=True)
+    folder = path.parent
+    while folder != root and root in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def _create_new(directory: Path, folder: str, inside: Path) -> tuple[Path, int]:
+    """
+    A new copy's path and open descriptor: C{directory/folder/inside}, or
+    with C{.2}, C{.3} ... after C{folder} when that is taken (two copies of
+    one inode within a second).
+    """
+    for number in range(1, 1000):
+        name = folder if number == 1 else f"{folder}.{number}"
+        target = directory / name / inside
+        try:
+            return target, _create(target)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for {folder}/{inside} under {directory}")
 
 
 def _create(target: Path) -> int:

@@ -21,16 +21,19 @@ def spill_files(mount: Mount) -> list[str]:
     return [name for _dirs, _subdirs, names in os.walk(mount.spill_dir) for name in names]
 
 
-def saved_files(mount: Mount) -> dict[str, bytes]:
-    """The copies of given-up changes in C{mount}'s unsent directory: path in the disk, bytes."""
+def saved_files(mount: Mount) -> list[tuple[str, bytes]]:
+    """
+    The copies in C{mount}'s unsent directory (of kept files, or of changes
+    given up), sorted: their paths in the disk and their bytes.
+    """
     if not mount.unsent_dir.exists():
-        return {}
-    return {
-        str(path.relative_to(folder)): path.read_bytes()
+        return []
+    return sorted(
+        (str(path.relative_to(folder)), path.read_bytes())
         for folder in mount.unsent_dir.iterdir()
         for path in folder.rglob("*")
         if path.is_file()
-    }
+    )
 
 
 class KeptThroughAnOutageTests(SynchronousTestCase):
@@ -161,6 +164,40 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(self.mount.count("manifest_put"), puts, "nothing left to commit")
         self.assertEqual(self.on_server("f"), b"first+second")
 
+    def test_a_kept_file_has_a_copy_on_the_mount_disk_until_written_back(self) -> None:
+        """
+        While kept (in the mount's memory and spill files), the file also has
+        a copy on the mount's disk, so a killed mount loses nothing; once
+        written back, the copy goes.
+        """
+        opened = create(self.mount, "f", b"kept")
+        self.outage()
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(saved_files(self.mount), [("f", b"kept")])
+        self.back()
+        self.clock.advance(PAUSE_INITIAL)
+        self.assertEqual(self.on_server("f"), b"kept")
+        self.assertEqual(saved_files(self.mount), [])
+
+    def test_the_copy_follows_writes_made_while_kept(self) -> None:
+        """
+        Reopened, written and closed again while the outage lasts: the copy
+        is made again with the new content (one copy, not two).
+        """
+        opened = create(self.mount, "f", b"first")
+        self.outage()
+        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        again = self.mount.ok(
+            self.mount.fs.open(self.mount.lookup_path("f").ino, os.O_RDWR, CALLER)
+        )
+        self.mount.ok(self.mount.fs.write(again.fh, 5, b"+second", CALLER))
+        self.mount.fs.flush(again.fh, CALLER).addErrback(lambda _: None)
+        self.mount.ok(self.mount.fs.release(again.fh, CALLER))
+        self.clock.advance(PAUSE_INITIAL)  # a round: kept again, copied again
+        self.assertEqual(saved_files(self.mount), [("f", b"first+second")])
+
     def test_shutdown_discards_what_still_cannot_be_written_back(self) -> None:
         """
         The last round's failure is final: the changes are discarded (the
@@ -178,7 +215,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(len(self.clock.getDelayedCalls()), retries - 1)
         self.back()
         self.assertIn(self.on_server("f"), (None, b""), "its content never committed")
-        self.assertEqual(saved_files(self.mount), {"f": b"x" * (4 << 20)})
+        self.assertEqual(saved_files(self.mount), [("f", b"x" * (4 << 20))], "one copy")
 
     def test_shutdown_during_the_outage_tries_once_and_gives_up_the_rest(self) -> None:
         """
@@ -200,7 +237,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(
             [self.on_server(name) in (None, b"") for name in ("a", "b", "c")], [True] * 3
         )
-        self.assertEqual(saved_files(self.mount), {"a": b"a", "b": b"b", "c": b"c"})
+        self.assertEqual(saved_files(self.mount), [("a", b"a"), ("b", b"b"), ("c", b"c")])
 
     def test_shutdown_writes_back_once_the_data_plane_answers(self) -> None:
         """The last round commits a kept file when it can."""
@@ -211,7 +248,7 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.back()
         self.mount.ok(self.mount.fs.last_write_backs())
         self.assertEqual(self.on_server("f"), b"at shutdown")
-        self.assertEqual(saved_files(self.mount), {}, "nothing given up, nothing saved")
+        self.assertEqual(saved_files(self.mount), [], "nothing given up, nothing left")
 
     def test_read_only_mode_keeps_nothing(self) -> None:
         """

@@ -9,7 +9,7 @@ from pathlib import Path
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.unsent import PIECE_BYTES, UnsentFiles
+from svc.mount.unsent import PIECE_BYTES, UnsentFiles, copies_in
 from svc.testing.worker import ImmediateWorker
 
 NOW = 1_795_000_000.0  # 2026-11-18T...Z
@@ -72,3 +72,21 @@ class UnsentFilesTests(SynchronousTestCase):
             Deferred.fromCoroutine(unsent.save("f", 1, 3, reader(b"abc")))  # type: ignore[arg-type]
         )
         self.assertIsNone(saved)
+
+    def test_copies_are_removed_with_their_folders(self) -> None:
+        """Removing a copy removes the folders it leaves empty, not the directory."""
+        saved = self.save("a/b.txt", b"data")
+        assert saved is not None
+        self.assertEqual(copies_in(self.directory), 1)
+        self.successResultOf(Deferred.fromCoroutine(self.unsent.remove(saved)))
+        self.assertEqual(list(self.directory.iterdir()), [])
+        self.assertEqual(copies_in(self.directory), 0)
+        self.assertEqual(copies_in(self.directory / "missing"), 0)
+
+    def test_two_copies_of_one_inode_within_a_second_both_kept(self) -> None:
+        """A second copy in the same second goes to <time>-<inode>.2, not over the first."""
+        first = self.save("f", b"one")
+        second = self.save("f", b"two")
+        assert first is not None and second is not None
+        self.assertEqual((first.read_bytes(), second.read_bytes()), (b"one", b"two"))
+        self.assertEqual(second.parent.name, first.parent.name + ".2")
