@@ -25,7 +25,7 @@ from pathlib import Path
 from blake3 import blake3
 
 from svc.quickstart import Stack, start_dataplane
-from tests.mount_harness import MountStackCase, lstat_tree, shows_evidence
+from tests.mount_harness import Mount, MountStackCase, lstat_tree, shows_evidence
 
 IDLE_SECONDS = 2
 """The restarted data plane's idle timeout (SVC_IDLE_TIMEOUT_SECONDS)."""
@@ -148,13 +148,10 @@ class MountReconnectTests(MountStackCase):
         )
         self.unmount(fresh)
 
-    @shows_evidence
-    def test_changes_kept_through_an_outage_reach_the_data_plane_after_it(self) -> None:
+    def file_kept_through_an_outage(self) -> Mount:
         """
-        A file closed while the data plane is down for longer than a call
-        waits for a connection: the close reports the failure, but the
-        release keeps the changes instead of discarding them, and they are
-        committed once the data plane is back, with the mount still up.
+        A fresh mount; the data plane killed; C{work/kept.txt} written and
+        closed (the close reports EIO) and kept by its release.
         """
         mount = self.mount()
         self.sh("mkdir work", mount)
@@ -171,6 +168,17 @@ class MountReconnectTests(MountStackCase):
         while "are kept and written back" not in mount.log.read_text(errors="replace"):
             self.assertLess(time.monotonic(), deadline, "the release did not keep the file")
             time.sleep(0.2)
+        return mount
+
+    @shows_evidence
+    def test_changes_kept_through_an_outage_reach_the_data_plane_after_it(self) -> None:
+        """
+        A file closed while the data plane is down for longer than a call
+        waits for a connection: the close reports the failure, but the
+        release keeps the changes instead of discarding them, and they are
+        committed once the data plane is back, with the mount still up.
+        """
+        mount = self.file_kept_through_an_outage()
         self.start_dataplane()
         deadline = time.monotonic() + 90
         while not any(
@@ -242,21 +250,7 @@ class MountReconnectTests(MountStackCase):
         discarded its content is copied to <cache>/unsent/<time>-<inode>/<path>,
         and the warning names the copy.
         """
-        mount = self.mount()
-        self.sh("mkdir work", mount)
-        self.kill_dataplane()
-        written = subprocess.run(
-            [sys.executable, "-c", WRITE_AND_CLOSE, str(self.mount_point / "work" / "kept.txt")],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        self.assertEqual(written.stdout.strip(), "EIO", written.stderr)
-        deadline = time.monotonic() + 60
-        while "are kept and written back" not in mount.log.read_text(errors="replace"):
-            self.assertLess(time.monotonic(), deadline, "the release did not keep the file")
-            time.sleep(0.2)
+        mount = self.file_kept_through_an_outage()
         self.unmount(mount)
         unsent = mount.cache / "unsent"
         copies = [path for path in unsent.rglob("*") if path.is_file()]
@@ -274,17 +268,7 @@ class MountReconnectTests(MountStackCase):
         files; it also has a copy under <cache>/unsent, which a SIGKILL of
         the mount leaves behind, and the next mount on that cache says so.
         """
-        mount = self.mount()
-        self.sh("mkdir work", mount)
-        self.kill_dataplane()
-        written = subprocess.run(
-            [sys.executable, "-c", WRITE_AND_CLOSE, str(self.mount_point / "work" / "kept.txt")],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        self.assertEqual(written.stdout.strip(), "EIO", written.stderr)
+        mount = self.file_kept_through_an_outage()
         unsent = mount.cache / "unsent"
         deadline = time.monotonic() + 60
         while not [path for path in unsent.rglob("kept.txt")]:

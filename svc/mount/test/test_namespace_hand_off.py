@@ -618,11 +618,10 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
-    def test_new_connection_asks_about_a_lost_unlink_at_once(self) -> None:
+    def lose_an_unlink_and_the_server_with_it(self) -> None:
         """
-        While the server cannot be asked about a lost unlink, changes fail;
-        a new connection ends the pause before the next question, so they go
-        through at once rather than up to a pause later.
+        A handed-off unlink of C{d/gone} whose answer is lost, and the first
+        question about it unanswered too: meanwhile a C{mkdir} fails EIO.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete")
@@ -632,6 +631,14 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(
             self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
         )
+
+    def test_new_connection_asks_about_a_lost_unlink_at_once(self) -> None:
+        """
+        While the server cannot be asked about a lost unlink, changes fail;
+        a new connection ends the pause before the next question, so they go
+        through at once rather than up to a pause later.
+        """
+        self.lose_an_unlink_and_the_server_with_it()
         self.mount.fs.reconnected()
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
         self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
@@ -666,14 +673,7 @@ class UnansweredHandOffTests(SynchronousTestCase):
         FUSE worker until its timeout; once the server answers, changes go
         through again.
         """
-        self.mount.write_file("d/gone", b"x")
-        self.mount.answers.hold("manifest_delete")
-        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
-        self.mount.answers.lose("head_file", ran=False)
-        self.mount.answers.release(lost=True)
-        self.assertEqual(
-            self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
-        )
+        self.lose_an_unlink_and_the_server_with_it()
         self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
         self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
