@@ -139,6 +139,16 @@ def started() -> tuple[Clock, Dialler, ReconnectingClient, ScriptedConnection]:
     return clock, dialler, client, first
 
 
+def waits_then_fails(
+    case: SynchronousTestCase, clock: Clock, result: Deferred[Any], seconds: float
+) -> None:
+    """C{result} is still waiting just before C{seconds} pass, and fails L{NotExecuted} then."""
+    clock.advance(seconds - 0.001)
+    case.assertNoResult(result)
+    clock.advance(0.001)
+    case.failureResultOf(result, NotExecuted)
+
+
 class CallRoutingTests(SynchronousTestCase):
     """
     Calls go to the current connection; a dropped one is replaced on demand.
@@ -363,10 +373,7 @@ class BackoffTests(SynchronousTestCase):
         self.assertEqual(len(dialler.attempts), attempts)
         later = client.call("ping")
         dialler.refuse()
-        clock.advance(10 - 0.001)
-        self.assertNoResult(later)  # a new outage, as far as anyone knows
-        clock.advance(0.001)
-        self.failureResultOf(later, NotExecuted)
+        waits_then_fails(self, clock, later, 10)  # a new outage, as far as anyone knows
 
 
 class OutageTests(SynchronousTestCase):
@@ -449,10 +456,7 @@ class OutageTests(SynchronousTestCase):
         first.close()
         self.refused_for(clock, dialler, client)
         result = client.call("ping")
-        clock.advance(2 - 0.001)
-        self.assertNoResult(result)
-        clock.advance(0.001)
-        self.failureResultOf(result, NotExecuted)
+        waits_then_fails(self, clock, result, 2)
 
     def test_attempts_go_on_past_connect_wait(self) -> None:
         """With nobody waiting, attempts repeat every C{backoff_max} seconds."""
@@ -499,10 +503,7 @@ class OutageTests(SynchronousTestCase):
         clock.advance(100)
         result = client.call("ping")
         dialler.refuse()
-        clock.advance(10 - 0.001)
-        self.assertNoResult(result)
-        clock.advance(0.001)
-        self.failureResultOf(result, NotExecuted)
+        waits_then_fails(self, clock, result, 10)
 
     def test_recovers_when_server_returns(self) -> None:
         """A call waiting through failed attempts runs once an attempt succeeds."""
