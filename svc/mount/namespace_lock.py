@@ -109,7 +109,7 @@ class NamespaceLock:
     @asynccontextmanager
     async def beside_commits(self) -> AsyncIterator[None]:
         """The lock alone: C{async with} it holds it, commits in flight or not."""
-        await unless_abandoned(self._lock.acquire())
+        await self._acquire()
         try:
             yield
         finally:
@@ -123,7 +123,7 @@ class NamespaceLock:
         """
         while self._exclusive_waiting.count:
             await unless_abandoned(self._exclusive_waiting.settled())
-        await unless_abandoned(self._lock.acquire())
+        await self._acquire()
         try:
             yield
         finally:
@@ -254,6 +254,10 @@ class NamespaceLock:
         finally:
             self._exclusive_waiting.done()
 
+    async def _acquire(self) -> None:
+        """Take the lock, unless the operation is abandoned meanwhile (then EIO)."""
+        await unless_abandoned(self._lock.acquire(), lambda _: self._lock.release())
+
     async def _acquire_with_none_in_flight(self, *kinds: InFlight) -> None:
         """Take the lock at a moment when none of C{kinds} is in flight."""
         while True:
@@ -262,7 +266,7 @@ class NamespaceLock:
                     await self._settled_unless_stalled(kind)
                 else:
                     await unless_abandoned(kind.settled())
-            await unless_abandoned(self._lock.acquire())
+            await self._acquire()
             if all(kind.count == 0 for kind in kinds):
                 return
             # One was sent while this waited for the lock.

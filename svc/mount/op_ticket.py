@@ -79,18 +79,20 @@ def run_with_ticket(ticket: OpTicket, f: Callable[..., Any], *args: Any) -> Defe
         _CURRENT.reset(token)
 
 
-async def unless_abandoned(waiting: Deferred[T]) -> T:
+async def unless_abandoned(waiting: Deferred[T], undo: Callable[[T], object] | None = None) -> T:
     """
     C{waiting}'s result; but if the current operation's ticket is abandoned
     first (or already was), C{waiting} is cancelled and C{FSError(EIO)}
     raised. C{waiting} must be cancellable without effect (a lock's pending
-    acquire, a count's waiter).
+    acquire, a count's waiter). A result it already had when the ticket was
+    found abandoned is given to C{undo} (a lock just acquired is released).
     """
     ticket = current_ticket()
     if ticket is None:
         return await waiting
     if ticket.abandoned:
         waiting.cancel()
+        waiting.addCallbacks(undo or _ignore, _ignore)
         raise _gone()
     first: Deferred[None] = Deferred()
     outcome: list[Any] = []
@@ -113,6 +115,10 @@ async def unless_abandoned(waiting: Deferred[T]) -> T:
     if isinstance(result, Failure):
         result.raiseException()
     return result  # type: ignore[no-any-return]
+
+
+def _ignore(_: object) -> None:
+    return None
 
 
 def _firing(first: Deferred[None]) -> Callable[[object], None]:

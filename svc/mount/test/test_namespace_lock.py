@@ -330,3 +330,17 @@ class AbandonedTests(SynchronousTestCase):
         settle()
         self.assertEqual(lock.commits_in_flight, 0)
         self.assertFalse(lock.locked)
+
+    def test_free_lock_is_not_kept_by_an_operation_already_abandoned(self) -> None:
+        """
+        Abandoned while it waited for something else, an operation then finds
+        the lock free: it fails EIO, and the lock it was given is released.
+        """
+        for how in ("exclusive", "beside", "sending", "handing_off"):
+            lock = NamespaceLock()
+            ticket = OpTicket()
+            ticket.abandon()
+            error = self.failureResultOf(self.waiting(lock, how, ticket), FSError).value
+            assert isinstance(error, FSError)
+            self.assertEqual(error.errno, errno.EIO, how)
+            self.assertFalse(lock.locked, how)
