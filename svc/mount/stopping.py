@@ -30,10 +30,7 @@ class Stopping:
     def begin(self) -> None:
         """Shutdown begins: every pause ends now, and later ones at once."""
         self._begun = True
-        pauses, self._pauses = self._pauses, {}
-        for done, timer in pauses.items():
-            timer.cancel()
-            done.callback(None)
+        self._end_pauses()
 
     def pause(self, seconds: float) -> Deferred[None]:
         """Fires after C{seconds}, or when shutdown begins, whichever comes first."""
@@ -51,6 +48,9 @@ class Stopping:
 
     def reconnected(self) -> None:
         """A data-plane connection opened: every pause going on ends now."""
+        self._end_pauses()
+
+    def _end_pauses(self) -> None:
         pauses, self._pauses = self._pauses, {}
         for done, timer in pauses.items():
             timer.cancel()
