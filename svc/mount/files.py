@@ -78,6 +78,7 @@ class FileOps:
             durable_close=context.settings.durable_close,
             quota=context.quota,
             connected=context.connected,
+            quota_now=context.quota_now,
         )
         # Files whose last release could not reach the data plane.
         self._kept = KeptWriteBacks(context.clock)
@@ -664,6 +665,52 @@ class FileOps:
             and not state.uncached
             and node.kind is FileKind.FILE
             and self._hand_offs.may_return_early(read_only=self._ctx.read_only_reason is not None)
+        )
+
+    def hand_off_here(self, fh: int) -> int | None:
+        """
+        Any thread: whether the close of C{fh} may be answered without the
+        reactor, its commit handed off (``mount-consistency.md`` section
+        2.5, "A close answered on its FUSE thread"): a writable handle of a
+        file with something to commit, not written uncached, for which
+        L{HandOffs.reserve} takes room at once. The size reserved, for
+        L{flush_reserved}, which the caller must post to the reactor
+        before answering; L{None} otherwise (the reactor's L{flush} decides).
+        A write whose finish is still queued on the reactor is ahead of the
+        posted hand-off there, which takes the file's lock after it (its
+        bytes may be missing from the size reserved: the bounds are
+        estimates, the headroom far larger than one write).
+        """
+        ctx = self._ctx
+        handle = ctx.files.handle(fh)
+        if handle is None or not handle.writable:
+            return None
+        state = handle.state
+        if state.uncached:
+            return None
+        node = ctx.table.get(state.ino)
+        if node is None or not (state.dirty or node.pending):
+            return None
+        size = state.size
+        if not self._hand_offs.reserve(size, read_only=ctx.read_only_reason is not None):
+            return None
+        return size
+
+    def flush_reserved(self, fh: int, size: int, caller: CallerProcess) -> Deferred[None]:
+        """
+        On the reactor: the hand-off of a close L{hand_off_here} answered
+        (C{size}: what it reserved), before any request that reached the
+        reactor after it. Nobody waits for it: a failure, even before the
+        commit is sent, is one behind a returned close (logged and audited,
+        the file left dirty, closes waiting until a commit succeeds).
+        """
+        handle = self._ctx.files.handle(fh)
+        if handle is None:  # released meanwhile (shutdown): its release wrote it back
+            self._hand_offs.cancel_reserved(size)
+            return succeed(None)
+        state = handle.state
+        return self._hand_offs.hand_off(
+            state.ino, size, partial(self.write_back, state, caller), reserved=True
         )
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:

@@ -127,6 +127,7 @@ class FSContext:
         emit: Callable[[AuditEvent], object],
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        quota_now: Callable[[], QuotaReport | None] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
@@ -153,6 +154,7 @@ class FSContext:
         self.audit = ClientAudit(emit, now)
         self.policy = policy
         self.quota = quota
+        self.quota_now = quota_now
         # Refuses nothing until MountFS gives it a quota source.
         self.quota_room = QuotaRoom(None, lambda: succeed(None))
         self.invalidate = invalidate

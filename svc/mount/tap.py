@@ -245,6 +245,7 @@ class MountService(Service):
             settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
         )
         notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
+        quota = QuotaSource(remote.statfs, reactor)
         self._fs = MountFS(
             remote=remote,
             chunks=CachedChunks(self._cache, remote.chunk_get),
@@ -261,7 +262,8 @@ class MountService(Service):
             invalidate=notices.invalidate,
             invalidate_entry=notices.invalidate_entry,
             forget_attributes=notices.forget_attributes,
-            quota=QuotaSource(remote.statfs, reactor),
+            quota=quota,
+            quota_now=quota.fresh,
             connected=lambda: dataplane.connected,
             settings=settings.fs_settings,
         )

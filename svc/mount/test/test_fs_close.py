@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import partial
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
@@ -451,3 +452,129 @@ class ReaderCloseTests(SynchronousTestCase):
             self.mount.errno(self.mount.fs.release(self.reader.fh, CALLER)), errno.EDQUOT
         )
         self.assertEqual(self.mount.read_file("f"), b"version one")
+
+
+class CloseAnsweredHereTests(SynchronousTestCase):
+    """
+    When a FUSE thread may answer a close itself, its hand-off posted to
+    the reactor (L{MountFS.hand_off_here}, L{MountFS.flush_reserved}).
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.fs = self.mount.fs
+
+    def test_a_written_file_is_answered_and_committed_behind(self) -> None:
+        """
+        A new file with content: room is reserved for its size; the posted
+        hand-off fires at once, sends the commit, and the release waits for
+        the answer, which completes the flush line.
+        """
+        opened = create(self.mount, "f", b"content")
+        size = self.fs.hand_off_here(opened.fh)
+        self.assertEqual(size, len(b"content"))
+        assert size is not None
+        self.mount.answers.hold("manifest_put")
+        self.mount.ok(self.fs.flush_reserved(opened.fh, size, CALLER))
+        self.assertEqual(self.mount.answers.held, 1, "sent")
+        released = self.fs.release(opened.fh, CALLER)
+        self.assertNoResult(released)
+        self.mount.answers.release()
+        self.mount.ok(released)
+        [line] = self.mount.events("flush")
+        self.assertTrue(line.allowed)
+        self.assertEqual(self.fixture.mount().read_file("f"), b"content")
+
+    def test_not_when_the_reactor_must_decide(self) -> None:
+        """
+        Nothing to commit, a read-only handle, durable closes, a connection
+        that is down, a file over the hand-off limit: the reactor's flush
+        decides (and waits where it must).
+        """
+        entry = self.mount.write_file("clean", b"x")
+        clean = self.mount.ok(self.fs.open(entry.ino, os.O_RDWR, CALLER))
+        self.assertIsNone(self.fs.hand_off_here(clean.fh), "nothing to commit")
+        reader = self.mount.ok(self.fs.open(entry.ino, os.O_RDONLY, CALLER))
+        self.assertIsNone(self.fs.hand_off_here(reader.fh), "read-only handle")
+        self.assertIsNone(self.fs.hand_off_here(12345), "no such handle")
+        durable = self.fixture.mount(settings=FSSettings(durable_close=True))
+        self.assertIsNone(durable.fs.hand_off_here(create(durable, "d", b"d").fh))
+        up = [False]
+        down = self.fixture.mount(connected=lambda: up[0])
+        self.assertIsNone(down.fs.hand_off_here(create(down, "c", b"c").fh))
+        self.patch(close_hand_off, "HAND_OFF_MAX_BYTES", 6)
+        self.assertIsNone(self.fs.hand_off_here(create(self.mount, "big", b"1234567").fh))
+        self.assertEqual(self.fs.hand_off_here(create(self.mount, "small", b"123456").fh), 6)
+
+    def test_a_quota_needs_a_fresh_answer_with_room(self) -> None:
+        """
+        On a disk with a quota, only a fresh C{statfs} answer decides here:
+        none (it would have to ask), or too little room, leaves the close
+        to the reactor.
+        """
+        used = 1000
+        room = QuotaReport(used + close_hand_off.HAND_OFF_HEADROOM + len(b"content"), used)
+        tight = QuotaReport(room.quota_bytes - 1 if room.quota_bytes else 0, used)
+        cases: list[tuple[QuotaReport | None, bool]] = [(None, False), (tight, False), (room, True)]
+        for index, (fresh, answered) in enumerate(cases):
+            mount = self.fixture.mount(quota=lambda: succeed(room), quota_now=partial(id_of, fresh))
+            opened = create(mount, f"f{index}", b"content")
+            self.assertEqual(mount.fs.hand_off_here(opened.fh) is not None, answered, fresh)
+        unknown = self.fixture.mount(quota=lambda: succeed(room))
+        self.assertIsNone(unknown.fs.hand_off_here(create(unknown, "f", b"content").fh))
+
+    def test_room_is_counted_until_the_hand_off_starts(self) -> None:
+        """
+        Closes answered here count against HAND_OFF_MAX_FILES before their
+        hand-offs start: past the bound the next close is the reactor's,
+        which waits for room.
+        """
+        self.patch(close_hand_off, "HAND_OFF_MAX_FILES", 2)
+        first = create(self.mount, "a", b"a")
+        second = create(self.mount, "b", b"b")
+        third = create(self.mount, "c", b"c")
+        self.assertEqual(self.fs.hand_off_here(first.fh), 1)
+        self.assertEqual(self.fs.hand_off_here(second.fh), 1)
+        self.assertIsNone(self.fs.hand_off_here(third.fh), "full")
+        self.mount.answers.hold("manifest_put")
+        self.mount.ok(self.fs.flush_reserved(first.fh, 1, CALLER))
+        self.mount.ok(self.fs.flush_reserved(second.fh, 1, CALLER))
+        waiting = self.fs.flush(third.fh, CALLER)
+        self.assertNoResult(waiting)
+        self.mount.answers.release()
+        self.mount.ok(waiting)
+        for opened in (first, second, third):
+            self.mount.ok(self.fs.release(opened.fh, CALLER))
+        self.assertEqual(sorted(self.fixture.mount().names("")), ["a", "b", "c"])
+
+    def test_a_failure_before_sending_counts_as_behind_the_close(self) -> None:
+        """
+        The close was answered already: a write-back that fails before its
+        commit is sent (the mount turned read-only in between) is audited,
+        not the posted call's error (that it makes later closes wait, as a
+        failure after sending does: test_close_hand_off).
+        """
+        opened = create(self.mount, "f", b"content")
+        size = self.fs.hand_off_here(opened.fh)
+        assert size is not None
+        self.fs._ctx.set_read_only("lease lost")
+        self.mount.ok(self.fs.flush_reserved(opened.fh, size, CALLER))
+        [line] = self.mount.events("flush")
+        self.assertFalse(line.allowed)
+
+    def test_a_handle_gone_gives_the_room_back(self) -> None:
+        """A hand-off posted for a handle already released starts nothing and frees its room."""
+        self.patch(close_hand_off, "HAND_OFF_MAX_FILES", 1)
+        opened = create(self.mount, "f", b"content")
+        size = self.fs.hand_off_here(opened.fh)
+        assert size is not None
+        self.mount.ok(self.fs.release(opened.fh, CALLER))
+        self.mount.ok(self.fs.flush_reserved(opened.fh, size, CALLER))
+        again = create(self.mount, "g", b"more")
+        self.assertEqual(self.fs.hand_off_here(again.fh), len(b"more"))
+
+
+def id_of(value: QuotaReport | None) -> QuotaReport | None:
+    """C{value} (a C{quota_now} that always gives it)."""
+    return value

@@ -186,6 +186,7 @@ class Mount:
         who: AgentIdentity,
         settings: FSSettings,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        quota_now: Callable[[], QuotaReport | None] | None = None,
         clock_ahead: float = 0.0,
         connected: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -218,6 +219,7 @@ class Mount:
             forget_attributes=self.forgotten_attributes.append,
             settings=settings,
             quota=quota,
+            quota_now=quota_now,
             connected=connected,
         )
         self.connection.on_push(revoke_pushes(self.fs.lease_revoked))
@@ -332,6 +334,7 @@ class FSFixture:
         who: AgentIdentity = AGENT,
         settings: FSSettings | None = None,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
+        quota_now: Callable[[], QuotaReport | None] | None = None,
         clock_ahead: float = 0.0,
         connected: Callable[[], bool] = lambda: True,
     ) -> Mount:
@@ -347,6 +350,7 @@ class FSFixture:
             who=who,
             settings=settings or FSSettings(),
             quota=quota,
+            quota_now=quota_now,
             clock_ahead=clock_ahead,
             connected=connected,
         )
