@@ -56,9 +56,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from svc.dataplane.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
 from svc.dataplane.client_errors import CallTimedOut, NotExecuted, OutcomeUnknown
@@ -317,7 +318,42 @@ class ReconnectingClient:
         seq = next(self._seq)
         budget = self._policy.call_timeout if timeout is None else timeout
         deadline = self._clock.seconds() + budget
-        return Deferred.fromCoroutine(self._call(seq, deadline, op, payload or {}, raw))
+        payload = payload or {}
+        current = self._current
+        if current is None or not self._usable(current):
+            return Deferred.fromCoroutine(self._call(seq, deadline, op, payload, raw))
+        # The common case, with a connection open: its call's Deferred with
+        # callbacks, not the coroutine (every request of a mount comes through
+        # here); a failure goes on as L{_call}'s loop would, in the coroutine.
+        connection = current
+
+        def answered(reply: Reply) -> Reply:
+            if connection is self._current:
+                self._answered = True
+            return reply
+
+        def failed(failure: Failure) -> Reply | Failure | Deferred[Reply]:
+            error = failure.value
+            if isinstance(error, CallTimedOut):
+                return failure
+            if isinstance(error, NotExecuted):
+                self._drop(connection, error)
+                if self._clock.seconds() >= deadline:
+                    return failure
+            elif isinstance(error, OutcomeUnknown):
+                self._drop(connection, error)
+                if op not in RESENDABLE_OPS or self._clock.seconds() >= deadline:
+                    return failure
+            else:
+                return failure
+            return Deferred.fromCoroutine(self._call(seq, deadline, op, payload, raw))
+
+        remaining = max(0.0, deadline - self._clock.seconds())
+        try:
+            sent = connection.call(op, payload, raw, timeout=remaining)
+        except Exception:
+            sent = fail()
+        return sent.addCallbacks(answered, failed)
 
     async def _call(
         self, seq: int, deadline: float, op: str, payload: Mapping[str, object], raw: Buffer
