@@ -585,6 +585,15 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         request needs. The handle counts as open (L{open_handles}) until the
         release has run, so a shutdown writes it back meanwhile.
         """
+        released = self._here(self._fs.release_here, fh)
+        if released is not None:
+            # A read-only handle whose release needs nothing now: forgotten
+            # here; its file's state is retired by a sweep on the reactor.
+            with self._owners_lock:
+                self._owners.pop(fh, None)
+            if released:
+                self._call.post(self._fs.sweep_released)
+            return
         self._call.post(self._release_on_reactor, fh, self._owner(fh))
 
     def _release_on_reactor(self, fh: int, owner: CallerProcess) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -33,6 +34,7 @@ from pathlib import Path
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.audit.names import EventName
@@ -61,6 +63,10 @@ from svc.mount.writeback import ChunkUploader, rechunk
 
 _log = Logger()
 
+RELEASE_SWEEP_SECONDS = 0.05
+"""How long after a FUSE thread released a clean file's last read-only
+handle the reactor retires the states so left (together, one wake-up)."""
+
 
 def _writable(flags: int) -> bool:
     return flags & os.O_ACCMODE != os.O_RDONLY
@@ -84,6 +90,11 @@ class FileOps:
         self._kept = KeptWriteBacks(context.clock)
         self._kept_copies: dict[int, tuple[Path, int]] = {}
         """Kept files' copies on the mount's disk: the path, and the layout's edits then."""
+        # States whose last (read-only, clean) handle a FUSE thread released,
+        # waiting for the reactor's sweep (release_here).
+        self._released_guard = threading.Lock()
+        self._released: list[FileState] = []
+        self._sweep_due = False
         context.leases.on_yield(self._yield_file)
 
     def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool]:
@@ -747,6 +758,50 @@ class FileOps:
     async def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> None:
         """Write back the file's changes, if any."""
         await self.write_back(self._handle(fh).state, caller)
+
+    def release_here(self, fh: int) -> bool | None:
+        """
+        Any thread: release read-only handle C{fh} without the reactor when
+        nothing must happen at once (L{OpenFiles.release_reader}): its file
+        keeps other handles, or it is clean and its state's release may come
+        later. L{None}: not released (the reactor's L{release} must run).
+        C{True}: released, and the caller must post L{sweep_released} to
+        the reactor (the first state left for it since the last sweep);
+        C{False}: released, nothing to post. States left are released
+        together, L{RELEASE_SWEEP_SECONDS} after the first, by the same
+        steps as a reactor release (``mount-runtime.md`` section 1).
+        """
+        state = self._ctx.files.release_reader(fh)
+        if state is None:
+            return None
+        if state.handles:
+            return False
+        with self._released_guard:
+            self._released.append(state)
+            due, self._sweep_due = not self._sweep_due, True
+        return due
+
+    def sweep_released(self) -> None:
+        """On the reactor: release the states L{release_here} left, a moment from now."""
+        self._ctx.clock.callLater(RELEASE_SWEEP_SECONDS, self._sweep)
+
+    def _sweep(self) -> None:
+        with self._released_guard:
+            states, self._released = self._released, []
+            self._sweep_due = False
+        for state in states:
+            if state.handles:
+                continue  # opened again meanwhile: its handles release it
+            self._hand_offs.started()
+            released = Deferred.fromCoroutine(
+                self._release_state(state, NO_PROCESS, keep=True, try_first=self._ctx.connected())
+            )
+            released.addBoth(self._swept, state.ino)
+
+    def _swept(self, result: object, ino: int) -> None:
+        self._hand_offs.finished()
+        if isinstance(result, Failure):
+            _log.failure("release of inode {ino} failed", result, ino=ino)
 
     async def release(self, fh: int, caller: CallerProcess, *, keep: bool = True) -> None:
         """

@@ -399,6 +399,18 @@ class MountFS:
         """Write back."""
         return Deferred.fromCoroutine(self._files.fsync(fh, datasync, caller))
 
+    def release_here(self, fh: int) -> bool | None:
+        """
+        Any thread: release read-only handle C{fh} without the reactor when
+        nothing must happen at once; C{True} when L{sweep_released} must be
+        posted to the reactor (L{svc.mount.files.FileOps.release_here}).
+        """
+        return self._files.release_here(fh)
+
+    def sweep_released(self) -> None:
+        """On the reactor: retire, soon, the states L{release_here} left."""
+        self._files.sweep_released()
+
     def release(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Close a file handle (the last one writes back and drops the spill file)."""
         return Deferred.fromCoroutine(self._files.release(fh, caller))

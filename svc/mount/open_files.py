@@ -828,6 +828,34 @@ class OpenFiles:
                 handle.state.handles -= 1
             return handle
 
+    def release_reader(self, fh: int) -> FileState | None:
+        """
+        Any thread: forget read-only handle C{fh} when its release needs
+        the reactor at once for nothing: another handle keeps its state,
+        or it was the state's last handle and the state is clean (no change
+        to commit, none in flight, no lock held, no spill), so retiring it
+        may wait. The handle's state, its count lowered (the caller has the
+        state retired on the reactor later if no handle is left); L{None},
+        and nothing changed, otherwise (a writable handle, an unknown one,
+        a state with something to do).
+        """
+        with self._guard:
+            handle = self._handles.get(fh)
+            if handle is None or handle.writable:
+                return None
+            state = handle.state
+            last = state.handles == 1
+            if last and (
+                state.dirty
+                or state.commits_in_flight
+                or state.lock.locked
+                or state.spill is not None
+            ):
+                return None
+            del self._handles[fh]
+            state.handles -= 1
+            return state
+
     def retire_if_idle(self, state: FileState) -> bool:
         """Unregister C{state} if no handle uses it any more; whether it was."""
         with self._guard:

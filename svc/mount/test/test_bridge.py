@@ -102,6 +102,7 @@ SYNCHRONOUS = {
     "take_write_grant",
     "nothing_to_flush",
     "hand_off_here",
+    "release_here",
     "known_attributes",
     "known_lookup",
     "known_open",
@@ -284,6 +285,23 @@ class BridgeTests(SynchronousTestCase):
         self.assertEqual(posted[:2], (9, 4096))
         self.assertEqual(posted[2].pid, os.getpid())
         self.assertNotIn("flush", [name for name, _ in self.fs.calls])
+
+    def test_reader_released_here_posts_only_a_sweep(self) -> None:
+        """
+        A release L{MountFS.release_here} takes is answered without a
+        reactor release; the handle is no longer open; the sweep is posted
+        only when it says so.
+        """
+        self.fs.answers["open"] = type("R", (), {"fh": 9, "keep_cache": False})()
+        self.bridge.open(4, os.O_RDONLY, Context(os.getpid()))
+        self.fs.answers["release_here"] = True
+        self.bridge.release(9)
+        self.assertEqual(self.bridge.open_handles(), {})
+        self.fs.answers["release_here"] = False
+        self.bridge.release(9)
+        names = [name for name, _ in self.fs.calls]
+        self.assertEqual(names.count("sweep_released"), 1)
+        self.assertNotIn("release", names)
 
     def test_release_is_posted_without_waiting(self) -> None:
         """

@@ -1,7 +1,8 @@
 """
-Tests for L{svc.mount.fs.MountFS.known_attributes} and
-L{svc.mount.fs.MountFS.known_lookup}: the C{getattr} and C{lookup} answers a
-FUSE thread gives without the reactor, and the ones it leaves to it.
+Tests for L{svc.mount.fs.MountFS.known_attributes},
+L{svc.mount.fs.MountFS.known_lookup}, L{svc.mount.fs.MountFS.known_open} and
+L{svc.mount.fs.MountFS.release_here}: the answers a FUSE thread gives
+without the reactor, and the ones it leaves to it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
+from svc.mount import files as files_module
 from svc.mount.errors import FSError
 from svc.mount.fs import ROOT_INODE
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
@@ -350,3 +352,78 @@ class KnownOpenTests(SynchronousTestCase):
         refused = mount.fs.open(node.ino, os.O_RDONLY, CALLER)
         self.assertEqual(mount.errno(refused), errno.EACCES)
         self.assertFalse(mount.events("open")[-1].allowed)
+
+
+class ReleaseHereTests(SynchronousTestCase):
+    """
+    Read-only handles released without the reactor, their clean states
+    retired by a sweep shortly after; the releases left to the reactor.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.mount = self.fixture.mount()
+        self.fs = self.mount.fs
+        self.file = self.mount.write_file("f", b"12345")
+        self.files = self.fs._ctx.files
+
+    def sweep(self) -> None:
+        self.fixture.service.clock.advance(files_module.RELEASE_SWEEP_SECONDS)
+
+    def test_reader_released_and_its_state_swept(self) -> None:
+        """
+        The last reader of a clean file: released here, one sweep posted for
+        any number of such releases, the states retired when it runs; a
+        fresh open afterwards is answered here again.
+        """
+        first = self.fs.known_open(self.file.ino, os.O_RDONLY, CALLER)
+        other = self.mount.write_file("g", b"678")
+        second = self.fs.known_open(other.ino, os.O_RDONLY, CALLER)
+        assert first is not None and second is not None
+        self.assertTrue(self.fs.release_here(first.fh), "the first: post a sweep")
+        self.assertFalse(self.fs.release_here(second.fh), "a sweep is due already")
+        self.assertIsNone(self.files.handle(first.fh))
+        self.assertIsNotNone(self.files.state(self.file.ino), "retired by the sweep")
+        self.fs.sweep_released()
+        self.sweep()
+        self.assertIsNone(self.files.state(self.file.ino))
+        self.assertIsNone(self.files.state(other.ino))
+        again = self.fs.known_open(self.file.ino, os.O_RDONLY, CALLER)
+        assert again is not None
+        self.assertTrue(self.fs.release_here(again.fh), "a new sweep after the last one")
+        self.mount.ok(self.fs.write_backs_settled())
+
+    def test_reopened_before_the_sweep(self) -> None:
+        """A state opened again before the sweep is left to its new handle."""
+        reader = self.fs.known_open(self.file.ino, os.O_RDONLY, CALLER)
+        assert reader is not None
+        self.assertTrue(self.fs.release_here(reader.fh))
+        writer = self.mount.ok(self.fs.open(self.file.ino, os.O_RDWR, CALLER))
+        self.fs.sweep_released()
+        self.sweep()
+        state = self.files.state(self.file.ino)
+        assert state is not None
+        self.assertEqual(state.handles, 1)
+        self.mount.ok(self.fs.write(writer.fh, 0, b"AB", CALLER))
+        self.mount.ok(self.fs.flush(writer.fh, CALLER))
+        self.mount.ok(self.fs.release(writer.fh, CALLER))
+        self.assertIsNone(self.files.state(self.file.ino))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"AB345")
+
+    def test_left_to_the_reactor(self) -> None:
+        """
+        A writable handle, and the last reader of a file with a change to
+        commit, are released by the reactor; a reader beside a writer is
+        released here and posts no sweep (the writer's release retires it).
+        """
+        writer = self.mount.ok(self.fs.open(self.file.ino, os.O_RDWR, CALLER))
+        reader = self.mount.ok(self.fs.open(self.file.ino, os.O_RDONLY, CALLER))
+        self.assertIsNone(self.fs.release_here(writer.fh))
+        self.assertIs(self.fs.release_here(reader.fh), False)
+        self.mount.ok(self.fs.write(writer.fh, 0, b"AB", CALLER))
+        last = self.mount.ok(self.fs.open(self.file.ino, os.O_RDONLY, CALLER))
+        self.mount.ok(self.fs.release(writer.fh, CALLER))  # its commit waits for the reader
+        self.assertIsNone(self.fs.release_here(last.fh), "a change to commit")
+        self.assertIsNone(self.fs.release_here(12345))
+        self.mount.ok(self.fs.release(last.fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"AB345")

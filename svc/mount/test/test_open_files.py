@@ -67,3 +67,38 @@ class OpenFilesTests(SynchronousTestCase):
         self.assertTrue(self.files.retire_if_idle(handle.state))
         self.assertIsNone(self.files.state(4))
         self.assertIsNotNone(self.files.open_unopened(4, lambda: self.state(4)))
+
+    def test_release_reader_of_a_clean_state(self) -> None:
+        """
+        A read-only handle is forgotten from any thread; its state stays
+        registered (the reactor retires it), its count lowered.
+        """
+        handle = self.files.open_unopened(4, lambda: self.state(4))
+        assert handle is not None
+        self.assertIs(self.files.release_reader(handle.fh), handle.state)
+        self.assertIsNone(self.files.handle(handle.fh))
+        self.assertEqual(handle.state.handles, 0)
+        self.assertIs(self.files.state(4), handle.state)
+        self.assertIsNone(self.files.release_reader(handle.fh), "already released")
+
+    def test_release_reader_leaves_what_needs_the_reactor(self) -> None:
+        """
+        A writable handle, or the last handle of a state with something to
+        do (a change not committed, a lock held), is left to the reactor's
+        release; a reader beside other handles is not the last.
+        """
+        state = self.state(5)
+        writer = self.files.open(state, writable=True)
+        reader = self.files.open(state, writable=False)
+        self.assertIsNone(self.files.release_reader(writer.fh))
+        self.assertIs(self.files.release_reader(reader.fh), state, "the writer keeps it")
+        self.assertEqual(state.handles, 1)
+        self.files.release(writer.fh)
+        last = self.files.open(state, writable=False)
+        state.layout.write(0, 3)  # a change not committed yet
+        self.assertIsNone(self.files.release_reader(last.fh))
+        state.layout.reset(())
+        state.lock.acquire()
+        self.assertIsNone(self.files.release_reader(last.fh))
+        state.lock.release()
+        self.assertIs(self.files.release_reader(last.fh), state)
