@@ -107,6 +107,7 @@ class ToolsRemountTests(MountStackCase):
 
         # tar x reproduces the tree (directory sizes are file-system specific).
         extracted = _without_directory_sizes(lstat_tree(self.mount_point / "tree"))
+        self.maxDiff = None
         self.assertEqual(extracted, _without_directory_sizes(lstat_tree(source)))
         before = lstat_tree(self.mount_point)
         self.assertIn("repo/.git/HEAD", before)

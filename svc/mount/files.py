@@ -720,9 +720,21 @@ class FileOps:
             self._hand_offs.cancel_reserved(size)
             return succeed(None)
         state = handle.state
-        return self._hand_offs.hand_off(
-            state.ino, size, partial(self.write_back, state, caller), reserved=True
-        )
+        # Until its commit is sent, later namespace changes wait for it, as
+        # they would have had the close waited for the sending.
+        unsent = self._ctx.namespace_lock.close_answered()
+
+        async def write_back(on_sent: Callable[[], None]) -> None:
+            def sent() -> None:
+                unsent()
+                on_sent()
+
+            try:
+                await self.write_back(state, caller, sent)
+            finally:
+                unsent()
+
+        return self._hand_offs.hand_off(state.ino, size, write_back, reserved=True)
 
     async def flush(self, fh: int, caller: CallerProcess) -> None:
         """

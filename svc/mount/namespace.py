@@ -492,7 +492,7 @@ class NamespaceOps:
         await self.settled_at(parent, name)
         await self.settled_at(new_parent, new_name)
         if parent == new_parent:
-            async with ctx.namespace_lock.sending_commit():
+            async with ctx.namespace_lock.sending_commit(after_closes=True):
                 if self._rename_beside_commits(parent, name, new_name, caller):
                     return
         lock = ctx.namespace_lock
@@ -672,7 +672,8 @@ class NamespaceOps:
         await self.settled_at(new_parent, new_name)
         known = ctx.table.get(ino)
         behind = known is not None and self._exists_or_committing(known)
-        async with ctx.namespace_lock.sending_commit() if behind else ctx.namespace_lock:
+        lock = ctx.namespace_lock
+        async with lock.sending_commit(after_closes=True) if behind else lock:
             node = ctx.node(ino)
             target_dir = ctx.directory(new_parent)
             rel = ctx.rel_of(node)

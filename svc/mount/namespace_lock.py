@@ -60,6 +60,17 @@ L{vacated} -- fails at once with C{EIO} instead, as do those already
 waiting: every one of them needs the server, and each would otherwise hold
 one of the mount's few FUSE workers until its timeout, one after another.
 
+A close answered on its FUSE thread (``mount-consistency.md`` section
+2.5) has returned before its commit is sent: its hand-off starts on the
+reactor before any later request, but may wait there (for the file's lock,
+an upload) before sending. It is counted from that start until its commit is
+sent or its write-back ends (L{NamespaceLock.close_answered}), and every
+namespace change -- an exclusive holder, C{handing_off()}, a rename sent
+with C{sending_commit(after_closes=True)} -- first waits until none is
+counted, before it counts as waiting itself (so the commit it waits for can
+still be sent). It then finds that commit in flight, as it would have had
+the close waited for the sending.
+
 Every wait for the lock also ends, with C{EIO}, once the program behind the
 operation has been answered without it (its bridge timeout:
 L{svc.mount.op_ticket}), so an operation never takes effect after its
@@ -93,6 +104,7 @@ class NamespaceLock:
         self._moving: dict[int, InFlight] = {}
         self._leaving: dict[tuple[int, str], InFlight] = {}
         self._exclusive_waiting = InFlight()
+        self._unsent_closes = InFlight()
         self._stalls: list[str] = []
         self._stall_waiters: list[Deferred[None]] = []
 
@@ -115,12 +127,28 @@ class NamespaceLock:
         finally:
             self._lock.release()
 
+    def close_answered(self) -> Callable[[], None]:
+        """
+        A close was answered before its commit is sent (its hand-off starts
+        now); the returned callable (idempotent) says the commit is sent, or
+        the write-back ended without sending.
+        """
+        return _counted(self._unsent_closes)
+
+    async def _after_unsent_closes(self) -> None:
+        """Returns once no close answered early waits to send its commit."""
+        while self._unsent_closes.count:
+            await unless_abandoned(self._unsent_closes.settled())
+
     @asynccontextmanager
-    async def sending_commit(self) -> AsyncIterator[None]:
+    async def sending_commit(self, *, after_closes: bool = False) -> AsyncIterator[None]:
         """
-        Hold the lock to send a commit (or a rename beside the commits in
-        flight), after any operation already waiting.
+        Hold the lock to send a commit (or, C{after_closes}, a rename beside
+        the commits in flight, which first waits for the closes answered
+        early to send theirs), after any operation already waiting.
         """
+        if after_closes:
+            await self._after_unsent_closes()
         while self._exclusive_waiting.count:
             await unless_abandoned(self._exclusive_waiting.settled())
         await self._acquire()
@@ -135,6 +163,7 @@ class NamespaceLock:
         Hold the lock with no commit in flight (handed-off changes in flight
         or not), after any exclusive operation already waiting.
         """
+        await self._after_unsent_closes()
         while self._exclusive_waiting.count:
             await unless_abandoned(self._exclusive_waiting.settled())
         await self._acquire_with_none_in_flight(self._commits)
@@ -247,6 +276,7 @@ class NamespaceLock:
 
         @raise FSError: C{EIO} while handed-off changes are L{stalled}.
         """
+        await self._after_unsent_closes()
         self._exclusive_waiting.add()
         try:
             await self._acquire_with_none_in_flight(self._commits, self._handed_off)

@@ -563,6 +563,36 @@ class CloseAnsweredHereTests(SynchronousTestCase):
         [line] = self.mount.events("flush")
         self.assertFalse(line.allowed)
 
+    def test_namespace_changes_wait_until_its_commit_is_sent(self) -> None:
+        """
+        A close answered early whose write-back must wait before sending
+        (here for the file's lock): a later change of its directory's times
+        (C{tar} sets them last) waits until the commit is sent and answered,
+        so the file's creation does not stamp the directory afterwards.
+        """
+        directory = self.mount.ok(self.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        opened, _entry = self.mount.ok(
+            self.fs.create(directory.ino, b"f", 0o644, os.O_WRONLY, CALLER)
+        )
+        self.mount.ok(self.fs.write(opened.fh, 0, b"content", CALLER))
+        size = self.fs.hand_off_here(opened.fh)
+        assert size is not None
+        handle = self.fs._ctx.files.handle(opened.fh)
+        assert handle is not None
+        state = handle.state
+        state.revoke_grant()
+        self.mount.ok(state.lock.acquire())  # something else holds the file
+        self.mount.ok(self.fs.flush_reserved(opened.fh, size, CALLER))
+        stamped = self.fs.setattr(directory.ino, AttributeChanges(mtime_ns=1_000_000_000), CALLER)
+        self.assertNoResult(stamped)
+        state.lock.release()
+        self.mount.ok(stamped)
+        self.mount.ok(self.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.ok(self.fs.getattr(directory.ino, CALLER)).mtime_ns, 10**9)
+        fresh = self.fixture.mount()
+        self.assertEqual(fresh.lookup_path("d").attributes.mtime_ns, 10**9)
+        self.assertEqual(fresh.read_file("d/f"), b"content")
+
     def test_a_handle_gone_gives_the_room_back(self) -> None:
         """A hand-off posted for a handle already released starts nothing and frees its room."""
         self.patch(close_hand_off, "HAND_OFF_MAX_FILES", 1)

@@ -13,7 +13,12 @@ from svc.mount.op_ticket import OpTicket, run_with_ticket
 
 
 def hold(
-    lock: NamespaceLock, *, beside: bool = False, sending: bool = False, handing_off: bool = False
+    lock: NamespaceLock,
+    *,
+    beside: bool = False,
+    sending: bool = False,
+    handing_off: bool = False,
+    renaming: bool = False,
 ) -> tuple[Deferred[None], Deferred[None]]:
     """Take C{lock} in a coroutine: (fires once held, fire it to let go)."""
     held: Deferred[None] = Deferred()
@@ -24,8 +29,8 @@ def hold(
             async with lock.beside_commits():
                 held.callback(None)
                 await letting_go
-        elif sending:
-            async with lock.sending_commit():
+        elif sending or renaming:
+            async with lock.sending_commit(after_closes=renaming):
                 held.callback(None)
                 await letting_go
         elif handing_off:
@@ -210,6 +215,42 @@ class HandOffsInFlightTests(SynchronousTestCase):
 async def _exclusive(lock: NamespaceLock) -> None:
     async with lock:
         pass
+
+
+class UnsentClosesTests(SynchronousTestCase):
+    """
+    Closes answered before their commits were sent: namespace changes wait
+    for them to send, commits do not.
+    """
+
+    def setUp(self) -> None:
+        self.lock = NamespaceLock()
+
+    def test_namespace_changes_wait_commits_do_not(self) -> None:
+        """
+        An exclusive holder, a handing-off change and a rename beside the
+        commits wait while a close answered early has not sent its commit;
+        another commit's sending does not, even with them waiting (they do
+        not count as waiting yet, so the close's own commit can go out).
+        """
+        unsent = self.lock.close_answered()
+        waiting = [
+            hold(self.lock)[0],
+            hold(self.lock, handing_off=True)[0],
+            hold(self.lock, renaming=True)[0],
+        ]
+        for held in waiting:
+            self.assertNoResult(held)
+        sent, let_go = hold(self.lock, sending=True)
+        self.successResultOf(sent)
+        settle = self.lock.commit_sent()
+        let_go.callback(None)
+        unsent()
+        unsent()  # idempotent
+        for held in waiting:
+            self.assertNoResult(held)  # now the commit in flight holds them
+        settle()
+        self.successResultOf(waiting[0])
 
 
 class StalledTests(SynchronousTestCase):
