@@ -94,6 +94,9 @@ async def unless_abandoned(waiting: Deferred[T], undo: Callable[[T], object] | N
         waiting.cancel()
         waiting.addCallbacks(undo or _ignore, _ignore)
         raise _gone()
+    if waiting.called:
+        # Already there (a free lock, nothing in flight): nothing to race.
+        return await waiting
     first: Deferred[None] = Deferred()
     outcome: list[Any] = []
 

@@ -40,6 +40,28 @@ class UnlessAbandonedTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(result), "done")
         ticket.abandon()  # later: nothing left to end
 
+    def test_result_already_there_registers_nothing(self) -> None:
+        """
+        A Deferred that already has its result (a free lock) is awaited as
+        it is: the ticket is not asked to tell of its abandonment.
+        """
+        asked: list[None] = []
+
+        class Counting(OpTicket):
+            def when_abandoned(self) -> Deferred[None]:
+                asked.append(None)
+                return super().when_abandoned()
+
+        ticket = Counting()
+        result = run_with_ticket(ticket, lambda: Deferred.fromCoroutine(_wait(succeed("x"))))
+        self.assertEqual(self.successResultOf(result), "x")
+        self.assertEqual(asked, [])
+        waiting: Deferred[str] = Deferred()
+        later = run_with_ticket(ticket, lambda: Deferred.fromCoroutine(_wait(waiting)))
+        self.assertEqual(asked, [None], "a wait to come still races the ticket")
+        waiting.callback("y")
+        self.assertEqual(self.successResultOf(later), "y")
+
     def test_failure_when_it_comes_first(self) -> None:
         """A failure of the awaited Deferred is raised as it is."""
         waiting: Deferred[str] = Deferred()
