@@ -84,9 +84,9 @@ from dataplane_server import (
     message,
 )
 
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
-from svc.dataplane.frame_tls import frame_tls_factory, write_frame
+from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.durable import write_file_atomically
+from svc.frame_tls import frame_tls_factory, write_frame
 from svc.pki.pem import cert_to_pem, key_to_pem
 from svc.store.chunks import chunk_hash
 from svc.testing.pki import AgentCredentials, TestPKI

@@ -16,7 +16,7 @@ Beside it, on a second port and with the same server TLS options (ed25519,
 TLS 1.3 only, client certificate required), L{RawServerProtocol} speaks a
 trivial message protocol (L{MessageReader}) so the parent can measure what
 Twisted's TLS alone moves over loopback. It writes the way frame connections
-do (L{svc.dataplane.frame_tls}: unbuffered TLS, large bodies never joined),
+do (L{svc.frame_tls}: unbuffered TLS, large bodies never joined),
 so the reference is the best this TLS stack does, not a copying one.
 
 Once both ports listen it prints one JSON line, C{{"dataplane_port": ...,
@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from svc.audit.sink import JsonlAuditSink
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
 from svc.dataplane.factory import DataPlaneFactory, listen_dataplane
-from svc.dataplane.frame_tls import frame_tls_factory, write_frame
 from svc.dataplane.service import DataPlaneService
+from svc.frame_tls import frame_tls_factory, write_frame
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.pem import cert_from_pem, key_from_pem

@@ -18,8 +18,8 @@ from typing import Any
 from twisted.internet.task import react
 
 from svc.chunking import chunk_bytes
-from svc.dataplane.client import connect_dataplane
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import connect_dataplane
+from svc.dataplane_client.errors import RemoteError
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT

@@ -57,7 +57,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.ssl import TLSVersion, optionsForClientTLS
 
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.issuance import CertifiedKey
 from svc.pki.names import format_serial
 from svc.pki.pem import cert_to_pem, certs_to_pem, key_to_pem
@@ -512,7 +512,7 @@ def connect_agent(
 ) -> Deferred[DataPlaneClient]:
     """
     A real client connection for C{credentials}; fires once admitted
-    (HELLO), fails with L{svc.dataplane.client_errors.AdmissionFailed}
+    (HELLO), fails with L{svc.dataplane_client.errors.AdmissionFailed}
     when dropped. C{options} go to L{connect_dataplane}.
     """
     return connect_with(reactor, server, server.pki.client_options(credentials), **options)

@@ -29,7 +29,7 @@ from blake3 import blake3
 from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
+from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT, http

@@ -32,8 +32,8 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.chunking import chunk_bytes
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
+from svc.dataplane_client.errors import RemoteError
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT, DEMO_OWNER, Stack, enroll_and_mount, http, start_processes

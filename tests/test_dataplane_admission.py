@@ -21,8 +21,8 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.client_errors import AdmissionFailed, NotExecuted
+from svc.dataplane_client.client import DataPlaneClient
+from svc.dataplane_client.errors import AdmissionFailed, NotExecuted
 from svc.testing.pki import AgentCredentials
 from svc.wire.control import read_goaway
 from svc.wire.decoder import FrameDecoder

@@ -24,8 +24,8 @@ from blake3 import blake3
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client import DataPlaneClient, Reply
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import DataPlaneClient, Reply
+from svc.dataplane_client.errors import RemoteError
 from svc.metrics import op_label
 from svc.testing.pki import AgentCredentials
 from svc.wire.errno import WireErrno

@@ -30,7 +30,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client_errors import OutcomeUnknown
+from svc.dataplane_client.errors import OutcomeUnknown
 from tests.dataplane_harness import (
     REPO,
     SERVICE_TOKEN,

@@ -20,8 +20,8 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from svc.chunking import chunk_bytes
-from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import DataPlaneClient
+from svc.dataplane_client.errors import RemoteError
 from svc.quickstart import Stack, http, sdk_client, start_processes, wait_until
 from svc.wire.errno import WireErrno
 from tests.mount_harness import connect_enrolled

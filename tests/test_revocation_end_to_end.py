@@ -23,8 +23,8 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from svc.control.agent_auth import sign_request
-from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.client_errors import AdmissionFailed
+from svc.dataplane_client.client import DataPlaneClient
+from svc.dataplane_client.errors import AdmissionFailed
 from svc.pki.pem import cert_from_pem, key_from_pem
 from svc.quickstart import http
 from tests.mount_harness import connect_enrolled

@@ -64,21 +64,6 @@ from twisted.logger import Logger
 from twisted.web.server import Request
 
 from svc.control.ca import AgentCAProvider, certificate_fingerprint
-from svc.control.errors import (
-    AGENT_SCOPE_REQUIRED,
-    INVALID_CLIENT,
-    REVOKED,
-    AccessDenied,
-    Gone,
-    InvalidCredential,
-    JsonValue,
-    ServiceUnavailable,
-)
-from svc.control.http_rules import (
-    check_declared_length,
-    check_json_content_type,
-    parse_json_object,
-)
 from svc.control.routing import API_PREFIX
 from svc.control.store.errors import NotFound
 from svc.control.store.interface import ControlStore
@@ -88,6 +73,21 @@ from svc.pki.chain import verify_chain
 from svc.pki.errors import AdmissionRefused, PKIError, RefusalReason
 from svc.pki.identity import AgentIdentity, DenyList, admit_agent
 from svc.pki.pem import cert_to_pem, certs_from_pem
+from svc.web.errors import (
+    AGENT_SCOPE_REQUIRED,
+    INVALID_CLIENT,
+    REVOKED,
+    AccessDenied,
+    Gone,
+    InvalidCredential,
+    JsonValue,
+    ServiceUnavailable,
+)
+from svc.web.rules import (
+    check_declared_length,
+    check_json_content_type,
+    parse_json_object,
+)
 
 PROOF_CONTEXT = "svc-agent-proof-v1"
 PROOF_WINDOW_SECONDS = 60

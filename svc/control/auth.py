@@ -17,9 +17,9 @@ import attrs
 from twisted.logger import Logger
 from twisted.web.server import Request
 
-from svc.control.errors import TENANT_NOT_ALLOWED, AccessDenied, InvalidCredential
 from svc.control.hostjwt import HostIdentity, HostJwtVerifier, HostTokenRejected, TenantNotAllowed
-from svc.control.http_rules import parse_bearer
+from svc.web.errors import TENANT_NOT_ALLOWED, AccessDenied, InvalidCredential
+from svc.web.rules import parse_bearer
 
 _log = Logger()
 

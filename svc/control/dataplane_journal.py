@@ -17,7 +17,7 @@ from typing import cast
 
 import attrs
 
-from svc.control.errors import JsonValue
+from svc.web.errors import JsonValue
 
 MAX_WAIT_SECONDS = 30.0
 """The longest long-poll a data-plane server accepts."""

@@ -51,7 +51,19 @@ from svc.control.agent_auth import AgentPrincipal
 from svc.control.auth import bearer_credential
 from svc.control.ca import AgentCA, AgentCAProvider, MintedLeaf
 from svc.control.dataplane_client import AgentGrant
-from svc.control.errors import (
+from svc.control.rate_limit import SlidingWindowLimiter
+from svc.control.revocation_push import NoPushes, PushNotices
+from svc.control.settings import ControlSettings
+from svc.control.store.errors import NotFound
+from svc.control.store.interface import ControlStore
+from svc.control.store.outcomes import (
+    EnrollGrant,
+    EnrollOutcome,
+    EnrollRefusalReason,
+    InsufficientCapacity,
+)
+from svc.control.store.values import CertificateKind, IssuedCertificate, Placement
+from svc.web.errors import (
     AGENT_SCOPE_REQUIRED,
     INVALID_CLIENT,
     REVOKED,
@@ -66,18 +78,6 @@ from svc.control.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from svc.control.rate_limit import SlidingWindowLimiter
-from svc.control.revocation_push import NoPushes, PushNotices
-from svc.control.settings import ControlSettings
-from svc.control.store.errors import NotFound
-from svc.control.store.interface import ControlStore
-from svc.control.store.outcomes import (
-    EnrollGrant,
-    EnrollOutcome,
-    EnrollRefusalReason,
-    InsufficientCapacity,
-)
-from svc.control.store.values import CertificateKind, IssuedCertificate, Placement
 
 ENROLL_RETRY_AFTER = 60
 """C{Retry-After} on a 503 while CA material or placement is not ready."""

@@ -29,25 +29,6 @@ from twisted.python.failure import Failure
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
-from svc.control.errors import (
-    ApiError,
-    InvalidRequest,
-    JsonValue,
-    MethodNotAllowed,
-    NotFound,
-    ServerError,
-    ServiceUnavailable,
-    render_json,
-)
-from svc.control.http_rules import (
-    API_MAJOR_VERSION,
-    BODY_REQUIRED,
-    check_declared_length,
-    check_json_content_type,
-    choose_request_id,
-    new_request_id,
-    parse_json_object,
-)
 from svc.control.routing import (
     AuthKind,
     Feature,
@@ -58,6 +39,25 @@ from svc.control.routing import (
     plan_mounts,
 )
 from svc.control.settings import DEFAULT_MAX_BODY_BYTES
+from svc.web.errors import (
+    ApiError,
+    InvalidRequest,
+    JsonValue,
+    MethodNotAllowed,
+    NotFound,
+    ServerError,
+    ServiceUnavailable,
+    render_json,
+)
+from svc.web.rules import (
+    API_MAJOR_VERSION,
+    BODY_REQUIRED,
+    check_declared_length,
+    check_json_content_type,
+    choose_request_id,
+    new_request_id,
+    parse_json_object,
+)
 
 REQUEST_ID_HEADER = b"X-Request-ID"
 API_VERSION_HEADER = b"Svc-API-Version"

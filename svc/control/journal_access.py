@@ -8,7 +8,7 @@ C{(path, seq)} as the owner. L{DataPlaneJournal} implements it over
 mutual TLS with the control-plane certificate
 (C{docs/specifications/control-dataplane.md}); L{svc.testing.journal}
 has the in-memory fake. Implementations raise the control plane's
-L{svc.control.errors.ApiError}s, so routes translate nothing.
+L{svc.web.errors.ApiError}s, so routes translate nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from svc.control.dataplane_client import (
     target_for,
 )
 from svc.control.dataplane_journal import JournalRequest
-from svc.control.errors import (
+from svc.control.store.interface import ControlStore
+from svc.control.store.values import Server
+from svc.web.errors import (
     AccessDenied,
     ApiError,
     Conflict,
@@ -40,8 +42,6 @@ from svc.control.errors import (
     NotFound,
     ServiceUnavailable,
 )
-from svc.control.store.interface import ControlStore
-from svc.control.store.values import Server
 
 ORDERS = ("asc", "desc")
 MAX_WAIT_SECONDS = 30.0
@@ -105,7 +105,7 @@ class JournalAccess(Protocol):
         (only for C{asc}), an empty page is answered only after that long
         without a new row.
 
-        @raise svc.control.errors.ServiceUnavailable: C{dataplane_unreachable}.
+        @raise svc.web.errors.ServiceUnavailable: C{dataplane_unreachable}.
         """
 
     def revert(
@@ -115,9 +115,9 @@ class JournalAccess(Protocol):
         Restore C{path} to its state before row C{seq}, written by
         C{owner:<user_id>}: C{reverted_seq}, C{journal_seq}, C{exists}.
 
-        @raise svc.control.errors.NotFound: no such row for that path.
-        @raise svc.control.errors.AccessDenied: C{disk_root}.
-        @raise svc.control.errors.Conflict: C{chunks_collected}.
+        @raise svc.web.errors.NotFound: no such row for that path.
+        @raise svc.web.errors.AccessDenied: C{disk_root}.
+        @raise svc.web.errors.Conflict: C{chunks_collected}.
         """
 
 

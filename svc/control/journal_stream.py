@@ -20,7 +20,6 @@ from typing import Any
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
 
-from svc.control.errors import ApiError, JsonValue
 from svc.control.journal_access import (
     JournalAccess,
     JournalFilter,
@@ -28,6 +27,7 @@ from svc.control.journal_access import (
     TenantRef,
     render_entry,
 )
+from svc.web.errors import ApiError, JsonValue
 
 HEARTBEAT_SECONDS = 15.0
 """Longest silence before a heartbeat comment."""

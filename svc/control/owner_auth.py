@@ -21,10 +21,10 @@ from urllib.parse import urlsplit
 import attrs
 from twisted.web.server import Request
 
-from svc.control.errors import AccessDenied, InvalidCredential
-from svc.control.http_rules import parse_bearer
 from svc.control.store.interface import ControlStore
 from svc.control.store.values import AdminSession, User
+from svc.web.errors import AccessDenied, InvalidCredential
+from svc.web.rules import parse_bearer
 
 SESSION_COOKIE = "svc_admin_session"
 """The cookie that carries an admin session secret."""

@@ -42,12 +42,12 @@ from svc.control.enrollment import (
     EnrollTokenCredential,
     format_timestamp,
 )
-from svc.control.errors import InvalidRequest, JsonValue, ServiceUnavailable
 from svc.control.http import Authenticator, Call
 from svc.control.routing import AuthKind, Feature, HandlerResult, Route
 from svc.pki import names
 from svc.pki.errors import InvalidName, IssuanceError
 from svc.pki.pem import cert_to_pem
+from svc.web.errors import InvalidRequest, JsonValue, ServiceUnavailable
 
 __all__ = [
     "AgentCAProvider",

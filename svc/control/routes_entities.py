@@ -26,7 +26,6 @@ import attrs
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from svc.control import errors as api
 from svc.control.dataplane_client import (
     AccountBudget,
     AgentGrant,
@@ -37,7 +36,6 @@ from svc.control.dataplane_client import (
     rfc3339,
     target_for,
 )
-from svc.control.errors import JsonValue
 from svc.control.http import Call
 from svc.control.revocation_push import PushNotices
 from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
@@ -47,6 +45,8 @@ from svc.control.store.interface import ControlStore
 from svc.control.store.values import Allocation, AllocationState, Server, User
 from svc.pki import names
 from svc.pki.errors import InvalidName
+from svc.web import errors as api
+from svc.web.errors import JsonValue
 
 T = TypeVar("T")
 

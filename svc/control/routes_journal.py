@@ -15,8 +15,6 @@ from typing import Any
 import attrs
 from twisted.web.server import Request
 
-from svc.control import errors as api
-from svc.control.errors import JsonValue
 from svc.control.http import Call
 from svc.control.journal_access import (
     JournalAccess,
@@ -37,6 +35,8 @@ from svc.control.store.interface import ControlStore
 from svc.pki import names
 from svc.store.errors import InvalidArgument
 from svc.store.manifest_paths import check_path
+from svc.web import errors as api
+from svc.web.errors import JsonValue
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -26,9 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 from twisted.logger import Logger
 
-from svc.control import errors as api
 from svc.control.dataplane_client import rfc3339
-from svc.control.errors import JsonValue
 from svc.control.http import Call
 from svc.control.revocation_push import PushNotices
 from svc.control.routes_entities import from_store, utc_now
@@ -40,6 +38,8 @@ from svc.control.store.outcomes import (
     MountConflictCode,
 )
 from svc.control.store.values import Allocation, MountHolder, MountLease
+from svc.web import errors as api
+from svc.web.errors import JsonValue
 
 DEFAULT_MOUNT_LEASE_TTL_SECONDS = 120
 """How long a mount lease lives without a refresh (C{SVC_MOUNT_LEASE_TTL_SECONDS})."""

@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 from twisted.logger import Logger
 
-from svc.control import errors as api
 from svc.control.dataplane_client import (
     DataPlaneCallFailed,
     DataPlaneClient,
@@ -27,7 +26,6 @@ from svc.control.dataplane_client import (
     target_for,
 )
 from svc.control.enrollment import new_secret_token
-from svc.control.errors import JsonValue
 from svc.control.http import Call
 from svc.control.owner_auth import (
     API_TOKEN_PREFIX,
@@ -42,6 +40,8 @@ from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
 from svc.control.settings import ControlSettings
 from svc.control.store.interface import ControlStore
 from svc.control.store.values import Allocation, AllocationState, ApiToken, Server
+from svc.web import errors as api
+from svc.web.errors import JsonValue
 
 DASHBOARD_PATH = "/dashboard"
 """Where a successful sign-in link redirects."""

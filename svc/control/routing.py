@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from svc.control.errors import JsonValue
+from svc.web.errors import JsonValue
 
 if TYPE_CHECKING:
     from svc.control.http import Call

@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
-from svc.dataplane.protocol import DataPlaneClock
+from svc.timers import TimerClock
 
 _log = Logger()
 
@@ -33,7 +33,7 @@ FENCE_SECONDS = 10.0
 class DrainFences:
     """The drains of closed connections, per agent; see the module docstring."""
 
-    def __init__(self, clock: DataPlaneClock) -> None:
+    def __init__(self, clock: TimerClock) -> None:
         self._clock = clock
         self._draining: dict[Hashable, list[Deferred[None]]] = {}
 

@@ -28,10 +28,11 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission, SwappableServerTLS
-from svc.dataplane.frame_tls import frame_tls_factory
 from svc.dataplane.interfaces import IDataPlaneService
-from svc.dataplane.protocol import DataPlaneClock, DataPlaneServerProtocol
+from svc.dataplane.protocol import DataPlaneServerProtocol
+from svc.frame_tls import frame_tls_factory
 from svc.pki.identity import AgentIdentity
+from svc.timers import TimerClock
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
 from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
 from svc.wire.ops import REQUEST_OPS
@@ -156,7 +157,7 @@ class DataPlaneFactory(Factory):
         self,
         service: IDataPlaneService,
         admission: Admission,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         limits: ServerLimits | None = None,
         *,
         new_connection_id: Callable[[], str] = random_connection_id,

@@ -46,21 +46,6 @@ from svc.audit.server_events import (
     http_get_audit_event,
     owner_journal_revert_event,
 )
-from svc.control.errors import (
-    ApiError,
-    InvalidRequest,
-    JsonValue,
-    MethodNotAllowed,
-    NotFound,
-    ServerError,
-    render_json,
-)
-from svc.control.http_rules import (
-    BODY_REQUIRED,
-    check_declared_length,
-    check_json_content_type,
-    parse_json_object,
-)
 from svc.dataplane.change_notices import ChangeNotice, owner_revert_notice
 from svc.dataplane.http_audit import (
     BLOCK_SIZE,
@@ -100,6 +85,21 @@ from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
 from svc.store.journal import RevertResult
 from svc.store.tenant import TenantStorage
+from svc.web.errors import (
+    ApiError,
+    InvalidRequest,
+    JsonValue,
+    MethodNotAllowed,
+    NotFound,
+    ServerError,
+    render_json,
+)
+from svc.web.rules import (
+    BODY_REQUIRED,
+    check_declared_length,
+    check_json_content_type,
+    parse_json_object,
+)
 from svc.worker import IWorker
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024

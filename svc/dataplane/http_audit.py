@@ -23,9 +23,9 @@ from typing import BinaryIO
 import attrs
 
 from svc.audit.reader import parse_line
-from svc.control.errors import InvalidRequest
 from svc.pki import names
 from svc.pki.identity import AgentIdentity
+from svc.web.errors import InvalidRequest
 
 DEFAULT_LIMIT = 100
 """Records returned when C{limit} is not given."""

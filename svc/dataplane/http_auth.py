@@ -27,10 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from OpenSSL import SSL, crypto
 from twisted.internet.ssl import CertificateOptions, TLSVersion
 
-from svc.control.errors import INVALID_CLIENT, AccessDenied, InvalidCredential
 from svc.pki import names
 from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity, ControlIdentity, DenyList, admit_agent, control_identity
+from svc.web.errors import INVALID_CLIENT, AccessDenied, InvalidCredential
 
 HTTP_VERIFY_DEPTH = 1
 """At most one intermediate between a client leaf and the org root (an

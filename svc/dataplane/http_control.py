@@ -16,7 +16,6 @@ from datetime import datetime
 
 import attrs
 
-from svc.control.errors import InvalidRequest, JsonValue
 from svc.dataplane.http_audit import parse_timestamp
 from svc.pki import names
 from svc.pki.errors import InvalidName
@@ -24,6 +23,7 @@ from svc.pki.identity import DeniedSerial, DenyList
 from svc.store.engine import StorageEngine, scan_owner_tenants
 from svc.store.gc import PurgeReport
 from svc.store.layout import TenantLocation, is_valid_id
+from svc.web.errors import InvalidRequest, JsonValue
 from svc.worker import IWorker
 
 MAX_QUOTA_BYTES = 2**63 - 1

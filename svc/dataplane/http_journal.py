@@ -21,7 +21,6 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.python.failure import Failure
 
-from svc.control.errors import AccessDenied, Conflict, InvalidRequest, JsonValue, NotFound
 from svc.dataplane.confinement import MAX_NAME_BYTES, MAX_PATH_BYTES, is_canonical
 from svc.dataplane.replies import journal_entry_map, revert_map
 from svc.pki import names
@@ -32,6 +31,7 @@ from svc.store.journal import MAX_PAGE, JournalPage, JournalQuery, RevertResult
 from svc.store.layout import TenantLocation, is_valid_id
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
+from svc.web.errors import AccessDenied, Conflict, InvalidRequest, JsonValue, NotFound
 from svc.worker import IWorker
 
 MAX_WAIT_SECONDS = 30.0

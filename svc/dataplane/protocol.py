@@ -41,10 +41,11 @@ from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission
-from svc.dataplane.frame_tls import write_frame
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
+from svc.frame_tls import no_delay, write_frame
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import AgentIdentity
+from svc.timers import Timer, TimerClock
 from svc.wire.control import (
     GoAway,
     GoAwayReason,
@@ -69,25 +70,6 @@ GENERIC_FAILURE_MESSAGE = "internal server error"
 DROPPED_WHEN_BLOCKED = frozenset({Op.CHANGED})
 """Best-effort pushes not sent while the transport's write buffer is full."""
 """The ERROR message sent for a failure that is a bug (never its text)."""
-
-
-class Timer(TypingProtocol):
-    """The part of C{IDelayedCall} the protocols use."""
-
-    def active(self) -> bool:
-        """Whether the call is still pending."""
-
-    def cancel(self) -> None:
-        """Stop the pending call."""
-
-
-class DataPlaneClock(TypingProtocol):
-    """The part of C{IReactorTime} the protocols use (a reactor or a C{Clock})."""
-
-    def callLater(
-        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
-    ) -> Timer:
-        """Call C{callable} after C{delay} seconds."""
 
 
 class ConnectionTracker(TypingProtocol):
@@ -141,19 +123,6 @@ def error_for_failure(request_id: int, failure: Failure, op: str) -> Frame:
     else:
         _log.failure("data-plane op {op} failed", failure, op=op)
     return error_frame(request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE)
-
-
-def no_delay(transport: object) -> None:
-    """
-    Turn Nagle's algorithm off on the TCP connection under C{transport} (the
-    TLS layer forwards C{setTcpNoDelay} to it; test transports lack it).
-    Frames are small and pipelined: with Nagle on, a frame written while the
-    previous one is unacknowledged waits for the peer's delayed ACK (up to
-    40 ms on Linux).
-    """
-    set_no_delay = getattr(transport, "setTcpNoDelay", None)
-    if callable(set_no_delay):
-        set_no_delay(True)
 
 
 def _log_close_failure(failure: Failure) -> None:
@@ -216,7 +185,7 @@ class DataPlaneServerProtocol(Protocol):
         *,
         service: IDataPlaneService,
         admission: Admission,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         limits: ServerLimits,
         new_connection_id: Callable[[], str],
         tracker: ConnectionTracker | None = None,

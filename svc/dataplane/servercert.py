@@ -40,20 +40,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
-from OpenSSL import crypto
-from treq.client import HTTPClient
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred, succeed
-from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
 
 from svc.durable import make_directories, write_file_atomically
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import PKIError
-from svc.pki.pem import cert_from_pem, cert_to_pem, certs_from_pem, key_from_pem, key_to_pem
+from svc.pki.pem import cert_from_pem, cert_to_pem, key_from_pem, key_to_pem
 from svc.worker import IWorker
 
 SIGN_PATH = "/control/sign-server-cert"
@@ -294,26 +290,6 @@ def load_static_credentials(cert_path: Path, key_path: Path, root_path: Path) ->
         key_from_pem(key_path.read_bytes()),
         cert_from_pem(root_path.read_bytes()),
     )
-
-
-def control_plane_http_client(reactor: Any, ca_file: Path | None) -> Any:
-    """
-    A treq client for calls to the control plane. With C{ca_file} (PEM,
-    C{SVC_CA_FILE}) HTTPS trusts only the certificates in it; without, the
-    platform's trust store. A plain C{http://} control URL (the local
-    development stack) works with either.
-    """
-    if ca_file is None:
-        agent: Any = Agent(reactor)  # type: ignore[no-untyped-call]
-        return HTTPClient(agent)
-    anchors = [
-        Certificate(crypto.X509.from_cryptography(c))  # type: ignore[no-untyped-call]
-        for c in certs_from_pem(ca_file.read_bytes())
-    ]
-    trust = trustRootFromCertificates(anchors)  # type: ignore[no-untyped-call]
-    policy = BrowserLikePolicyForHTTPS(trustRoot=trust)  # type: ignore[no-untyped-call]
-    agent = Agent(reactor, contextFactory=policy)  # type: ignore[no-untyped-call]
-    return HTTPClient(agent)
 
 
 class PostsJson(Protocol):

@@ -59,7 +59,6 @@ from svc.dataplane.servercert import (
     ServerCertificate,
     SignServerCertCall,
     StaticServerCertificate,
-    control_plane_http_client,
 )
 from svc.dataplane.service import DataPlaneService, EventCallback, RevokeCallback
 from svc.dataplane.settings import DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, TapConfig
@@ -70,6 +69,7 @@ from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
 from svc.store.engine import StorageEngine, StorageRoots
+from svc.web.clients import control_plane_http_client
 from svc.worker import IWorker, ThreadWorker
 
 HELLO_SERVER_NAME = "svc-dataplane"

@@ -41,8 +41,8 @@ from twisted.web.client import (
 )
 from twisted.web.error import SchemeNotSupported
 
-from svc.dataplane.servercert import control_plane_http_client
 from svc.mount.credentials import AgentCredentials, CredentialsError
+from svc.web.clients import control_plane_http_client
 
 __all__ = [
     "AlreadyMounted",

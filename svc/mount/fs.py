@@ -24,7 +24,6 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent, CallerProcess
-from svc.dataplane.protocol import DataPlaneClock
 from svc.mount.attributes import (
     AttributeChanges,
     Attributes,
@@ -45,6 +44,7 @@ from svc.mount.quota_room import QuotaRoom
 from svc.mount.quota_source import quota_report
 from svc.mount.remote import IChunkSource, Remote
 from svc.policy import UNRESTRICTED, PathPolicy
+from svc.timers import TimerClock
 from svc.worker import IWorker
 
 _log = Logger()
@@ -69,7 +69,7 @@ class MountFS:
         spill_dir: Path,
         worker: IWorker,
         now: Callable[[], float],
-        clock: DataPlaneClock,
+        clock: TimerClock,
         emit: Callable[[AuditEvent], object],
         spill_worker: IWorker | None = None,
         policy: PathPolicy = UNRESTRICTED,

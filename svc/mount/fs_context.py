@@ -17,7 +17,6 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
-from svc.dataplane.protocol import DataPlaneClock
 from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
 from svc.mount.client_audit import ClientAudit
 from svc.mount.errors import FSError, RemoteFailure
@@ -38,6 +37,7 @@ from svc.mount.writeback import (
     DEFAULT_PROBE_MIN_BYTES,
 )
 from svc.policy import UNRESTRICTED, PathPolicy
+from svc.timers import TimerClock
 from svc.wire.errno import WireErrno
 from svc.worker import IWorker
 
@@ -132,7 +132,7 @@ class FSContext:
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
         connected: Callable[[], bool] = lambda: True,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
         unsent_dir: Path | None = None,

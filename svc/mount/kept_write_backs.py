@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.dataplane.protocol import DataPlaneClock, Timer
+from svc.timers import Timer, TimerClock
 
 _log = Logger()
 
@@ -72,7 +72,7 @@ class KeptWriteBacks:
 
     def __init__(
         self,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         *,
         pause_initial: float = PAUSE_INITIAL,
         pause_max: float = PAUSE_MAX,

@@ -2,8 +2,8 @@
 Typed data-plane operations for the mount client.
 
 L{Remote} wraps one connection's C{call(op, payload, raw)} seam (a
-L{svc.dataplane.client.DataPlaneClient}, or in tests a
-L{svc.mount.local_connection.LocalConnection}) with one method per
+L{svc.dataplane_client.client.DataPlaneClient}, or in tests a
+L{svc.testing.local_connection.LocalConnection}) with one method per
 operation of ``docs/specifications/dataplane-ops.md``, returning frozen
 values. Failures are translated here, once, into L{RemoteFailure}: the
 server's wire errno becomes the local errno of the same name; a request that
@@ -28,8 +28,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.chunking import chunk_hash
-from svc.dataplane.client import PushCallback, Reply
-from svc.dataplane.client_errors import (
+from svc.dataplane_client.client import PushCallback, Reply
+from svc.dataplane_client.errors import (
     CallTimedOut,
     DataPlaneError,
     OutcomeUnknown,
@@ -485,7 +485,7 @@ class DirectChunkSource:
 
 def changed_pushes(receive: Callable[[tuple[str, ...], str | None], object]) -> PushCallback:
     """
-    A push callback for L{svc.dataplane.client.DataPlaneClient.on_push}
+    A push callback for L{svc.dataplane_client.client.DataPlaneClient.on_push}
     that hands each C{changed} push's paths and session id to C{receive};
     other pushes are not its business, and a malformed C{changed} push is
     logged and dropped.

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from twisted.internet.defer import Deferred
 
-from svc.dataplane.protocol import DataPlaneClock, Timer
+from svc.timers import Timer, TimerClock
 
 
 class Stopping:
     """See the module docstring."""
 
-    def __init__(self, clock: DataPlaneClock) -> None:
+    def __init__(self, clock: TimerClock) -> None:
         self._clock = clock
         self._begun = False
         self._pauses: dict[Deferred[None], Timer] = {}

@@ -26,8 +26,8 @@ from twisted.python import usage
 from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
-from svc.dataplane.client import DataPlaneClient, connect_dataplane
-from svc.dataplane.reconnecting import ReconnectingClient
+from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
+from svc.dataplane_client.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, KernelNotices, ReactorCaller, sync_all
 from svc.mount.cache import ChunkCache
 from svc.mount.cached_chunks import CachedChunks

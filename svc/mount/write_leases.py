@@ -39,10 +39,10 @@ import attrs
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
-from svc.dataplane.protocol import DataPlaneClock, Timer
 from svc.mount.errors import RemoteFailure
 from svc.mount.remote import Remote
 from svc.mount.remote_values import LeaseAnswer
+from svc.timers import Timer, TimerClock
 from svc.wire.errno import WireErrno
 
 _log = Logger()
@@ -77,7 +77,7 @@ class WriteLeases:
     def __init__(
         self,
         remote: Remote,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         session_id: Callable[[], str | None],
     ) -> None:
         """

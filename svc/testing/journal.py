@@ -12,9 +12,9 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from svc.control import errors as api
-from svc.control.errors import JsonValue
 from svc.control.journal_access import JournalFilter, JournalSlice, TenantRef
+from svc.web import errors as api
+from svc.web.errors import JsonValue
 
 
 def _matches(entry: Mapping[str, JsonValue], where: JournalFilter) -> bool:

@@ -34,9 +34,9 @@ from twisted.web.server import Site
 from svc.control.store.interface import ControlStore
 from svc.control.store.opening import open_store
 from svc.control.store.sqlite import SQLiteControlStore
-from svc.control.test.support import Answer, request
 from svc.testing.control_store import TEST_SESSION_KEY, memory_control_store
 from svc.testing.postgres import execute, schema_for_test
+from svc.testing.web import Answer, request
 
 T = TypeVar("T")
 Headers = Mapping[str, str | list[str]]

@@ -19,7 +19,8 @@ from svc.control.app import build_control_app, features_for
 from svc.control.http import Call
 from svc.control.routing import AuthKind, Feature, HandlerResult, Route
 from svc.control.settings import ControlSettings
-from svc.control.test.support import Answer, ec_key, ed25519_key, mint, public_pem, request
+from svc.control.test.support import ec_key, ed25519_key, mint, public_pem
+from svc.testing.web import Answer, request
 
 NOW = 1_800_000_000
 TOKEN = "t0ken-" + "x" * 30

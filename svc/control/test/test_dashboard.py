@@ -21,7 +21,7 @@ from svc.control.dashboard import (
 )
 from svc.control.http import ControlApp
 from svc.control.routing import Feature
-from svc.control.test.support import request
+from svc.testing.web import request
 
 
 def _resource(features: frozenset[Feature]) -> Resource:

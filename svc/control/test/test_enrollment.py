@@ -32,7 +32,6 @@ from svc.control.enrollment import (
     new_secret_token,
     refusal_error,
 )
-from svc.control.errors import ApiError
 from svc.control.revocation_push import ControlPushLoop
 from svc.control.routes_enrollment import enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
@@ -58,6 +57,7 @@ from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.identity import DenyList, admit_agent
 from svc.pki.test.profiles import END_ENTITY_EXTENSIONS, ProfileAssertions
+from svc.web.errors import ApiError
 
 SERVICE = {"Authorization": f"Bearer {SERVICE_TOKEN}"}
 

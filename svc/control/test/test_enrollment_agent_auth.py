@@ -29,7 +29,6 @@ from svc.control.agent_auth import (
     sign_request,
 )
 from svc.control.ca import AgentCAProvider
-from svc.control.errors import ApiError
 from svc.control.store.values import MountHolder
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
 from svc.control.test.test_enrollment_support import NOW, TRUST_DOMAIN, RouteWorld
@@ -37,6 +36,7 @@ from svc.pki import names
 from svc.pki.filesystem import FilesystemCA
 from svc.testing.pki import forge_leaf
 from svc.testing.worker import ImmediateWorker
+from svc.web.errors import ApiError
 
 
 async def retire(world: RouteWorld, certificate: Any) -> None:

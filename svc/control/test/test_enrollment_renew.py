@@ -14,7 +14,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from svc.control.agent_auth import sign_request
 from svc.control.store.values import CertificateKind
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
-from svc.control.test.support import Answer
 from svc.control.test.test_enrollment_support import (
     NOW,
     TRUST_DOMAIN,
@@ -25,6 +24,7 @@ from svc.pki.chain import verify_chain
 from svc.pki.identity import DenyList, admit_agent
 from svc.pki.issuance import issue_agent_leaf, issue_org_root, issue_tenant_intermediate
 from svc.pki.pem import certs_to_pem
+from svc.testing.web import Answer
 
 RENEW = "/agent/renew"
 

@@ -19,7 +19,6 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.control.routes_enrollment import parse_host_port
 from svc.control.store.values import CertificateKind
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
-from svc.control.test.support import Answer
 from svc.control.test.test_enrollment_support import (
     NOW,
     SERVICE_TOKEN,
@@ -28,6 +27,7 @@ from svc.control.test.test_enrollment_support import (
 from svc.pki import names
 from svc.pki.pem import cert_from_pem
 from svc.pki.test.profiles import ProfileAssertions
+from svc.testing.web import Answer
 
 SIGN = "/control/sign-server-cert"
 AUTH = {"Authorization": f"Bearer {SERVICE_TOKEN}"}

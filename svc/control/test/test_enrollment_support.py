@@ -32,10 +32,10 @@ from svc.control.store.interface import ControlStore
 from svc.control.store.sqlite import SQLiteControlStore
 from svc.control.store.values import Allocation, EnrollToken
 from svc.control.test.backends import RouteBackend
-from svc.control.test.support import Answer, request
 from svc.control.test.test_routes_entities import RecordedPushes
 from svc.pki.pem import certs_from_pem, key_from_pem
 from svc.testing.control_store import memory_control_store
+from svc.testing.web import Answer, request
 from svc.testing.worker import ImmediateWorker
 
 T = TypeVar("T")

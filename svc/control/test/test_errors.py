@@ -1,5 +1,5 @@
 """
-Tests for L{svc.control.errors}.
+Tests for L{svc.web.errors}.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.control.errors import (
+from svc.web.errors import (
     AccessDenied,
     ApiError,
     Conflict,

@@ -12,10 +12,10 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import Request
 
-from svc.control.errors import Conflict, InvalidCredential, LeaseLive
 from svc.control.http import Call, ControlApp
 from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
-from svc.control.test.support import Answer, request
+from svc.testing.web import Answer, request
+from svc.web.errors import Conflict, InvalidCredential, LeaseLive
 
 
 class Boom(Exception):

@@ -1,13 +1,13 @@
 """
-Tests for L{svc.control.http_rules}.
+Tests for L{svc.web.rules}.
 """
 
 from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.control.errors import InvalidRequest
-from svc.control.http_rules import (
+from svc.web.errors import InvalidRequest
+from svc.web.rules import (
     check_declared_length,
     check_json_content_type,
     choose_request_id,

@@ -16,7 +16,6 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.dataplane_client import ControlCredentials, DataPlaneClient, DataPlaneTarget
-from svc.control.errors import AccessDenied, NotFound, ServiceUnavailable
 from svc.control.journal_access import DataPlaneJournal, JournalFilter, JournalSlice, TenantRef
 from svc.control.journal_stream import JournalStream, parse_last_event_id
 from svc.control.store.values import Server
@@ -26,6 +25,7 @@ from svc.dataplane.test.test_http_journal import Journal, journal_fixture
 from svc.testing.control_store import memory_control_store
 from svc.testing.journal import MemoryJournal
 from svc.testing.pki import SERVER_NAME
+from svc.web.errors import AccessDenied, NotFound, ServiceUnavailable
 
 if TYPE_CHECKING:
     _Base = SynchronousTestCase

@@ -48,7 +48,7 @@ from svc.control.routes_mounts import MountDeps, mount_routes
 from svc.control.routing import AuthKind, Feature, MountedRoute
 from svc.control.settings import ControlSettings
 from svc.control.test.backends import SQLiteBackend
-from svc.control.test.support import Answer, ec_key, public_pem, request
+from svc.control.test.support import ec_key, public_pem
 from svc.control.test.test_dataplane_client import fake_client
 from svc.control.test.test_routes_entities import (
     ENVIRON,
@@ -57,6 +57,7 @@ from svc.control.test.test_routes_entities import (
     RecordedPushes,
 )
 from svc.testing.control_store import memory_control_store
+from svc.testing.web import Answer, request
 
 DOCUMENT_URI = "urn:svc:control:openapi"
 METHODS = ("get", "put", "post", "patch", "delete")

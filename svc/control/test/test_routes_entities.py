@@ -22,8 +22,8 @@ from svc.control.settings import ControlSettings
 from svc.control.store.outcomes import EnrollGrant
 from svc.control.store.values import AllocationState, MountHolder
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
-from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import FakeDataPlane, fake_client
+from svc.testing.web import Answer
 
 NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
 TOKEN = "service-token-" + "x" * 30

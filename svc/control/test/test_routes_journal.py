@@ -17,10 +17,10 @@ from svc.control.owner_auth import OwnerPrincipal
 from svc.control.routes_journal import JournalDeps, journal_routes
 from svc.control.routing import Route
 from svc.control.test.backends import SQLiteBackend
-from svc.control.test.support import Answer
 from svc.control.test.test_journal_stream import parse_events
 from svc.control.test.test_routes_owner import BOB_LINK, OwnerRouteCase
 from svc.testing.journal import MemoryJournal
+from svc.testing.web import Answer
 
 ALICE = TenantRef("alice", "alice")
 

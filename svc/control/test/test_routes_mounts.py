@@ -19,7 +19,6 @@ from twisted.web.server import Request
 from svc.control.agent_auth import AgentIdentityAuthenticator, sign_request
 from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider
-from svc.control.errors import INVALID_CLIENT, InvalidCredential
 from svc.control.http import Authenticator
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_mounts import MountDeps, mount_routes
@@ -27,11 +26,12 @@ from svc.control.routing import AuthKind
 from svc.control.settings import ControlSettings
 from svc.control.store.values import CertificateKind, IssuedCertificate
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
-from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import fake_client
 from svc.control.test.test_enrollment_support import Enrolled, RouteWorld
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
 from svc.sessions import PREFIX
+from svc.testing.web import Answer
+from svc.web.errors import INVALID_CLIENT, InvalidCredential
 
 NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
 LEAF_EXPIRY = NOW + timedelta(hours=1)

@@ -21,9 +21,9 @@ from svc.control.routing import AuthKind, Route
 from svc.control.settings import ControlSettings
 from svc.control.store.values import MountHolder
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend, json_body
-from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import FakeDataPlane, fake_client
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
+from svc.testing.web import Answer
 
 NOW = datetime(2026, 11, 22, 19, 0, 0, tzinfo=UTC)
 LINK = "link-secret-for-alice-0123456789abcdefghijk"

@@ -17,9 +17,9 @@ from svc.control.agent_auth import sign_request
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_mounts import MountDeps, mount_routes
 from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBackend
-from svc.control.test.support import Answer
 from svc.control.test.test_dataplane_client import fake_client
 from svc.control.test.test_enrollment_support import SERVICE_TOKEN, Enrolled, RouteWorld
+from svc.testing.web import Answer
 
 SERVICE = {"Authorization": f"Bearer {SERVICE_TOKEN}", "Content-Type": "application/json"}
 

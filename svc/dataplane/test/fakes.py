@@ -20,10 +20,10 @@ from twisted.python.failure import Failure
 from twisted.test.iosim import IOPump, connectedServerAndClient
 
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
-from svc.dataplane.client import DataPlaneClientProtocol, client_tls_factory
 from svc.dataplane.factory import DataPlaneFactory, ServerLimits, tls_server_factory
 from svc.dataplane.interfaces import IConnectionSink, OpReply
 from svc.dataplane.protocol import DataPlaneServerProtocol
+from svc.dataplane_client.client import DataPlaneClientProtocol, client_tls_factory
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.testing.pki import TestPKI, shared_test_pki
 from svc.wire.decoder import FrameDecoder

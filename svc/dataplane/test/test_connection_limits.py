@@ -9,9 +9,9 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import DataPlaneClientProtocol
 from svc.dataplane.factory import ServerLimits
 from svc.dataplane.test.fakes import TLSHarness
+from svc.dataplane_client.client import DataPlaneClientProtocol
 
 
 def admitted(protocol: DataPlaneClientProtocol) -> bool:

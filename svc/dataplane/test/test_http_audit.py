@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.control.errors import InvalidRequest
 from svc.dataplane.http_audit import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -23,6 +22,7 @@ from svc.dataplane.http_audit import (
     parse_audit_query,
     select_records,
 )
+from svc.web.errors import InvalidRequest
 
 
 def backwards(data: bytes, **limits: int) -> list[bytes]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.control.errors import InvalidRequest
 from svc.dataplane.http_control import canonical_serial, parse_quotas, parse_revocations
 from svc.dataplane.test.test_http_support import HttpFixture, rfc3339
 from svc.store.layout import TenantLocation
 from svc.store.test.test_engine import blob
+from svc.web.errors import InvalidRequest
 
 ACME = TenantLocation.for_owner("acme")
 LABS = TenantLocation("acme", "labs")

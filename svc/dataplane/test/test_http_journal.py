@@ -17,8 +17,6 @@ from twisted.trial.unittest import SynchronousTestCase
 from twisted.web._newclient import ResponseNeverReceived
 
 from svc.audit.names import EventName
-from svc.control.errors import InvalidRequest
-from svc.control.test.support import Answer
 from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.http_journal import parse_journal_listing
 from svc.dataplane.test.test_http_support import HttpFixture
@@ -26,7 +24,9 @@ from svc.store.layout import TenantLocation
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
 from svc.store.test.test_engine import blob
+from svc.testing.web import Answer
 from svc.testing.worker import ImmediateWorker
+from svc.web.errors import InvalidRequest
 
 ACME = TenantLocation.for_owner("acme")
 LABS = TenantLocation("acme", "labs")

@@ -18,13 +18,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
 from svc.audit.jsonl import render_line
-from svc.control.test.support import Answer, request
 from svc.dataplane.http import DataPlaneHttp
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
 from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
+from svc.testing.web import Answer, request
 from svc.testing.worker import ImmediateWorker
 
 

@@ -15,11 +15,11 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.admission import AdmittedAgent
-from svc.dataplane.client_errors import AdmissionFailed
 from svc.dataplane.factory import DataPlaneListenerService, ServerLimits
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane.test.fakes import RawFrameClient, TLSHarness
+from svc.dataplane_client.errors import AdmissionFailed
 from svc.pki.names import format_serial
 from svc.testing.pki import SERVER_NAME, shared_test_pki
 from svc.wire.control import read_goaway

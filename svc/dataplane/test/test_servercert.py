@@ -38,7 +38,6 @@ from svc.dataplane.servercert import (
     SignServerCertCall,
     StaticServerCertificate,
     check_credentials,
-    control_plane_http_client,
     load_static_credentials,
     renewal_time,
 )
@@ -46,6 +45,7 @@ from svc.pki.issuance import issue_server_leaf, sign_server_csr
 from svc.pki.pem import cert_to_pem, key_to_pem
 from svc.testing.pki import shared_test_pki
 from svc.testing.worker import ImmediateWorker
+from svc.web.clients import control_plane_http_client
 
 TOKEN = "svc_servicetoken"
 FQDN = "dp1.svc.test"

@@ -16,7 +16,6 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import IResource
 
-from svc.control.test.support import Answer, request
 from svc.dataplane.change_notices import ChangeNotice, owner_revert_notice
 from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.interfaces import OpReply
@@ -31,6 +30,7 @@ from svc.pki.identity import DenyList
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
 from svc.testing.pki import shared_test_pki
+from svc.testing.web import Answer, request
 from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.wire.errno import WireErrno
 

@@ -19,18 +19,18 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent, CallerProcess
-from svc.dataplane.client import Reply
-from svc.dataplane.client_errors import NotExecuted, OutcomeUnknown
 from svc.dataplane.test.test_service_support import ServiceFixture, identity
+from svc.dataplane_client.client import Reply
+from svc.dataplane_client.errors import NotExecuted, OutcomeUnknown
 from svc.mount.attributes import Entry, QuotaReport
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs import FSSettings, MountFS
 from svc.mount.inodes import ROOT_INODE
-from svc.mount.local_connection import LocalConnection
 from svc.mount.remote import Remote
 from svc.mount.write_leases import revoke_pushes
 from svc.pki.identity import AgentIdentity
 from svc.policy import UNRESTRICTED, PathPolicy
+from svc.testing.local_connection import LocalConnection
 from svc.testing.worker import ImmediateWorker
 
 T = TypeVar("T")

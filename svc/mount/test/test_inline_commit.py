@@ -13,14 +13,14 @@ from blake3 import blake3
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import Reply
+from svc.dataplane_client.client import Reply
 from svc.mount.commit import CommitRequest, Committed, Conflict, commit
 from svc.mount.extents import chunk_layout
-from svc.mount.local_connection import LocalConnection
 from svc.mount.remote import Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
 from svc.mount.test.test_writeback import ChunkServer
 from svc.mount.writeback import ChunkUploader
+from svc.testing.local_connection import LocalConnection
 
 
 def added(uploader: ChunkUploader, *pieces: bytes) -> None:

@@ -15,7 +15,7 @@ from blake3 import blake3
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import Reply
+from svc.dataplane_client.client import Reply
 from svc.mount.fs_context import DEFAULT_INLINE_READ_BYTES, FSSettings
 from svc.mount.remote import Remote
 from svc.mount.remote_values import Manifest

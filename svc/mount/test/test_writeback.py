@@ -16,17 +16,17 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
-from svc.dataplane.client import Reply
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import Reply
+from svc.dataplane_client.errors import RemoteError
 from svc.mount.commit import CommitRequest, Committed, Conflict, commit, conflict_name
 from svc.mount.errors import RemoteFailure
 from svc.mount.extents import chunk_layout
-from svc.mount.local_connection import LocalConnection
 from svc.mount.open_files import ChunkMemo, FileState
 from svc.mount.remote import Remote
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
 from svc.mount.writeback import ChunkUploader, rechunk, zero_chunk
+from svc.testing.local_connection import LocalConnection
 from svc.testing.worker import ImmediateWorker
 from svc.wire.control import ErrorInfo
 from svc.wire.errno import WireErrno

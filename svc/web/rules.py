@@ -15,7 +15,7 @@ import re
 import secrets
 from collections.abc import Sequence
 
-from svc.control.errors import InvalidRequest, JsonValue
+from svc.web.errors import InvalidRequest, JsonValue
 
 API_MAJOR_VERSION = 1
 """The control-plane API major, sent as C{Svc-API-Version} on every response."""

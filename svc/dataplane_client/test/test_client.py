@@ -15,13 +15,16 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.test.iosim import ConnectionCompleter, IOPump
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import (
+from svc.dataplane.factory import ServerLimits, listen_dataplane
+from svc.dataplane.interfaces import OpReply
+from svc.dataplane.test.fakes import TLSHarness
+from svc.dataplane_client.client import (
     DataPlaneClient,
     DataPlaneClientProtocol,
     Reply,
     connect_dataplane,
 )
-from svc.dataplane.client_errors import (
+from svc.dataplane_client.errors import (
     AdmissionFailed,
     CallTimedOut,
     ConnectionGoingAway,
@@ -31,10 +34,7 @@ from svc.dataplane.client_errors import (
     RemoteError,
     VersionUnsupported,
 )
-from svc.dataplane.factory import ServerLimits, listen_dataplane
-from svc.dataplane.frame_tls import WRITE_SLICE
-from svc.dataplane.interfaces import OpReply
-from svc.dataplane.test.fakes import TLSHarness
+from svc.frame_tls import WRITE_SLICE
 from svc.wire.control import GoAway, Hello, goaway_frame, hello_frame, read_goaway
 from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno

@@ -17,18 +17,18 @@ from twisted.internet.task import Clock
 from twisted.test.iosim import IOPump
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.client import DataPlaneClient, PushCallback, Reply
-from svc.dataplane.client_errors import (
+from svc.dataplane.factory import ServerLimits
+from svc.dataplane.interfaces import OpReply
+from svc.dataplane.test.fakes import TLSHarness
+from svc.dataplane_client.client import DataPlaneClient, PushCallback, Reply
+from svc.dataplane_client.errors import (
     AdmissionFailed,
     CallTimedOut,
     ConnectionGoingAway,
     NotExecuted,
     OutcomeUnknown,
 )
-from svc.dataplane.factory import ServerLimits
-from svc.dataplane.interfaces import OpReply
-from svc.dataplane.reconnecting import ReconnectingClient, ReconnectPolicy
-from svc.dataplane.test.fakes import TLSHarness
+from svc.dataplane_client.reconnecting import ReconnectingClient, ReconnectPolicy
 from svc.wire.control import GoAway
 from svc.wire.frame import Buffer
 

@@ -6,10 +6,10 @@ after an idle period (GOAWAY C{idle_timeout}), when it restarts (GOAWAY
 C{shutdown}, or a plain connection loss), and when the certificate it was
 admitted with expires (GOAWAY C{credentials_expired}), and the network may
 drop it. L{ReconnectingClient} keeps the C{call(op, payload, raw, timeout=)}
-seam of L{svc.dataplane.client.DataPlaneClient} over a succession of
+seam of L{svc.dataplane_client.client.DataPlaneClient} over a succession of
 connections, opened by a C{connect} callable (which picks up renewed
 credentials each time it is called). The rules, from the client error tree
-(L{svc.dataplane.client_errors}):
+(L{svc.dataplane_client.errors}):
 
  - A connection is used until it fails a call as L{NotExecuted} or
    L{OutcomeUnknown} (other than a timeout), receives GOAWAY, or closes.
@@ -61,9 +61,9 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from svc.dataplane.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
-from svc.dataplane.client_errors import CallTimedOut, NotExecuted, OutcomeUnknown
-from svc.dataplane.protocol import DataPlaneClock
+from svc.dataplane_client.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
+from svc.dataplane_client.errors import CallTimedOut, NotExecuted, OutcomeUnknown
+from svc.timers import TimerClock
 from svc.wire.control import GoAway
 from svc.wire.frame import Buffer
 from svc.wire.ops import Op
@@ -99,7 +99,7 @@ FAILURE_LOG_INTERVAL = 60.0
 
 
 class IConnection(Protocol):
-    """The part of L{svc.dataplane.client.DataPlaneClient} this module uses."""
+    """The part of L{svc.dataplane_client.client.DataPlaneClient} this module uses."""
 
     def call(
         self,
@@ -125,7 +125,7 @@ class IConnection(Protocol):
         """Fires once the connection is gone."""
 
 
-class ReconnectClock(DataPlaneClock, Protocol):
+class ReconnectClock(TimerClock, Protocol):
     """The part of C{IReactorTime} used here (a reactor or a C{Clock})."""
 
     def seconds(self) -> float:
@@ -183,7 +183,7 @@ class ReconnectingClient:
         """
         @param clock: the reactor (or a test C{Clock}).
         @param connect: opens a connection and fires with it once the server
-            admitted it (L{svc.dataplane.client.connect_dataplane} with the
+            admitted it (L{svc.dataplane_client.client.connect_dataplane} with the
             current credentials), or fails.
         """
         self._clock = clock

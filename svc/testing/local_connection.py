@@ -6,7 +6,7 @@ sockets, TLS or frames.
 Each request's payload and each answer's payload go through the wire's
 msgpack profile (L{svc.wire.payload}), so types are what a real connection
 would deliver (arrays as lists, no tuples); failures become
-L{svc.dataplane.client_errors.RemoteError} exactly as the protocol adapter's
+L{svc.dataplane_client.errors.RemoteError} exactly as the protocol adapter's
 ERROR frames would (an exception with a L{WireErrno} C{errno} keeps it, its
 message and details; anything else is EIO). Server pushes reach the
 callbacks given to L{LocalConnection.on_push}. Used by tests of the mount
@@ -21,9 +21,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from svc.dataplane.client import PushCallback, Reply
-from svc.dataplane.client_errors import NotExecuted, RemoteError
 from svc.dataplane.interfaces import IDataPlaneService, OpReply
+from svc.dataplane_client.client import PushCallback, Reply
+from svc.dataplane_client.errors import NotExecuted, RemoteError
 from svc.pki.identity import AgentIdentity
 from svc.wire.control import ErrorInfo
 from svc.wire.errno import WireErrno

@@ -1,5 +1,5 @@
 """
-L{svc.dataplane.frame_tls}: frames reach TLS without their chunk bytes being
+L{svc.frame_tls}: frames reach TLS without their chunk bytes being
 copied, and arrive whole.
 """
 
@@ -13,11 +13,11 @@ from twisted.internet.testing import StringTransport
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane import frame_tls
-from svc.dataplane.client import DataPlaneClient, DataPlaneClientProtocol
-from svc.dataplane.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
+from svc import frame_tls
 from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane.test.fakes import TLSHarness
+from svc.dataplane_client.client import DataPlaneClient, DataPlaneClientProtocol
+from svc.frame_tls import RECEIVE_SIZE, WRITE_SLICE, PacedFrameWriter, write_frame
 from svc.wire.frame import Frame, FrameType, encode_frame
 
 

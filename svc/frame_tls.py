@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from OpenSSL import SSL
 from OpenSSL.SSL import Error, WantReadError, ZeroReturnError
@@ -50,9 +50,17 @@ from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 
 from svc.buffer_pool import is_immutable
+from svc.timers import Timer, TimerClock
 from svc.wire.frame import Buffer
 
-__all__ = ["RECEIVE_SIZE", "WRITE_SLICE", "PacedFrameWriter", "frame_tls_factory", "write_frame"]
+__all__ = [
+    "RECEIVE_SIZE",
+    "WRITE_SLICE",
+    "PacedFrameWriter",
+    "frame_tls_factory",
+    "no_delay",
+    "write_frame",
+]
 
 RECEIVE_SIZE = 256 * 1024
 """The most bytes a frame connection takes from its socket per read."""
@@ -74,18 +82,6 @@ SEND_READ_SIZE = WRITE_SLICE + 64 * 1024
 The most bytes taken from OpenSSL's send BIO per read: a paced slice with
 its record overhead in one piece.
 """
-
-
-class _Timer(Protocol):
-    def active(self) -> bool: ...
-
-    def cancel(self) -> None: ...
-
-
-class _Clock(Protocol):
-    def callLater(
-        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
-    ) -> _Timer: ...
 
 
 def frame_tls_factory(
@@ -203,6 +199,19 @@ class _FrameTLSProtocol(TLSMemoryBIOProtocol):
                 return
 
 
+def no_delay(transport: object) -> None:
+    """
+    Turn Nagle's algorithm off on the TCP connection under C{transport} (the
+    TLS layer forwards C{setTcpNoDelay} to it; test transports lack it).
+    Frames are small and pipelined: with Nagle on, a frame written while the
+    previous one is unacknowledged waits for the peer's delayed ACK (up to
+    40 ms on Linux).
+    """
+    set_no_delay = getattr(transport, "setTcpNoDelay", None)
+    if callable(set_no_delay):
+        set_no_delay(True)
+
+
 def write_frame(transport: Any, buffers: list[Buffer]) -> None:
     """
     Write one encoded frame (L{svc.wire.frame.encode_frame}: header and
@@ -237,7 +246,7 @@ class PacedFrameWriter:
     """
 
     def __init__(
-        self, transport: Callable[[], Any], clock: _Clock, slice_bytes: int = WRITE_SLICE
+        self, transport: Callable[[], Any], clock: TimerClock, slice_bytes: int = WRITE_SLICE
     ) -> None:
         """
         @param transport: the current TLS transport (read at each write).
@@ -247,7 +256,7 @@ class PacedFrameWriter:
         self._clock = clock
         self._slice = slice_bytes
         self._parts: deque[Buffer] = deque()
-        self._timer: _Timer | None = None
+        self._timer: Timer | None = None
         self._then: Callable[[], object] | None = None
 
     @property

@@ -57,7 +57,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.buffer_pool import BufferPool
-from svc.dataplane.client_errors import (
+from svc.dataplane_client.errors import (
     AdmissionFailed,
     CallTimedOut,
     ConnectionGoingAway,
@@ -68,8 +68,8 @@ from svc.dataplane.client_errors import (
     RemoteError,
     VersionUnsupported,
 )
-from svc.dataplane.frame_tls import PacedFrameWriter, frame_tls_factory
-from svc.dataplane.protocol import DataPlaneClock, Timer, no_delay
+from svc.frame_tls import PacedFrameWriter, frame_tls_factory, no_delay
+from svc.timers import Timer, TimerClock
 from svc.wire.control import (
     GoAway,
     GoAwayReason,
@@ -144,7 +144,7 @@ class DataPlaneClientProtocol(Protocol):
 
     def __init__(
         self,
-        clock: DataPlaneClock,
+        clock: TimerClock,
         *,
         hello_timeout: float = DEFAULT_HELLO_TIMEOUT,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,

@@ -1,0 +1,36 @@
+"""
+The HTTP client both the data-plane server and the mount client use for calls
+to the control plane.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from OpenSSL import crypto
+from treq.client import HTTPClient
+from twisted.internet.ssl import Certificate, trustRootFromCertificates
+from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
+
+from svc.pki.pem import certs_from_pem
+
+
+def control_plane_http_client(reactor: Any, ca_file: Path | None) -> Any:
+    """
+    A treq client for calls to the control plane. With C{ca_file} (PEM,
+    C{SVC_CA_FILE}) HTTPS trusts only the certificates in it; without, the
+    platform's trust store. A plain C{http://} control URL (the local
+    development stack) works with either.
+    """
+    if ca_file is None:
+        agent: Any = Agent(reactor)  # type: ignore[no-untyped-call]
+        return HTTPClient(agent)
+    anchors = [
+        Certificate(crypto.X509.from_cryptography(c))  # type: ignore[no-untyped-call]
+        for c in certs_from_pem(ca_file.read_bytes())
+    ]
+    trust = trustRootFromCertificates(anchors)  # type: ignore[no-untyped-call]
+    policy = BrowserLikePolicyForHTTPS(trustRoot=trust)  # type: ignore[no-untyped-call]
+    agent = Agent(reactor, contextFactory=policy)  # type: ignore[no-untyped-call]
+    return HTTPClient(agent)
