@@ -84,6 +84,16 @@ BATCH_RESULTS: Mapping[str, tuple[str, ...]] = {
 """The C{result}s of C{svc_chunk_batch_items_total} for each C{operation}."""
 
 FORGERY_REASONS = ("bad_format", "bad_hex", "unknown_or_wrong_holder", "fenced")
+
+REQUEST_REFUSAL_REASONS = (
+    "not_a_map",
+    "no_op",
+    "too_large",
+    "too_many_containers",
+    "too_deep",
+    "malformed",
+)
+"""Why a request was refused before its map was decoded (L{svc.wire.contract.RequestRefused})."""
 """C{svc_session_forgery_rejected_total} reasons."""
 
 
@@ -219,6 +229,12 @@ class DataPlaneMetrics:
             ["op"],
             registry=inner,
         )
+        self.requests_refused = Counter(
+            "svc_dataplane_requests_refused_total",
+            "Requests answered EPROTO before their map was decoded, by reason.",
+            ["reason"],
+            registry=inner,
+        )
         self._preset()
         registry.register(_WithoutCreated(inner))
 
@@ -234,6 +250,8 @@ class DataPlaneMetrics:
                 self.chunk_batch_items.labels(operation, result)
         for reason in FORGERY_REASONS:
             self.session_forgery_rejected.labels(reason)
+        for reason in REQUEST_REFUSAL_REASONS:
+            self.requests_refused.labels(reason)
 
     def _series_for(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """The series of C{key}: made (its label values checked) the first time only."""
@@ -319,6 +337,10 @@ class DataPlaneMetrics:
     def count_session_rebind(self) -> None:
         """A legitimate reconnect rebound its live-lease session."""
         self.session_rebinds.inc()
+
+    def count_request_refused(self, reason: str) -> None:
+        """A request was refused before its map was decoded, for C{reason}."""
+        self.requests_refused.labels(_check(reason, REQUEST_REFUSAL_REASONS, "reason")).inc()
 
     def count_path_denied(self, op: str) -> None:
         """One C{allowed: false} path-confinement line was written for C{op}."""

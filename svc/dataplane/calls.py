@@ -13,8 +13,8 @@ from twisted.internet.defer import Deferred
 from svc.audit.events import ExtraValue
 from svc.dataplane.errors import BadValue
 from svc.dataplane.interfaces import OpReply
-from svc.dataplane.ops import ManifestPutRequest, Request
 from svc.wire.errors import CodecError
+from svc.wire.messages import ManifestPutRequest
 from svc.wire.ops import Op
 from svc.wire.payload import pack_payload
 
@@ -27,7 +27,7 @@ class Call:
     """One request being handled: what its audit line needs to know so far."""
 
     op: Op
-    request: Request
+    request: object
     session_id: str | None = None
     inline_stored: list[Deferred[Exception | None]] = attrs.field(factory=list)
     """A C{manifest_put}'s inline chunks being stored: each fires with the
@@ -48,7 +48,7 @@ class Outcome:
     inline: tuple[str, ...] = ()
 
 
-def inline_segments(request: Request, raw: memoryview) -> list[tuple[str, memoryview]]:
+def inline_segments(request: object, raw: memoryview) -> list[tuple[str, memoryview]]:
     """
     The chunks a C{manifest_put} carries in its raw segment (C{inline}),
     each with its bytes; none for any other request.
@@ -57,11 +57,12 @@ def inline_segments(request: Request, raw: memoryview) -> list[tuple[str, memory
     """
     if not isinstance(request, ManifestPutRequest):
         return []
-    if len(raw) != sum(chunk.size for chunk in request.inline):
+    inline = request.inline_entries()
+    if len(raw) != sum(chunk.size for chunk in inline):
         raise BadValue("the raw segment must hold exactly the inline chunks' bytes")
     segments = []
     offset = 0
-    for chunk in request.inline:
+    for chunk in inline:
         segments.append((chunk.hash, raw[offset : offset + chunk.size]))
         offset += chunk.size
     return segments

@@ -25,12 +25,14 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 
 from svc.dataplane.confinement import disk_root, relative_to_disk
-from svc.dataplane.ops import WRITE_OPS, Request, TwoPathRequest
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
+from svc.wire.commands import COMMANDS
+from svc.wire.contract import answer_map
+from svc.wire.messages import ChangedPush, TwoPathRequest
 from svc.wire.ops import Op
 
-CHANGING_OPS = WRITE_OPS - {Op.CHUNK_PUT}
+CHANGING_OPS = frozenset(op for op, command in COMMANDS.items() if command.writes) - {Op.CHUNK_PUT}
 """
 The operations whose success is announced: every write that names a path
 (C{chunk_put}, the other write, changes none).
@@ -75,13 +77,12 @@ class ChangeNotice:
         The C{changed} PUSH payload (without C{op}): C{paths} (default: the
         notice's) and C{session_id} (nil when absent).
         """
-        return {
-            "paths": list(self.paths if paths is None else paths),
-            "session_id": self.session_id,
-        }
+        return answer_map(
+            ChangedPush(tuple(self.paths if paths is None else paths), self.session_id)
+        )
 
 
-def changed_paths(op: Op, request: Request) -> tuple[str, ...]:
+def changed_paths(op: Op, request: object) -> tuple[str, ...]:
     """
     The paths a successful C{op} with C{request} changed: both names of a
     rename or a link (the existing name of a link changed too: its link

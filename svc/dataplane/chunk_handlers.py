@@ -12,8 +12,15 @@ from typing import TYPE_CHECKING
 from svc.dataplane.calls import Call, Outcome, Release, payload_size
 from svc.dataplane.errors import BadValue, chunk_not_present
 from svc.dataplane.interfaces import OpReply
-from svc.dataplane.ops import ChunkGetRequest, ChunkHasRequest, ChunkPutRequest
 from svc.store.errors import NotFound
+from svc.wire.contract import answer_map
+from svc.wire.messages import (
+    ChunkGetRequest,
+    ChunkHasReply,
+    ChunkHasRequest,
+    ChunkPutRequest,
+    ChunkReply,
+)
 from svc.wire.ops import Op
 
 if TYPE_CHECKING:
@@ -38,7 +45,7 @@ async def chunk_get(
     metrics.count_chunk("fetched")
     metrics.count_bytes("out", Op.CHUNK_GET.value, size)
     # The bytes are lent by the store: released once the reply is written.
-    reply = OpReply({"hash": request.hash, "size": size}, chunk.data, sent=chunk.release)
+    reply = OpReply(answer_map(ChunkReply(request.hash, size)), chunk.data, sent=chunk.release)
     return Outcome(reply, size=size, extra={"hash": request.hash})
 
 
@@ -59,7 +66,7 @@ async def chunk_put(
     result = await storage.chunk_put(request.hash, raw)
     conn.visible.add([request.hash])
     conn.metrics.count_chunk("deduped" if result.deduped else "cached")
-    reply = OpReply({"hash": result.hash, "size": result.size})
+    reply = OpReply(answer_map(ChunkReply(result.hash, result.size)))
     return Outcome(reply, size=result.size, extra={"hash": result.hash})
 
 
@@ -87,6 +94,6 @@ async def chunk_has(
         metrics.count_chunk_batch_items("has", "present", hits)
     if len(answer) - hits:
         metrics.count_chunk_batch_items("has", "absent", len(answer) - hits)
-    reply: dict[str, object] = {"present": answer}
+    reply = answer_map(ChunkHasReply(tuple(answer)))
     metrics.count_bytes("out", Op.CHUNK_HAS.value, payload_size(reply))
     return Outcome(OpReply(reply), extra={"count": len(request.hashes)})

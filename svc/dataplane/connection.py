@@ -43,7 +43,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.audit.events import AuditEvent, CertFields
-from svc.dataplane.calls import Call, Outcome, inline_segments, payload_size
+from svc.dataplane.calls import Call, Outcome, inline_segments
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
 from svc.dataplane.confinement import (
@@ -57,19 +57,9 @@ from svc.dataplane.connection_audit import ConnectionAudit
 from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
 from svc.dataplane.interfaces import IConnectionSink, OpReply
-from svc.dataplane.ops import (
-    ChunkGetRequest,
-    ChunkHasRequest,
-    ChunkPutRequest,
-    ManifestPutRequest,
-    Request,
-    first_path,
-    parse_request,
-    path_uses,
-    request_op,
-    session_of,
-)
+from svc.dataplane.refusals import RefusalCount
 from svc.dataplane.request_order import RequestOrder, Running, Turn
+from svc.dataplane.request_paths import first_path, path_uses, session_of
 from svc.dataplane.session_epochs import SessionEpochs
 from svc.metrics import DataPlaneMetrics, op_label
 from svc.pki.identity import AgentIdentity
@@ -80,8 +70,17 @@ from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
+from svc.wire.commands import COMMANDS, Command
+from svc.wire.contract import RequestRefused, decode_request
 from svc.wire.errno import WireErrno
+from svc.wire.messages import (
+    ChunkGetRequest,
+    ChunkHasRequest,
+    ChunkPutRequest,
+    ManifestPutRequest,
+)
 from svc.wire.ops import Op
+from svc.wire.schema import FieldRefused
 
 
 class Seconds(Protocol):
@@ -114,6 +113,8 @@ class ConnectionContext:
     draining: Callable[[AgentConnection, Deferred[None]], None]
     visible_memory: int
     announce: Callable[[ChangeNotice], None]
+    refusals: RefusalCount = attrs.field(factory=RefusalCount)
+    """Requests refused before decoding, for logging them at a bounded rate."""
 
 
 class _Upload:
@@ -239,18 +240,37 @@ class AgentConnection:
 
     # IConnectionHandler
 
-    def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
+    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
         """
-        Run one request (see the module docstring). Cancelling the answer
-        (the protocol gave up on it) stops the request only while it waits
-        for its turn; once started it runs to its end, and its answer is
-        dropped (L{svc.dataplane.request_order.Running}).
+        Run one request (see the module docstring): C{packed} is its map,
+        still encoded, decoded here within C{command}'s limits. Cancelling
+        the answer (the protocol gave up on it) stops the request only while
+        it waits for its turn; once started it runs to its end, and its
+        answer is dropped (L{svc.dataplane.request_order.Running}).
         """
         running = Running()
         answer: Deferred[OpReply] = Deferred(lambda _: running.give_up())
-        done = Deferred.fromCoroutine(self._handle(op, payload, raw, running))
+        done = Deferred.fromCoroutine(self._handle(command, packed, raw, running))
         done.addBoth(_pass_on, answer)
         return answer
+
+    def refused(self, error: RequestRefused) -> None:
+        """
+        A request refused before its operation was known or its map decoded
+        (answered C{EPROTO} by the protocol): counted and logged at a bounded
+        rate, not audited (there is no request to name, and a flood of them
+        must not flood the audit log).
+        """
+        self.metrics.count_request_refused(error.reason)
+        if self._context.refusals.due():
+            self._log.warn(
+                "refused a request from {agent} of {tenant}: {message}"
+                " ({count} refused by this server so far)",
+                agent=self.agent_id,
+                tenant=self.identity.tenant_id,
+                message=error.message,
+                count=self._context.refusals.count,
+            )
 
     def closed(self, reason: str) -> Deferred[None]:
         """
@@ -324,14 +344,14 @@ class AgentConnection:
 
     # The request pipeline
 
-    def _begin_upload(self, request: Request) -> _Upload | None:
+    def _begin_upload(self, request: object) -> _Upload | None:
         if not isinstance(request, ChunkPutRequest):
             return None
         upload = _Upload()
         self._uploads.setdefault(request.hash, []).append(upload)
         return upload
 
-    def _end_upload(self, request: Request, upload: _Upload | None) -> None:
+    def _end_upload(self, request: object, upload: _Upload | None) -> None:
         if upload is None or not isinstance(request, ChunkPutRequest):
             return
         pending = self._uploads.get(request.hash, [])
@@ -342,31 +362,43 @@ class AgentConnection:
         upload.finish()
 
     async def _handle(
-        self, op_name: str, payload: Mapping[str, object], raw: memoryview, running: Running
+        self, command: Command, packed: bytes, raw: memoryview, running: Running
     ) -> OpReply:
-        op = request_op(op_name)
+        op = command.op
         started = self.now()
         try:
-            return await self._run(op, payload, raw, running)
+            try:
+                request, _payload = decode_request(command, packed)
+            except RequestRefused as error:
+                self.refused(error)
+                raise
+            except FieldRefused as error:
+                self.audit.failed(op, _raw_path(error.payload), None)
+                raise
+            if len(raw) > command.max_raw:
+                self.audit.failed(op, first_path(request), None)
+                raise FieldRefused(
+                    WireErrno.EPROTO, f"{op.value} carries no raw segment of {len(raw)} bytes"
+                )
+            if op is Op.MANIFEST_PUT:
+                self.metrics.count_bytes("in", op.value, len(packed))
+            return await self._run(op, request, raw, running)
         finally:
             self.metrics.observe_op(op_label(op), self.now() - started)
 
     async def _run(
         self,
         op: Op,
-        payload: Mapping[str, object],
+        request: object,
         raw: memoryview,
         running: Running | None = None,
     ) -> OpReply:
         if op is Op.CHUNK_PUT:
             self.metrics.count_bytes("in", op.value, len(raw))
-        elif op is Op.MANIFEST_PUT:
-            self.metrics.count_bytes("in", op.value, payload_size(payload))
         try:
-            request = parse_request(op, payload)
             segments = inline_segments(request, raw)
         except OpFailed:
-            self.audit.failed(op, _raw_path(payload), None)
+            self.audit.failed(op, first_path(request), None)
             raise
         call = Call(op, request, inline_stored=self._store_inline(request, segments))
         upload = self._begin_upload(request)
@@ -400,7 +432,7 @@ class AgentConnection:
         return outcome.reply
 
     def _store_inline(
-        self, request: Request, segments: list[tuple[str, memoryview]]
+        self, request: object, segments: list[tuple[str, memoryview]]
     ) -> list[Deferred[Exception | None]]:
         """
         Start storing a C{manifest_put}'s inline chunks, each exactly as the
@@ -409,8 +441,8 @@ class AgentConnection:
         """
         stored: list[Deferred[Exception | None]] = []
         for chunk_hash, data in segments:
-            payload = {"hash": chunk_hash, "session_id": session_of(request)}
-            run = Deferred.fromCoroutine(self._run(Op.CHUNK_PUT, payload, data))
+            upload = ChunkPutRequest(chunk_hash, session_of(request))
+            run = Deferred.fromCoroutine(self._run(Op.CHUNK_PUT, upload, data))
             stored.append(run.addCallbacks(lambda _: None, lambda failure: failure.value))
         return stored
 
@@ -423,7 +455,7 @@ class AgentConnection:
         carries none (the client asks for them and meets the error itself).
         """
         fetching = [
-            Deferred.fromCoroutine(self._run(Op.CHUNK_GET, {"hash": name}, _NO_RAW))
+            Deferred.fromCoroutine(self._run(Op.CHUNK_GET, ChunkGetRequest(name), _NO_RAW))
             for name in hashes
         ]
         try:
@@ -438,7 +470,7 @@ class AgentConnection:
         return OpReply({**reply.payload, "inline": list(hashes)}, raw, sent=reply.sent)
 
     async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
-        uses = path_uses(call.op, call.request)
+        uses = path_uses(call.op, call.request, writes=COMMANDS[call.op].writes)
         for use in uses:
             if not is_confined(use.path, self.agent_id):
                 self.audit.path_denied(call.op, use.path)
@@ -478,7 +510,7 @@ class AgentConnection:
             return  # a lease grants no access by itself
         if call.op is Op.CHUNK_PUT and policy.readonly:
             raise PolicyDenied("readonly")
-        for use in path_uses(call.op, call.request):
+        for use in path_uses(call.op, call.request, writes=COMMANDS[call.op].writes):
             relative = relative_to_disk(use.path, self.agent_id)
             if use.traverse:
                 decision = policy.check_traverse(relative)
@@ -512,7 +544,7 @@ def _released(answer: object) -> None:
         answer.sent()
 
 
-def _named_hashes(request: Request) -> list[str]:
+def _named_hashes(request: object) -> list[str]:
     if isinstance(request, ManifestPutRequest):
         return [chunk.hash for chunk in request.chunks]
     if isinstance(request, ChunkGetRequest):
@@ -522,6 +554,6 @@ def _named_hashes(request: Request) -> list[str]:
     return []
 
 
-def _raw_path(payload: Mapping[str, object]) -> str | None:
-    path = payload.get("path")
+def _raw_path(payload: Mapping[str, object] | None) -> str | None:
+    path = None if payload is None else payload.get("path")
     return path if isinstance(path, str) else None

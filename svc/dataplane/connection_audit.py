@@ -19,8 +19,9 @@ from svc.audit.events import AuditEvent, CertFields, ExtraValue, server_event
 from svc.audit.names import Origin, event_for_op, shape_of
 from svc.audit.server_events import path_denied_event
 from svc.dataplane.calls import Call, Outcome
-from svc.dataplane.ops import ChunkGetRequest, ChunkHasRequest, ChunkPutRequest, first_path
+from svc.dataplane.request_paths import first_path
 from svc.metrics import DataPlaneMetrics, op_label
+from svc.wire.messages import ChunkGetRequest, ChunkHasRequest, ChunkPutRequest
 from svc.wire.ops import Op
 
 AUDIT_PATH_LIMIT = 4096

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -33,9 +33,9 @@ from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.frame_tls import frame_tls_factory
 from svc.pki.identity import AgentIdentity
 from svc.timers import TimerClock
+from svc.wire.commands import BY_NAME, Command
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
 from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
-from svc.wire.ops import REQUEST_OPS
 
 _log = Logger()
 
@@ -53,6 +53,9 @@ DEFAULT_MAX_CONNECTIONS = 4096
 
 DEFAULT_MAX_CONNECTIONS_PER_AGENT = 16
 """Admitted connections one agent may hold at once (a mount uses one, two while it moves)."""
+
+DEFAULT_FRAMES_PER_TURN = 16
+"""Frames a connection decodes and starts per reactor turn (L{ServerLimits.frames_per_turn})."""
 
 REFUSAL_LOG_EVERY = 1000
 """Connections refused for a limit are logged the first time, then once per this many."""
@@ -89,6 +92,9 @@ class ServerLimits:
     @ivar max_connections_per_agent: admitted connections of one agent (one
         tenant's agent id) at once; one more is dropped after its handshake
         like a refused certificate, before HELLO.
+    @ivar frames_per_turn: frames one connection decodes and starts per
+        reactor turn; what is left of a read waits for a later turn, so one
+        connection cannot hold the reactor (the others are served between).
     """
 
     max_payload: int = attrs.field(default=MAX_PAYLOAD_SIZE)
@@ -106,6 +112,7 @@ class ServerLimits:
     max_connections_per_agent: int = attrs.field(
         default=DEFAULT_MAX_CONNECTIONS_PER_AGENT, validator=_positive
     )
+    frames_per_turn: int = attrs.field(default=DEFAULT_FRAMES_PER_TURN, validator=_positive)
 
     @max_payload.validator
     def _check_payload(self, _attribute: object, value: int) -> None:
@@ -161,7 +168,7 @@ class DataPlaneFactory(Factory):
         limits: ServerLimits | None = None,
         *,
         new_connection_id: Callable[[], str] = random_connection_id,
-        known_ops: Iterable[str] = REQUEST_OPS,
+        commands: Mapping[str, Command] = BY_NAME,
     ) -> None:
         """
         @param service: the data-plane logic.
@@ -170,15 +177,15 @@ class DataPlaneFactory(Factory):
         @param clock: timeouts run on it.
         @param limits: per-connection limits (default L{ServerLimits}()).
         @param new_connection_id: the connection id source.
-        @param known_ops: operation names passed to the service; any other
-            is answered ENOSYS without calling it.
+        @param commands: the operations passed to the service, by name; any
+            other is answered ENOSYS without calling it (tests pass their own).
         """
         self._service = service
         self._admission = admission
         self._clock = clock
         self.limits = limits or ServerLimits()
         self._new_connection_id = new_connection_id
-        self._known_ops = frozenset(known_ops)
+        self._commands = commands
         self._stopping = False
         self._live: set[DataPlaneServerProtocol] = set()
         self._admitted: set[DataPlaneServerProtocol] = set()
@@ -196,7 +203,7 @@ class DataPlaneFactory(Factory):
             limits=self.limits,
             new_connection_id=self._new_connection_id,
             tracker=self,
-            known_ops=self._known_ops,
+            commands=self._commands,
             raw_buffers=self._raw_buffers,
         )
 

@@ -25,24 +25,6 @@ from svc.dataplane.errors import (
     missing_chunks,
 )
 from svc.dataplane.interfaces import OpReply
-from svc.dataplane.ops import (
-    MAX_INLINE_CHUNKS,
-    DirCreateRequest,
-    HeadFileRequest,
-    JournalQueryRequest,
-    JournalRevertRequest,
-    LeaseGrantRequest,
-    LeaseIdRequest,
-    ListRequest,
-    ManifestGetRequest,
-    ManifestPutRequest,
-    MknodRequest,
-    PathWriteRequest,
-    ReadlinkRequest,
-    SetattrRequest,
-    SymlinkRequest,
-    TwoPathRequest,
-)
 from svc.dataplane.replies import (
     attributes_map,
     journal_page_map,
@@ -58,10 +40,36 @@ from svc.dataplane.replies import (
 from svc.policy import PathPolicy
 from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
-from svc.store.lease_values import LeaseGrant, LeaseReason
+from svc.store.lease_values import LeaseGrant, LeaseMode, LeaseReason
 from svc.store.manifest_paths import child_path
-from svc.store.manifest_values import DirectoryEntry, FileKind, Manifest, RemoveResult
+from svc.store.manifest_values import (
+    DirectoryEntry,
+    FileKind,
+    Manifest,
+    RemoveResult,
+    chunks_of,
+)
+from svc.wire.contract import answer_map
 from svc.wire.errno import WireErrno
+from svc.wire.messages import (
+    MAX_INLINE_CHUNKS,
+    DirCreateRequest,
+    JournalQueryRequest,
+    JournalRevertRequest,
+    LeaseGrantRequest,
+    LeaseIdRequest,
+    ListRequest,
+    ManifestGetRequest,
+    ManifestPutRequest,
+    MknodRequest,
+    PathRequest,
+    PathWriteRequest,
+    ReadlinkReply,
+    RemoveReply,
+    SetattrRequest,
+    SymlinkRequest,
+    TwoPathRequest,
+)
 from svc.wire.ops import Op
 
 if TYPE_CHECKING:
@@ -121,17 +129,17 @@ async def _head_file(
     conn: AgentConnection, call: Call, raw: memoryview, release: Release
 ) -> Outcome:
     request = call.request
-    assert isinstance(request, HeadFileRequest | ManifestGetRequest)
+    assert isinstance(request, PathRequest | ManifestGetRequest)
     storage = await conn.storage()
     manifest = await storage.manifest_get(request.path)
     policy = conn.policy()
-    traversed = isinstance(request, HeadFileRequest)
+    traversed = isinstance(request, PathRequest)
     if policy is not None and traversed and manifest.kind is not FileKind.DIRECTORY:
         decision = policy.check(relative_to_disk(request.path, conn.agent_id), write=False)
         if not decision.allowed:
             assert decision.reason is not None
             raise PolicyDenied(decision.reason.value)
-    if isinstance(request, HeadFileRequest):
+    if isinstance(request, PathRequest):
         return Outcome(OpReply(attributes_map(manifest.attributes)), size=manifest.size)
     conn.visible.add(chunk.hash for chunk in manifest.chunks)
     reply = manifest_map(manifest)
@@ -160,9 +168,9 @@ async def _readlink(
     conn: AgentConnection, call: Call, raw: memoryview, release: Release
 ) -> Outcome:
     request = call.request
-    assert isinstance(request, ReadlinkRequest)
+    assert isinstance(request, PathRequest)
     storage = await conn.storage()
-    return Outcome(OpReply({"target": await storage.readlink(request.path)}))
+    return Outcome(OpReply(answer_map(ReadlinkReply(await storage.readlink(request.path)))))
 
 
 # Namespace writes.
@@ -186,7 +194,7 @@ async def _manifest_put(
     result = await storage.manifest_put(
         request.path,
         expected_version=request.expected_version,
-        chunks=request.chunks,
+        chunks=chunks_of(request.chunks),
         size=request.size,
         mode=request.mode,
         mtime_ns=request.mtime_ns,
@@ -234,7 +242,7 @@ def _removed(result: RemoveResult) -> Outcome:
     The answer to a removal: the parent directory's new mtime and ctime
     (``dataplane-ops.md``), so a client updates its copy without asking.
     """
-    return Outcome(OpReply({"dir_ctime_ns": result.changed_ns}))
+    return Outcome(OpReply(answer_map(RemoveReply(result.changed_ns))))
 
 
 async def _dir_create(
@@ -299,7 +307,7 @@ async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Re
     storage = await conn.storage()
     result = await storage.mknod(
         request.path,
-        kind=request.kind,
+        kind=FileKind(request.kind),
         mode=request.mode,
         rdev=request.rdev,
         uid=request.uid,
@@ -389,7 +397,9 @@ async def _lease_grant(
     storage = await conn.storage()
     if conn.closing:
         raise OpFailed(WireErrno.EBADF, "connection closed")
-    answer = storage.leases.grant(request.path, request.mode, conn.holder(), request.wait)
+    answer = storage.leases.grant(
+        request.path, LeaseMode(request.mode), conn.holder(), request.wait
+    )
     release()
     result = await answer
     if isinstance(result, LeaseGrant):

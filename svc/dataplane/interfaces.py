@@ -25,6 +25,8 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from svc.pki.identity import AgentIdentity
+from svc.wire.commands import Command
+from svc.wire.contract import RequestRefused
 
 
 @attrs.frozen
@@ -67,12 +69,21 @@ class IConnectionHandler(Protocol):
     One admitted connection's view of the service.
     """
 
-    def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
+    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
         """
-        Run one request. ``payload`` is the REQUEST frame's map (it includes
-        C{"op"}); ``raw`` its raw segment (valid only until the Deferred
-        fires: copy what must outlive it). Requests of one connection may
-        overlap; the service keeps any ordering it needs.
+        Run one request of operation C{command}. ``packed`` is the REQUEST
+        frame's map, still encoded (the handler decodes it within the
+        command's limits, L{svc.wire.contract.decode_request}); ``raw`` its
+        raw segment (valid only until the Deferred fires: copy what must
+        outlive it). Requests of one connection may overlap; the service
+        keeps any ordering it needs.
+        """
+
+    def refused(self, error: RequestRefused) -> None:
+        """
+        The protocol answered a request C{EPROTO} before its operation was
+        known (L{svc.wire.contract.peek_op}): count it and log it at a
+        bounded rate.
         """
 
     def closed(self, reason: str) -> Deferred[None]:

@@ -27,8 +27,8 @@ The wire contract is C{docs/specifications/wire.md}.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 from typing import Protocol as TypingProtocol
 
 import attrs
@@ -46,6 +46,8 @@ from svc.frame_tls import no_delay, write_frame
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import AgentIdentity
 from svc.timers import Timer, TimerClock
+from svc.wire.commands import BY_NAME, Command
+from svc.wire.contract import RequestRefused, find_command, unpack_bounded
 from svc.wire.control import (
     GoAway,
     GoAwayReason,
@@ -57,8 +59,16 @@ from svc.wire.control import (
 from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
-from svc.wire.frame import FRAMES_TO_SERVER, HEADER_SIZE, Buffer, Frame, FrameType, encode_frame
-from svc.wire.ops import REQUEST_OPS, Op
+from svc.wire.frame import (
+    FRAMES_TO_SERVER,
+    HEADER_SIZE,
+    Buffer,
+    Frame,
+    FrameType,
+    PackedFrame,
+    encode_frame,
+)
+from svc.wire.ops import Op
 
 if TYPE_CHECKING:
     from svc.dataplane.factory import ServerLimits
@@ -158,7 +168,11 @@ class _Request:
     release_raw: Callable[[], None] | None = None
 
 
-def _release_raw(frame: Frame) -> None:
+GOAWAY_MAX_STRING = 4096
+"""The longest string a client's GOAWAY map may hold (its C{reason} and C{message})."""
+
+
+def _release_raw(frame: Frame | PackedFrame) -> None:
     """Give back the lent raw segment of a request that will not be executed."""
     if frame.release_raw is not None:
         frame.release_raw()
@@ -189,7 +203,7 @@ class DataPlaneServerProtocol(Protocol):
         limits: ServerLimits,
         new_connection_id: Callable[[], str],
         tracker: ConnectionTracker | None = None,
-        known_ops: Iterable[str] = REQUEST_OPS,
+        commands: Mapping[str, Command] = BY_NAME,
         raw_buffers: BufferPool | None = None,
     ) -> None:
         """
@@ -203,12 +217,13 @@ class DataPlaneServerProtocol(Protocol):
         self._limits = limits
         self._new_connection_id = new_connection_id
         self._tracker = tracker
-        self._known_ops = frozenset(known_ops)
+        self._commands = commands
         self._decoder = FrameDecoder(
             max_payload=limits.max_payload,
             max_raw=limits.max_raw,
             accept=FRAMES_TO_SERVER,
             raw_buffers=raw_buffers,
+            packed=FRAMES_TO_SERVER,
         )
         self.state = ConnectionState.HANDSHAKING
         self.identity: AgentIdentity | None = None
@@ -409,21 +424,65 @@ class DataPlaneServerProtocol(Protocol):
         if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
             return
         try:
-            frames = self._decoder.feed(data)
+            self._decoder.push(data)
         except CodecError as error:
             self._protocol_error(error.reason)
             return
-        for frame in frames:
+        if "turn" not in self._timers:
+            self._take_turn()
+
+    def _take_turn(self) -> None:
+        """
+        Decode and start at most C{frames_per_turn} frames of what was
+        received, then let the reactor serve other connections: what is
+        left waits for a later turn (reading stops meanwhile, so it is at
+        most one read). Nothing is started while the peer is not reading
+        our answers.
+        """
+        self._timers.pop("turn", None)
+        budget = self._limits.frames_per_turn
+        while budget > 0 and not self._writing_blocked:
             if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
                 return
+            try:
+                frame = self._decoder.next_frame()
+            except CodecError as error:
+                self._protocol_error(error.reason)
+                return
+            if frame is None:
+                break
+            budget -= 1
+            assert isinstance(frame, PackedFrame)
             if frame.type is FrameType.GOAWAY:
                 self._client_going_away(frame)
             elif self.state is ConnectionState.OPEN:
                 self._request_received(frame)
+            else:
+                _release_raw(frame)  # read after GOAWAY: never executed
+        self._schedule_turn()
         self._update_reading()
 
-    def _client_going_away(self, frame: Frame) -> None:
-        goaway = read_goaway(frame)
+    def _schedule_turn(self) -> None:
+        """Take another turn soon if received frames wait and may be started."""
+        if (
+            self._decoder.pending
+            and not self._writing_blocked
+            and "turn" not in self._timers
+            and self.state in (ConnectionState.OPEN, ConnectionState.DRAINING)
+        ):
+            self._timers["turn"] = self._clock.callLater(0, self._take_turn)
+
+    def _client_going_away(self, frame: PackedFrame) -> None:
+        try:
+            # Decoded within what C{reason}, C{message} and a few unknown
+            # keys can need, like every request.
+            payload = unpack_bounded(
+                frame.payload, containers=4, width=4, keys=8, string=GOAWAY_MAX_STRING, depth=1
+            )
+            goaway = read_goaway(Frame(FrameType.GOAWAY, 0, payload))
+        except (RequestRefused, CodecError) as error:
+            self._protocol_error(f"malformed GOAWAY: {error}")
+            return
         _log.info(
             "data-plane client on {connection_id} going away: {reason}",
             connection_id=self.connection_id,
@@ -432,30 +491,52 @@ class DataPlaneServerProtocol(Protocol):
         self._close_reason = f"client going away: {goaway.reason}"
         self._begin_draining()
 
-    def _request_received(self, frame: Frame) -> None:
+    def _request_received(self, frame: PackedFrame) -> None:
         request_id = frame.request_id
         if request_id in self._requests:
             self._protocol_error(f"request id {request_id} reused while unanswered")
             return
         self._cancel_timer("idle")
-        op = cast(str, frame.payload["op"])
-        if len(self._requests) >= self._limits.max_in_flight:
+        try:
+            command = find_command(frame.payload, self._commands)
+        except RequestRefused as error:
+            _release_raw(frame)
+            assert self._handler is not None
+            self._handler.refused(error)
+            self._send(error_frame(request_id, WireErrno.EPROTO, error.message[:256]))
+            command = None
+        except KeyError:
+            _release_raw(frame)
+            self._send(error_frame(request_id, WireErrno.ENOSYS, "unknown operation"))
+            command = None
+        if command is None:
+            pass
+        elif len(frame.payload) > command.limits.payload:
+            # Refused by its size alone, unread (wire.md section 3.1).
+            _release_raw(frame)
+            refusal = RequestRefused(
+                "too_large",
+                f"payload of {len(frame.payload)} bytes is over {command.limits.payload}"
+                f" for {command.op}",
+                str(command.op),
+            )
+            assert self._handler is not None
+            self._handler.refused(refusal)
+            self._send(error_frame(request_id, WireErrno.EPROTO, refusal.message))
+        elif len(self._requests) >= self._limits.max_in_flight:
             _release_raw(frame)
             message = f"more than {self._limits.max_in_flight} requests in flight"
             self._send(error_frame(request_id, WireErrno.EAGAIN, message))
-        elif op not in self._known_ops:
-            _release_raw(frame)
-            self._send(error_frame(request_id, WireErrno.ENOSYS, "unknown operation"))
         else:
-            self._execute(request_id, op, frame)
-            if op == Op.CLOSE:
+            self._execute(request_id, command, frame)
+            if command.op is Op.CLOSE:
                 self.go_away(GoAwayReason.SHUTDOWN, "closed at the client's request")
         if not self._requests and self.state is ConnectionState.OPEN:
             self._arm_idle_timer()
 
-    def _execute(self, request_id: int, op: str, frame: Frame) -> None:
+    def _execute(self, request_id: int, command: Command, frame: PackedFrame) -> None:
         assert self._handler is not None
-        request = _Request(request_id, op, HEADER_SIZE + len(frame.raw))
+        request = _Request(request_id, str(command.op), HEADER_SIZE + len(frame.raw))
         request.release_raw = frame.release_raw
         self._requests[request_id] = request
         self._unanswered_bytes += request.size
@@ -465,7 +546,9 @@ class DataPlaneServerProtocol(Protocol):
         # A view of its own: it stays usable (and keeps a lent buffer out of
         # reuse) even if the request is given up while the handler runs.
         raw = memoryview(frame.raw)
-        deferred: Deferred[OpReply] = maybeDeferred(self._handler.handle, op, frame.payload, raw)
+        deferred: Deferred[OpReply] = maybeDeferred(
+            self._handler.handle, command, frame.payload, raw
+        )
         request.deferred = deferred
         deferred.addCallbacks(
             self._answered,
@@ -551,6 +634,7 @@ class DataPlaneServerProtocol(Protocol):
     def resumeProducing(self) -> None:
         """The transport's write buffer drained: take requests again."""
         self._writing_blocked = False
+        self._schedule_turn()
         self._update_reading()
 
     def stopProducing(self) -> None:
@@ -565,6 +649,7 @@ class DataPlaneServerProtocol(Protocol):
                 len(self._requests) >= limits.max_in_flight
                 or self._unanswered_bytes > limits.pause_reading_above
                 or self._writing_blocked
+                or self._decoder.pending
             ):
                 self._reading_paused = True
                 self._tls.pauseProducing()
@@ -572,6 +657,7 @@ class DataPlaneServerProtocol(Protocol):
             len(self._requests) < limits.max_in_flight
             and self._unanswered_bytes <= limits.resume_reading_below
             and not self._writing_blocked
+            and not self._decoder.pending
         ):
             self._reading_paused = False
             self._tls.resumeProducing()

@@ -372,7 +372,7 @@ class DataPlaneClientProtocol(Protocol):
         refusal = self._refusal()
         if refusal is not None:
             return fail(refusal)
-        full = {**payload, "op": op}
+        full = {"op": op, **payload}  # op first: the server reads it from the first bytes
         try:
             Frame(FrameType.REQUEST, 1, full, raw)
         except CodecError as error:

@@ -64,9 +64,9 @@ from twisted.python.failure import Failure
 from svc.dataplane_client.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
 from svc.dataplane_client.errors import CallTimedOut, NotExecuted, OutcomeUnknown
 from svc.timers import TimerClock
+from svc.wire.commands import COMMANDS
 from svc.wire.control import GoAway
 from svc.wire.frame import Buffer
-from svc.wire.ops import Op
 
 _log = Logger()
 
@@ -78,20 +78,7 @@ __all__ = [
     "ReconnectingClient",
 ]
 
-RESENDABLE_OPS = frozenset(
-    {
-        Op.LIST,
-        Op.HEAD_FILE,
-        Op.MANIFEST_GET,
-        Op.READLINK,
-        Op.CHUNK_GET,
-        Op.CHUNK_HAS,
-        Op.CHUNK_PUT,
-        Op.JOURNAL_QUERY,
-        Op.STATFS,
-        Op.PING,
-    }
-)
+RESENDABLE_OPS = frozenset(op for op, command in COMMANDS.items() if command.resendable)
 """Ops that may run twice with the effect of running once: resent after an unknown outcome."""
 
 FAILURE_LOG_INTERVAL = 60.0

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
@@ -48,17 +48,46 @@ from svc.mount.remote_values import (
     Manifest,
     PutResult,
     RenameResult,
-    chunk_entries,
-    get_field,
+    attributes_of,
+    disk_usage_of,
     inline_chunks,
-    optional_field,
-    parse_attributes,
-    parse_changed,
-    parse_disk_usage,
-    parse_lease,
+    lease_answer_of,
 )
+from svc.wire.commands import COMMANDS
+from svc.wire.contract import decode_answer, decode_push
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
+from svc.wire.messages import (
+    MAX_CHUNK_HAS,
+    MAX_INLINE_CHUNKS,
+    MAX_LIST_LIMIT,
+    MAX_MANIFEST_CHUNKS,
+    ChunkGetRequest,
+    ChunkHasReply,
+    ChunkHasRequest,
+    ChunkPutRequest,
+    DirCreateRequest,
+    EmptyRequest,
+    FileAttributes,
+    LeaseGrantRequest,
+    LeaseIdRequest,
+    ListReply,
+    ListRequest,
+    ManifestGetRequest,
+    ManifestPutRequest,
+    ManifestReply,
+    MknodRequest,
+    PathRequest,
+    PathWriteRequest,
+    PutReply,
+    RemoveReply,
+    RenameReply,
+    SetattrRequest,
+    SymlinkRequest,
+    TwoPathRequest,
+)
+from svc.wire.ops import Op
+from svc.wire.schema import FieldRefused, encode_message
 
 T = TypeVar("T")
 
@@ -86,16 +115,16 @@ __all__ = [
     "gather",
 ]
 
-CHUNK_HAS_LIMIT = 4096
+CHUNK_HAS_LIMIT = MAX_CHUNK_HAS
 """Hashes per C{chunk_has} request."""
 
-MANIFEST_CHUNK_LIMIT = 12000
+MANIFEST_CHUNK_LIMIT = MAX_MANIFEST_CHUNKS
 """Chunks per C{manifest_put}."""
 
-INLINE_CHUNK_LIMIT = 64
+INLINE_CHUNK_LIMIT = MAX_INLINE_CHUNKS
 """Chunks one C{manifest_put} may carry in its raw segment (C{inline})."""
 
-LIST_PAGE_LIMIT = 1000
+LIST_PAGE_LIMIT = MAX_LIST_LIMIT
 """Entries per C{list} page."""
 
 
@@ -131,15 +160,13 @@ class IChunkSource(Protocol):
         """Whether a C{fetch} of C{chunk_hash} would most likely need no download."""
 
 
-def _dir_ctime(reply: Reply) -> int | None:
+def _dir_ctime(answer: RemoveReply, reply: Reply) -> int | None:
     """A removal's answer: the parent's new mtime and ctime, if the server says."""
-    return optional_field(reply.payload, "dir_ctime_ns", int)
+    return answer.dir_ctime_ns
 
 
-def _with_session(payload: dict[str, object], session_id: str | None) -> dict[str, object]:
-    if session_id is not None:
-        payload["session_id"] = session_id
-    return payload
+def _attributes(answer: FileAttributes, reply: Reply) -> Attributes:
+    return attributes_of(answer)
 
 
 def _may_have_run(error: Exception) -> bool:
@@ -191,6 +218,8 @@ class Remote:
         def parsed(reply: Reply) -> T:
             try:
                 return parse(reply)
+            except FieldRefused as error:
+                raise RemoteFailure(errno.EIO, f"{op}: unexpected reply: {error.message}") from None
             except (BadReply, ValueError, TypeError) as error:
                 raise RemoteFailure(errno.EIO, f"{op}: unexpected reply: {error}") from None
 
@@ -200,34 +229,44 @@ class Remote:
             called = fail()
         return called.addCallbacks(parsed, translated)
 
+    def _call(
+        self,
+        op: Op,
+        request: object,
+        parse: Callable[[Any, Reply], T],
+        raw: bytes | memoryview = b"",
+    ) -> Deferred[T]:
+        """
+        Send the declared C{request} of C{op} and decode its answer with the
+        declared answer message, then C{parse(answer, reply)} it into the
+        mount's value.
+        """
+        command = COMMANDS[op]
+
+        def answered(reply: Reply) -> T:
+            return parse(decode_answer(command, reply.payload), reply)
+
+        return self._request(op.value, encode_message(request), answered, raw)
+
     # Reads
 
     def list_dir(
         self, path: str, after: str | None = None, limit: int | None = None
     ) -> Deferred[ListPage]:
         """One page of directory C{path}, names after C{after}."""
-        payload: dict[str, object] = {"path": path}
-        if after is not None:
-            payload["after"] = after
-        if limit is not None:
-            payload["limit"] = limit
+        request = ListRequest(path, after, MAX_LIST_LIMIT if limit is None else limit)
 
-        def parse(reply: Reply) -> ListPage:
-            entries = reply.payload.get("entries")
-            if not isinstance(entries, list | tuple):
-                raise BadReply("entries is not an array")
-            listed = []
-            for item in entries:
-                if not isinstance(item, Mapping):
-                    raise BadReply("list entry is not a map")
-                listed.append(ListedEntry(get_field(item, "name", str), parse_attributes(item)))
-            return ListPage(tuple(listed), optional_field(reply.payload, "next_after", str))
+        def parse(answer: ListReply, reply: Reply) -> ListPage:
+            listed = tuple(
+                ListedEntry(entry.name, attributes_of(entry.attributes)) for entry in answer.entries
+            )
+            return ListPage(listed, answer.next_after)
 
-        return self._request("list", payload, parse)
+        return self._call(Op.LIST, request, parse)
 
     def head_file(self, path: str) -> Deferred[Attributes]:
         """The attributes of C{path}."""
-        return self._request("head_file", {"path": path}, lambda r: parse_attributes(r.payload))
+        return self._call(Op.HEAD_FILE, PathRequest(path), _attributes)
 
     def manifest_get(self, path: str, *, inline_max: int = 0) -> Deferred[Manifest]:
         """
@@ -236,34 +275,27 @@ class Remote:
         server that knows C{inline_max}).
         """
 
-        def parse(reply: Reply) -> Manifest:
-            payload = reply.payload
-            chunks = chunk_entries(payload.get("chunks", []))
+        def parse(answer: ManifestReply, reply: Reply) -> Manifest:
             return Manifest(
-                parse_attributes(payload),
-                chunks,
+                attributes_of(answer.attributes),
+                answer.chunks,
                 LastWriter(
-                    optional_field(payload, "last_writer_agent_id", str),
-                    optional_field(payload, "last_writer_session_id", str),
-                    optional_field(payload, "last_writer_at_unix_ms", int),
+                    answer.last_writer_agent_id,
+                    answer.last_writer_session_id,
+                    answer.last_writer_at_unix_ms,
                 ),
-                inline_chunks(payload.get("inline"), chunks, bytes(reply.raw)),
+                inline_chunks(answer.inline, answer.chunks, bytes(reply.raw)),
             )
 
-        request: dict[str, object] = {"path": path}
-        if inline_max:
-            request["inline_max"] = inline_max
-        return self._request("manifest_get", request, parse)
+        return self._call(Op.MANIFEST_GET, ManifestGetRequest(path, inline_max), parse)
 
     def readlink(self, path: str) -> Deferred[str]:
         """The target of symlink C{path}."""
-        return self._request(
-            "readlink", {"path": path}, lambda r: get_field(r.payload, "target", str)
-        )
+        return self._call(Op.READLINK, PathRequest(path), lambda answer, _: answer.target)
 
     def statfs(self) -> Deferred[DiskUsage]:
         """The usage and limits of the agent's disk (the certificate's agent)."""
-        return self._request("statfs", {}, lambda r: parse_disk_usage(r.payload))
+        return self._call(Op.STATFS, EmptyRequest(), lambda answer, _: disk_usage_of(answer))
 
     # Writes (each takes the mount session)
 
@@ -288,94 +320,79 @@ class Remote:
         uploaded yet, C{(hash, bytes)}, carried in the request's raw segment
         (``docs/specifications/dataplane-ops.md``, C{manifest_put}).
         """
-        payload = _with_session(
-            {
-                "path": path,
-                "expected_version": expected_version,
-                "chunks": [[chunk.hash, chunk.size] for chunk in chunks],
-                "size": size,
-                "mode": mode,
-                "mtime_ns": mtime_ns,
-                "uid": uid,
-                "gid": gid,
-            },
-            session_id,
-        )
-        if atime_ns is not None:
-            payload["atime_ns"] = atime_ns
-        raw = b""
-        if inline:
-            payload["inline"] = [chunk_hash for chunk_hash, _ in inline]
-            raw = b"".join(data for _, data in inline)
+        try:
+            request = ManifestPutRequest(
+                path=path,
+                expected_version=expected_version,
+                chunks=tuple(ChunkEntry(chunk.hash, chunk.size) for chunk in chunks),
+                size=size,
+                mode=mode,
+                mtime_ns=mtime_ns,
+                uid=uid,
+                gid=gid,
+                session_id=session_id,
+                atime_ns=atime_ns,
+                inline=tuple(chunk_hash for chunk_hash, _ in inline),
+            )
+        except FieldRefused as error:
+            return fail(RemoteFailure(errno.EINVAL, f"manifest_put: {error.message}"))
+        raw = b"".join(data for _, data in inline) if inline else b""
 
-        def parse(reply: Reply) -> PutResult:
+        def parse(answer: PutReply, reply: Reply) -> PutResult:
             return PutResult(
-                get_field(reply.payload, "version", int),
-                get_field(reply.payload, "size", int),
-                bool(reply.payload.get("created", False)),
-                optional_field(reply.payload, "inode", int),
-                optional_field(reply.payload, "ctime_ns", int),
+                answer.version, answer.size, answer.created, answer.inode, answer.ctime_ns
             )
 
-        return self._request("manifest_put", payload, parse, raw=raw)
+        return self._call(Op.MANIFEST_PUT, request, parse, raw=raw)
 
     def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
         """
         Unlink the non-directory C{path}; the parent's new mtime and ctime
         (L{None} from a server that does not say).
         """
-        return self._request(
-            "manifest_delete", _with_session({"path": path}, session_id), _dir_ctime
-        )
+        return self._call(Op.MANIFEST_DELETE, PathWriteRequest(path, session_id), _dir_ctime)
 
     def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
         """Move C{path} to C{to_path} (C{manifest_rename})."""
 
-        def parse(reply: Reply) -> RenameResult:
-            return RenameResult(
-                get_field(reply.payload, "moved", int),
-                bool(reply.payload.get("replaced", False)),
-                optional_field(reply.payload, "dir_ctime_ns", int),
-            )
+        def parse(answer: RenameReply, reply: Reply) -> RenameResult:
+            return RenameResult(answer.moved, answer.replaced, answer.dir_ctime_ns)
 
-        return self._request(
-            "manifest_rename",
-            _with_session({"path": path, "to_path": to_path}, session_id),
-            parse,
-        )
+        return self._call(Op.MANIFEST_RENAME, TwoPathRequest(path, to_path, session_id), parse)
 
     def dir_create(
         self, path: str, *, mode: int, uid: int, gid: int, session_id: str | None
     ) -> Deferred[Attributes]:
         """Create directory C{path}."""
-        payload = _with_session({"path": path, "mode": mode, "uid": uid, "gid": gid}, session_id)
-        return self._request("dir_create", payload, lambda r: parse_attributes(r.payload))
+        request = DirCreateRequest(path, mode, uid, gid, session_id)
+        return self._call(Op.DIR_CREATE, request, _attributes)
 
     def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
         """Remove the empty directory C{path}; as L{manifest_delete}."""
-        return self._request("dir_remove", _with_session({"path": path}, session_id), _dir_ctime)
+        return self._call(Op.DIR_REMOVE, PathWriteRequest(path, session_id), _dir_ctime)
 
     def setattr(
         self, path: str, changes: AttributeChanges, *, session_id: str | None
     ) -> Deferred[Attributes]:
         """Change attributes of C{path} (C{size} only 0 or the current size)."""
-        payload: dict[str, object] = {"path": path}
-        for key in ("mode", "uid", "gid", "size", "mtime_ns", "atime_ns"):
-            value = getattr(changes, key)
-            if value is not None:
-                payload[key] = value
-        return self._request(
-            "setattr", _with_session(payload, session_id), lambda r: parse_attributes(r.payload)
+        request = SetattrRequest(
+            path,
+            changes.mode,
+            changes.uid,
+            changes.gid,
+            changes.size,
+            changes.mtime_ns,
+            changes.atime_ns,
+            session_id,
         )
+        return self._call(Op.SETATTR, request, _attributes)
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, session_id: str | None
     ) -> Deferred[Attributes]:
         """Create symlink C{path} pointing at C{target}."""
-        payload = _with_session(
-            {"path": path, "target": target, "uid": uid, "gid": gid}, session_id
-        )
-        return self._request("symlink", payload, lambda r: parse_attributes(r.payload))
+        request = SymlinkRequest(path, target, uid, gid, session_id)
+        return self._call(Op.SYMLINK, request, _attributes)
 
     def mknod(
         self,
@@ -389,54 +406,35 @@ class Remote:
         session_id: str | None,
     ) -> Deferred[Attributes]:
         """Create a non-directory, non-symlink node at C{path}."""
-        payload = _with_session(
-            {
-                "path": path,
-                "kind": kind.value,
-                "mode": mode,
-                "rdev": rdev,
-                "uid": uid,
-                "gid": gid,
-            },
-            session_id,
-        )
-        return self._request("mknod", payload, lambda r: parse_attributes(r.payload))
+        request = MknodRequest(path, kind.value, mode, rdev, uid, gid, session_id)
+        return self._call(Op.MKNOD, request, _attributes)
 
     def link(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[Attributes]:
         """Add the name C{to_path} to the inode of C{path}."""
-        return self._request(
-            "link",
-            _with_session({"path": path, "to_path": to_path}, session_id),
-            lambda r: parse_attributes(r.payload),
-        )
+        return self._call(Op.LINK, TwoPathRequest(path, to_path, session_id), _attributes)
 
     # Chunks
 
     def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:
         """The bytes of a chunk (verified by the server, not re-verified here)."""
-        return self._request("chunk_get", {"hash": chunk_hash}, lambda r: bytes(r.raw))
+        return self._call(Op.CHUNK_GET, ChunkGetRequest(chunk_hash), lambda _, r: bytes(r.raw))
 
     def chunk_has(self, hashes: Sequence[str]) -> Deferred[list[bool]]:
         """Which of C{hashes} (at most L{CHUNK_HAS_LIMIT}) are stored and visible."""
 
-        def parse(reply: Reply) -> list[bool]:
-            present = reply.payload.get("present")
-            if not isinstance(present, list | tuple) or len(present) != len(hashes):
+        def parse(answer: ChunkHasReply, reply: Reply) -> list[bool]:
+            if len(answer.present) != len(hashes):
                 raise BadReply("present does not answer every hash")
-            return [value is True for value in present]
+            return list(answer.present)
 
-        return self._request("chunk_has", {"hashes": list(hashes)}, parse)
+        return self._call(Op.CHUNK_HAS, ChunkHasRequest(tuple(hashes)), parse)
 
     def chunk_put(
         self, chunk_hash: str, data: bytes | memoryview, *, session_id: str | None
     ) -> Deferred[int]:
         """Upload a chunk; fires with its size."""
-        return self._request(
-            "chunk_put",
-            _with_session({"hash": chunk_hash}, session_id),
-            lambda r: get_field(r.payload, "size", int),
-            raw=data,
-        )
+        request = ChunkPutRequest(chunk_hash, session_id)
+        return self._call(Op.CHUNK_PUT, request, lambda answer, _: answer.size, raw=data)
 
     # Leases
 
@@ -444,18 +442,17 @@ class Remote:
         self, path: str, mode: str, *, wait: bool = False, session_id: str | None = None
     ) -> Deferred[LeaseAnswer]:
         """Ask for a C{read} or C{write} lease on C{path}."""
-        payload = _with_session({"path": path, "mode": mode, "wait": wait}, session_id)
-        return self._request("lease_grant", payload, lambda r: parse_lease(r.payload))
+        request = LeaseGrantRequest(path, mode, wait, session_id)
+        return self._call(Op.LEASE_GRANT, request, lambda answer, _: lease_answer_of(answer))
 
     def lease_refresh(self, lease_id: str) -> Deferred[LeaseAnswer]:
         """Extend a lease."""
-        return self._request(
-            "lease_refresh", {"lease_id": lease_id}, lambda r: parse_lease(r.payload)
-        )
+        request = LeaseIdRequest(lease_id)
+        return self._call(Op.LEASE_REFRESH, request, lambda answer, _: lease_answer_of(answer))
 
     def lease_release(self, lease_id: str) -> Deferred[None]:
         """Give a lease up."""
-        return self._request("lease_release", {"lease_id": lease_id}, lambda r: None)
+        return self._call(Op.LEASE_RELEASE, LeaseIdRequest(lease_id), lambda _answer, _: None)
 
 
 class DirectChunkSource:
@@ -495,11 +492,11 @@ def changed_pushes(receive: Callable[[tuple[str, ...], str | None], object]) -> 
         if op != "changed":
             return
         try:
-            paths, session_id = parse_changed(payload)
-        except BadReply as error:
-            _log.warn("ignoring a malformed changed push: {error}", error=error)
+            push = decode_push(Op.CHANGED, payload)
+        except FieldRefused as error:
+            _log.warn("ignoring a malformed changed push: {error}", error=error.message)
             return
-        receive(paths, session_id)
+        receive(push.paths, push.session_id)
 
     return pushed
 

@@ -1,28 +1,23 @@
 """
-The replies of the data-plane operations as frozen values, and their
-parsers (``docs/specifications/dataplane-ops.md`` sections 2 and 3). A reply
-without the documented shape raises L{BadReply} (or L{ValueError}, from a
+The answers of the data-plane operations as the mount uses them: frozen
+values made from the answer messages the wire declares
+(L{svc.wire.messages}, which checked their shape), plus what only the mount
+adds (its L{Attributes}, the inline chunks cut from a raw segment). A value
+that does not hold together raises L{BadReply} (or L{ValueError}, from a
 value's own checks). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 from svc.mount.attributes import Attributes, FileKind
+from svc.wire.messages import FileAttributes, LeaseReply, StatfsReply
+from svc.wire.schema import ChunkEntry
 
-T = TypeVar("T")
-
-
-@attrs.frozen
-class ChunkEntry:
-    """One element of a manifest's chunk list."""
-
-    hash: str
-    size: int
+__all__ = ["ChunkEntry"]
 
 
 @attrs.frozen
@@ -139,60 +134,26 @@ class DiskUsage:
 
 
 class BadReply(Exception):
-    """A reply that does not have the documented shape."""
+    """An answer that does not hold together (its shape was checked by the wire)."""
 
 
-def get_field(payload: Mapping[str, object], key: str, kind: type[T]) -> T:
-    """The value of C{key}, which must be a C{kind} (never a bool for int)."""
-    value = payload.get(key)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise BadReply(f"reply key {key!r} is {value!r}, not {kind.__name__}")
-    return value
-
-
-def optional_field(payload: Mapping[str, object], key: str, kind: type[T]) -> T | None:
-    """L{get_field}, or L{None} when the key is absent or nil."""
-    return None if payload.get(key) is None else get_field(payload, key, kind)
-
-
-def parse_attributes(payload: Mapping[str, object]) -> Attributes:
-    """The L{Attributes} of an attribute map (section 2)."""
-    try:
-        kind = FileKind(get_field(payload, "kind", str))
-    except ValueError:
-        raise BadReply(f"unknown kind {payload.get('kind')!r}") from None
+def attributes_of(attributes: FileAttributes) -> Attributes:
+    """The mount's L{Attributes} of an attribute map."""
     return Attributes(
-        server_inode=get_field(payload, "inode", int),
-        kind=kind,
-        mode=get_field(payload, "mode", int),
-        uid=get_field(payload, "uid", int),
-        gid=get_field(payload, "gid", int),
-        size=get_field(payload, "size", int),
-        mtime_ns=get_field(payload, "mtime_ns", int),
-        atime_ns=get_field(payload, "atime_ns", int),
-        ctime_ns=get_field(payload, "ctime_ns", int),
-        version=get_field(payload, "version", int),
-        nlink=get_field(payload, "nlink", int),
-        rdev=optional_field(payload, "rdev", int) or 0,
-        symlink_target=optional_field(payload, "symlink_target", str),
+        server_inode=attributes.inode,
+        kind=FileKind(attributes.kind),
+        mode=attributes.mode,
+        uid=attributes.uid,
+        gid=attributes.gid,
+        size=attributes.size,
+        mtime_ns=attributes.mtime_ns,
+        atime_ns=attributes.atime_ns,
+        ctime_ns=attributes.ctime_ns,
+        version=attributes.version,
+        nlink=attributes.nlink,
+        rdev=attributes.rdev,
+        symlink_target=attributes.symlink_target,
     )
-
-
-def chunk_entries(value: object) -> tuple[ChunkEntry, ...]:
-    """A chunk list (C{[[hash, size], ...]})."""
-    if not isinstance(value, list | tuple):
-        raise BadReply("chunk list is not an array")
-    entries = []
-    for item in value:
-        if (
-            not isinstance(item, list | tuple)
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], int)
-        ):
-            raise BadReply(f"bad chunk list entry {item!r}")
-        entries.append(ChunkEntry(item[0], item[1]))
-    return tuple(entries)
 
 
 def inline_chunks(
@@ -225,44 +186,25 @@ def inline_chunks(
     return tuple(carried)
 
 
-def parse_disk_usage(payload: Mapping[str, object]) -> DiskUsage:
-    """A C{statfs} answer (every key present, limits nil when absent)."""
+def disk_usage_of(reply: StatfsReply) -> DiskUsage:
+    """A C{statfs} answer (limits nil when absent)."""
     return DiskUsage(
-        used_bytes=get_field(payload, "used_bytes", int),
-        grant_bytes=optional_field(payload, "grant_bytes", int),
-        budget_bytes=optional_field(payload, "budget_bytes", int),
-        account_used_bytes=optional_field(payload, "account_used_bytes", int),
-        available_bytes=optional_field(payload, "available_bytes", int),
+        used_bytes=reply.used_bytes,
+        grant_bytes=reply.grant_bytes,
+        budget_bytes=reply.budget_bytes,
+        account_used_bytes=reply.account_used_bytes,
+        available_bytes=reply.available_bytes,
     )
 
 
-def parse_lease(payload: Mapping[str, object]) -> LeaseAnswer:
+def lease_answer_of(reply: LeaseReply) -> LeaseAnswer:
     """A C{lease_grant} or C{lease_refresh} answer."""
     return LeaseAnswer(
-        granted=get_field(payload, "granted", bool) if "granted" in payload else True,
-        mode=get_field(payload, "mode", str),
-        lease_id=optional_field(payload, "lease_id", str),
-        epoch=optional_field(payload, "epoch", int),
-        ttl_ms=optional_field(payload, "ttl_ms", int),
-        expires_at_unix_ms=optional_field(payload, "expires_at_unix_ms", int),
-        reason=optional_field(payload, "reason", str),
+        granted=reply.granted,
+        mode=reply.mode,
+        lease_id=reply.lease_id,
+        epoch=reply.epoch,
+        ttl_ms=reply.ttl_ms,
+        expires_at_unix_ms=reply.expires_at_unix_ms,
+        reason=reply.reason,
     )
-
-
-MAX_CHANGED_PATHS = 4096
-"""The most paths one C{changed} push may name (more: malformed)."""
-
-
-def parse_changed(payload: Mapping[str, object]) -> tuple[tuple[str, ...], str | None]:
-    """
-    A C{changed} push: its C{paths} (1 or more strings) and C{session_id}
-    (a string or nil).
-
-    @raise BadReply: any other shape.
-    """
-    paths = payload.get("paths")
-    if not isinstance(paths, list | tuple) or not 1 <= len(paths) <= MAX_CHANGED_PATHS:
-        raise BadReply("paths is not an array of 1 to 4096 paths")
-    if not all(isinstance(path, str) for path in paths):
-        raise BadReply("a path is not a string")
-    return tuple(paths), optional_field(payload, "session_id", str)

@@ -33,6 +33,8 @@ SPEC_FAMILIES: dict[str, tuple[str, frozenset[str]]] = {
     "svc_session_forgery_rejected_total": ("counter", frozenset({"reason"})),
     "svc_session_rebind_total": ("counter", frozenset()),
     "svc_agent_path_denied_total": ("counter", frozenset({"op"})),
+    # Added by this project (docs/specifications/metrics.md, decisions).
+    "svc_dataplane_requests_refused_total": ("counter", frozenset({"reason"})),
 }
 
 # The specification's op values, then statfs (added by this project, docs/decisions.md).

@@ -3,9 +3,11 @@ An in-process data-plane connection: the L{IDataPlaneCaller} seam driven
 straight into a real L{svc.dataplane.interfaces.IConnectionHandler}, with no
 sockets, TLS or frames.
 
-Each request's payload and each answer's payload go through the wire's
-msgpack profile (L{svc.wire.payload}), so types are what a real connection
-would deliver (arrays as lists, no tuples); failures become
+Each request is encoded as a client encodes it and handed over packed, as
+the protocol adapter hands it (the handler decodes it within its
+operation's limits); each answer's payload goes through the wire's msgpack
+profile (L{svc.wire.payload}), so types are what a real connection would
+deliver (arrays as lists, no tuples); failures become
 L{svc.dataplane_client.errors.RemoteError} exactly as the protocol adapter's
 ERROR frames would (an exception with a L{WireErrno} C{errno} keeps it, its
 message and details; anything else is EIO). Server pushes reach the
@@ -25,6 +27,7 @@ from svc.dataplane.interfaces import IDataPlaneService, OpReply
 from svc.dataplane_client.client import PushCallback, Reply
 from svc.dataplane_client.errors import NotExecuted, RemoteError
 from svc.pki.identity import AgentIdentity
+from svc.wire.contract import RequestRefused, find_command
 from svc.wire.control import ErrorInfo
 from svc.wire.errno import WireErrno
 from svc.wire.payload import pack_payload, unpack_payload
@@ -64,8 +67,18 @@ class LocalConnection:
         if self._closed or self.disconnected is not None:
             return fail(NotExecuted("connection closed"))
         self.calls.append(op)
-        request = unpack_payload(pack_payload({**(payload or {}), "op": op}))
-        answer = self._handler.handle(op, request, memoryview(bytes(raw)))
+        # Encoded as a client encodes it (op first), then decoded by the
+        # server as the protocol would: the operation found, the map handed
+        # over still packed.
+        packed = pack_payload({"op": op, **(payload or {})})
+        try:
+            command = find_command(packed)
+        except RequestRefused as error:
+            self._handler.refused(error)
+            return fail(RemoteError(ErrorInfo(WireErrno.EPROTO, error.message)))
+        except KeyError:
+            return fail(RemoteError(ErrorInfo(WireErrno.ENOSYS, "unknown operation")))
+        answer = self._handler.handle(command, packed, memoryview(bytes(raw)))
         return answer.addCallbacks(_reply, _error, errbackArgs=(op,))
 
     def on_push(self, callback: PushCallback) -> None:

@@ -11,7 +11,8 @@ without a second copy).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 
 from svc.buffer_pool import BufferPool, Loan
 from svc.wire.errors import CodecError
@@ -24,6 +25,7 @@ from svc.wire.frame import (
     Frame,
     FrameHeader,
     FrameType,
+    PackedFrame,
     read_header,
 )
 from svc.wire.payload import unpack_payload
@@ -36,6 +38,9 @@ With a pool (C{raw_buffers}), raw segments of at least this many bytes that
 arrive in pieces are copied into a lent buffer as they arrive, rather than
 kept as pieces and joined into a new C{bytes} object at the end.
 """
+
+Received = Frame | PackedFrame
+"""What the decoder gives: a frame, or one whose payload it left packed."""
 
 KEEP_AS_VIEW = 8192
 """
@@ -70,6 +75,7 @@ class FrameDecoder:
         max_raw: int = MAX_RAW_SIZE,
         accept: Iterable[FrameType] = tuple(FrameType),
         raw_buffers: BufferPool | None = None,
+        packed: Iterable[FrameType] = (),
     ) -> None:
         """
         @param max_payload: the largest msgpack payload accepted, in bytes
@@ -84,6 +90,9 @@ class FrameDecoder:
             arrive in pieces: such a frame's C{raw} is a read-only view of a
             lent buffer and its C{release_raw} gives the buffer back.
             Without a pool every raw segment is its own C{bytes} object.
+        @param packed: frame types whose payload is left undecoded: those
+            come out as L{PackedFrame}s (a server decodes a request's payload
+            within its operation's limits, L{svc.wire.contract}).
         """
         if not 1 <= max_payload <= _U32_MAX:
             raise ValueError(f"max_payload {max_payload} not in 1..2**32-1")
@@ -93,6 +102,8 @@ class FrameDecoder:
         self._max_raw = max_raw
         self._accept = frozenset(accept)
         self._raw_buffers = raw_buffers
+        self._packed = frozenset(packed)
+        self._backlog: deque[memoryview] = deque()
         self._header_bytes = bytearray()
         self._current: FrameHeader | None = None
         self._pieces: list[memoryview] = []
@@ -126,7 +137,7 @@ class FrameDecoder:
         L{received_into}.
         """
         loan, header = self._loan, self._current
-        if loan is None or header is None or self._error is not None:
+        if loan is None or header is None or self._error is not None or self._backlog:
             return None
         cut = header.payload_length
         at = self._filled
@@ -141,22 +152,65 @@ class FrameDecoder:
         """C{count} bytes were written at the start of L{receive_target}'s view."""
         self._filled += count
 
+    @property
+    def pending(self) -> int:
+        """Bytes fed (L{push}) and not yet looked at by L{next_frame}."""
+        return sum(len(view) for view in self._backlog)
+
     def feed(self, data: Buffer) -> list[Frame]:
         """
         Take the next bytes of the stream and return the frames they complete,
-        in order (often none, possibly many).
+        in order (often none, possibly many). For a decoder that leaves no
+        frame type packed (a decoder that does uses L{push} and
+        L{next_frame}).
 
         @raise CodecError: if the stream is malformed, or was before.
+        """
+        self.push(data)
+        frames: list[Frame] = []
+        while (frame := self.next_frame()) is not None:
+            assert isinstance(frame, Frame), "a decoder with packed frames is read by next_frame"
+            frames.append(frame)
+        return frames
+
+    def push(self, data: Buffer) -> None:
+        """
+        Take the next bytes of the stream without decoding them yet: frames
+        come out of L{next_frame}, one at a time, when the reader wants them.
+
+        @raise CodecError: if the stream was malformed before.
         """
         if self._error is not None:
             raise CodecError(f"decoder already failed: {self._error.reason}")
         if not isinstance(data, bytes):
             # A raw segment may be a view of the data fed: own it.
             data = bytes(data)
+        if data:
+            self._backlog.append(memoryview(data))
+
+    def next_frame(self) -> Received | None:
+        """
+        The next frame the bytes pushed so far complete, or L{None} when they
+        complete none (the rest is kept for the next call).
+
+        @raise CodecError: if the stream is malformed, or was before.
+        """
+        if self._error is not None:
+            raise CodecError(f"decoder already failed: {self._error.reason}")
+        backlog = self._backlog
         try:
-            return self._feed(memoryview(data))
+            while backlog:
+                view = backlog[0]
+                frame, used = self._step(view)
+                if used == len(view):
+                    backlog.popleft()
+                else:
+                    backlog[0] = view[used:]
+                if frame is not None:
+                    return frame
         except CodecError as e:
             self._error = e
+            self._backlog.clear()
             self._header_bytes.clear()
             self._pieces = []
             self._small = bytearray()
@@ -167,9 +221,10 @@ class FrameDecoder:
                 self._loan = None
             self._payload = bytearray()
             raise
+        return None
 
-    def _feed(self, view: memoryview) -> list[Frame]:
-        frames: list[Frame] = []
+    def _step(self, view: memoryview) -> tuple[Received | None, int]:
+        """Decode from C{view} until one frame completes; the frame and the bytes used."""
         position = 0
         end = len(view)
         while position < end:
@@ -192,9 +247,8 @@ class FrameDecoder:
                     position += HEADER_SIZE
                 size = header.payload_length + header.raw_length
                 if end - position >= size:
-                    frames.append(_finish(header, view[position : position + size]))
-                    position += size
-                    continue
+                    frame = self._finish(header, view[position : position + size])
+                    return frame, position + size
                 self._current = header
                 self._pieces = []
                 self._filled = 0
@@ -211,10 +265,10 @@ class FrameDecoder:
                 self._filled += take
                 position += take
                 if self._filled == size:
-                    frames.append(self._complete(header))
-        return frames
+                    return self._complete(header), position
+        return None, position
 
-    def _complete(self, header: FrameHeader) -> Frame:
+    def _complete(self, header: FrameHeader) -> Received:
         """The frame whose body has just been received in full; resets the body state."""
         loan, payload = self._loan, self._payload
         self._current = None
@@ -226,15 +280,9 @@ class FrameDecoder:
             pieces = self._pieces
             self._pieces = []
             self._small = bytearray()
-            return _assemble(header, pieces)
+            return self._assemble(header, pieces)
         try:
-            return Frame(
-                header.type,
-                header.request_id,
-                unpack_payload(bytes(payload)),
-                loan.view(header.raw_length),
-                release_raw=loan.give_back,
-            )
+            return self._frame(header, bytes(payload), loan.view(header.raw_length), loan.give_back)
         except CodecError:
             loan.give_back()
             raise
@@ -286,32 +334,45 @@ class FrameDecoder:
             )
         return header
 
+    def _assemble(self, header: FrameHeader, pieces: list[memoryview]) -> Received:
+        """
+        The frame whose body arrived in C{pieces}: the payload and the raw
+        segment are joined I{separately}, so the raw segment is a view of a
+        C{bytes} object of exactly its own bytes, which a consumer keeps whole
+        without a second copy (L{svc.wire.frame.raw_bytes}).
+        """
+        cut = header.payload_length
+        payload: list[memoryview] = []
+        raw: list[memoryview] = []
+        seen = 0
+        for piece in pieces:
+            if seen >= cut:
+                raw.append(piece)
+            elif seen + len(piece) <= cut:
+                payload.append(piece)
+            else:
+                payload.append(piece[: cut - seen])
+                raw.append(piece[cut - seen :])
+            seen += len(piece)
+        joined: Buffer = memoryview(b"".join(raw)) if header.raw_length else b""
+        return self._frame(header, b"".join(payload), joined, None)
 
-def _assemble(header: FrameHeader, pieces: list[memoryview]) -> Frame:
-    """
-    The frame whose body arrived in C{pieces}: the payload and the raw
-    segment are joined I{separately}, so the raw segment is a view of a
-    C{bytes} object of exactly its own bytes, which a consumer keeps whole
-    without a second copy (L{svc.wire.frame.raw_bytes}).
-    """
-    cut = header.payload_length
-    payload: list[memoryview] = []
-    raw: list[memoryview] = []
-    seen = 0
-    for piece in pieces:
-        if seen >= cut:
-            raw.append(piece)
-        elif seen + len(piece) <= cut:
-            payload.append(piece)
-        else:
-            payload.append(piece[: cut - seen])
-            raw.append(piece[cut - seen :])
-        seen += len(piece)
-    joined: Buffer = memoryview(b"".join(raw)) if header.raw_length else b""
-    return Frame(header.type, header.request_id, unpack_payload(b"".join(payload)), joined)
+    def _finish(self, header: FrameHeader, body: memoryview) -> Received:
+        raw: Buffer = body[header.payload_length :] if header.raw_length else b""
+        return self._frame(header, body[: header.payload_length], raw, None)
 
-
-def _finish(header: FrameHeader, body: memoryview) -> Frame:
-    payload = unpack_payload(body[: header.payload_length])
-    raw: Buffer = body[header.payload_length :] if header.raw_length else b""
-    return Frame(header.type, header.request_id, payload, raw)
+    def _frame(
+        self,
+        header: FrameHeader,
+        payload: bytes | memoryview,
+        raw: Buffer,
+        release: Callable[[], None] | None,
+    ) -> Received:
+        """The frame of C{header}: packed if its type is one this decoder leaves packed."""
+        if header.type in self._packed:
+            return PackedFrame(
+                header.type, header.request_id, bytes(payload), raw, release_raw=release
+            )
+        return Frame(
+            header.type, header.request_id, unpack_payload(payload), raw, release_raw=release
+        )

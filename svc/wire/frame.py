@@ -264,6 +264,28 @@ class Frame:
         _PAYLOAD_CHECKS[self.type](self.payload, self.type)
 
 
+@attrs.frozen(eq=True)
+class PackedFrame:
+    """
+    A received frame whose payload is left undecoded: what a server's
+    decoder gives for REQUEST and GOAWAY frames, so that a payload is
+    decoded within the limits of its operation (L{svc.wire.contract}) rather
+    than the frame's. The header rules are checked as for any frame.
+
+    @ivar payload: the msgpack payload, undecoded.
+    @ivar raw: the raw segment, as L{Frame.raw}.
+    @ivar release_raw: as L{Frame.release_raw}.
+    """
+
+    type: FrameType
+    request_id: int
+    payload: bytes
+    raw: Buffer = attrs.field(default=b"", converter=_raw_buffer, repr=_raw_repr)
+    release_raw: Callable[[], None] | None = attrs.field(
+        default=None, eq=False, repr=False, kw_only=True
+    )
+
+
 def encode_frame(
     frame: Frame, *, max_payload: int = MAX_PAYLOAD_SIZE, max_raw: int = MAX_RAW_SIZE
 ) -> list[Buffer]:

@@ -8,7 +8,7 @@ TLS 1.3 in memory (L{twisted.test.iosim}).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -26,13 +26,26 @@ from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane_client.client import DataPlaneClientProtocol, client_tls_factory
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.testing.pki import TestPKI, shared_test_pki
+from svc.wire.commands import BY_NAME, Command, declare
+from svc.wire.contract import RequestRefused
 from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.frame import FRAMES_TO_CLIENT, Frame, encode_frame
-from svc.wire.ops import REQUEST_OPS
+from svc.wire.messages import EmptyReply, EmptyRequest
+from svc.wire.ops import Op
+from svc.wire.payload import unpack_payload
 
-FAKE_OPS = REQUEST_OPS | {"echo", "hold", "refuse", "crash"}
-"""Operations the fake service runs; pass as the factory's C{known_ops}."""
+
+def _scripted(name: str) -> Command:
+    # Not an operation of the protocol: an op name only the fake runs.
+    return declare(cast(Op, name), EmptyRequest, EmptyReply)
+
+
+FAKE_OPS: Mapping[str, Command] = {
+    **BY_NAME,
+    **{name: _scripted(name) for name in ("echo", "hold", "refuse", "crash")},
+}
+"""Operations the fake service runs, by name; pass as the factory's C{commands}."""
 
 
 class FakeOpRefused(Exception):
@@ -74,9 +87,16 @@ class ScriptedConnectionHandler:
         self.handled: list[tuple[str, Mapping[str, object], bytes]] = []
         self.held: list[HeldRequest] = []
         self.closed_reasons: list[str] = []
+        self.refusals: list[RequestRefused] = []
 
-    def handle(self, op: str, payload: Mapping[str, object], raw: memoryview) -> Deferred[OpReply]:
-        """Run one scripted operation."""
+    def refused(self, error: RequestRefused) -> None:
+        """Record a request the protocol refused."""
+        self.refusals.append(error)
+
+    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
+        """Run one scripted operation (its whole map decoded: the fake takes any keys)."""
+        op = str(command.op)
+        payload = unpack_payload(packed)
         self.handled.append((op, payload, bytes(raw)))
         if op == "echo":
             echoed = {k: v for k, v in payload.items() if k != "op"}
@@ -182,7 +202,7 @@ class TLSHarness:
             self.clock,
             limits,
             new_connection_id=lambda: f"conn-{next(ids)}",
-            known_ops=FAKE_OPS,
+            commands=FAKE_OPS,
         )
         self.server_tls = tls_server_factory(self.factory, self.tls, self.clock)
 

@@ -16,11 +16,11 @@ from svc.dataplane.change_notices import (
     owner_revert_notice,
     readable_paths,
 )
-from svc.dataplane.ops import WRITE_OPS, parse_request
-from svc.dataplane.test.test_ops import VALID
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
+from svc.wire.commands import COMMANDS
 from svc.wire.ops import REQUEST_OPS, Op
+from svc.wire.test.test_contract import VALID, parse
 
 ACME = TenantLocation("user-1", "tenant-a")
 LABS = TenantLocation("user-1", "tenant-b")
@@ -43,13 +43,14 @@ class ChangedPathsTests(SynchronousTestCase):
     """L{changed_paths}: the paths each request op changes."""
 
     def paths(self, op: Op, **payload: object) -> tuple[str, ...]:
-        return changed_paths(op, parse_request(op, {**VALID[op], **payload}))
+        return changed_paths(op, parse(op, {**VALID[op], **payload}))
 
     def test_announced_ops(self) -> None:
         """Every write but chunk_put is announced; nothing else is."""
-        self.assertEqual(CHANGING_OPS, WRITE_OPS - {Op.CHUNK_PUT})
+        writes = {op for op, command in COMMANDS.items() if command.writes}
+        self.assertEqual(CHANGING_OPS, writes - {Op.CHUNK_PUT})
         for op in REQUEST_OPS - CHANGING_OPS:
-            self.assertEqual(changed_paths(op, parse_request(op, VALID[op])), (), op)
+            self.assertEqual(changed_paths(op, parse(op, VALID[op])), (), op)
 
     def test_one_path(self) -> None:
         """A write naming one path changed that path."""
@@ -82,11 +83,11 @@ class ChangeNoticeTests(SynchronousTestCase):
         """The push carries the paths as an array and the session id, nil when absent."""
         self.assertEqual(
             notice("/agent-1/a", "/agent-1/b").push(),
-            {"paths": ["/agent-1/a", "/agent-1/b"], "session_id": "mount:00"},
+            {"paths": ("/agent-1/a", "/agent-1/b"), "session_id": "mount:00"},
         )
         self.assertEqual(
             ChangeNotice(ACME, "agent-1", ("/agent-1/a",)).push(["/agent-1/z"]),
-            {"paths": ["/agent-1/z"], "session_id": None},
+            {"paths": ("/agent-1/z",), "session_id": None},
         )
 
     def test_paths_required(self) -> None:

@@ -81,7 +81,7 @@ class ServerConnection:
             clock=self.clock,
             limits=self.limits,
             new_connection_id=lambda: "conn-1",
-            known_ops=FAKE_OPS,
+            commands=FAKE_OPS,
             raw_buffers=raw_buffers,
         )
         self.protocol.makeConnection(self.transport)
@@ -192,7 +192,7 @@ class NoDelayTests(SynchronousTestCase):
             clock=Clock(),
             limits=ServerLimits(),
             new_connection_id=lambda: "conn-1",
-            known_ops=FAKE_OPS,
+            commands=FAKE_OPS,
         )
         protocol.makeConnection(transport)
         self.assertIs(transport.no_delay, True)

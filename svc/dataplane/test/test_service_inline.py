@@ -10,12 +10,12 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.ops import MAX_INLINE_CHUNKS
 from svc.dataplane.test.test_service import expected, line
 from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
 from svc.policy import PathPolicy
 from svc.testing.worker import ManualWorker
 from svc.wire.errno import WireErrno
+from svc.wire.messages import MAX_INLINE_CHUNKS
 
 
 def put_request(name: str, chunks: list[tuple[str, bytes]], **extra: Any) -> dict[str, Any]:
@@ -267,8 +267,8 @@ class InlineReadTests(TwoChunksCase):
         self.assertNotIn("inline", reply.payload)
         self.assertEqual(bytes(reply.raw), b"")
         chunks = reply.payload["chunks"]
-        assert isinstance(chunks, list)
-        self.assertEqual(chunks[1], [self.second[0], 500])
+        assert isinstance(chunks, tuple)
+        self.assertEqual(chunks[1], (self.second[0], 500))
         refused = [line(event) for event in self.fixture.events("chunk_get") if not event.allowed]
         self.assertEqual(refused, [expected("chunk_get", "", False, hash=self.second[0])])
 

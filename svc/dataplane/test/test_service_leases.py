@@ -204,6 +204,6 @@ class OrderingTests(SynchronousTestCase):
         self.successResultOf(made)
         self.successResultOf(inner)
         self.assertEqual(self.failureResultOf(removed).value.errno, WireErrno.ENOTEMPTY)
-        self.assertEqual(self.successResultOf(has).payload, {"present": [False]})
+        self.assertEqual(self.successResultOf(has).payload, {"present": (False,)})
         self.successResultOf(fixture.service.engine.close())
         worker.run()

@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 from blake3 import blake3
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet.defer import fail
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
 from svc.dataplane.admission import AdmittedAgent
 from svc.dataplane.connection import AgentConnection
+from svc.dataplane.errors import OpFailed
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.service import DataPlaneService
 from svc.metrics import DataPlaneMetrics
@@ -33,7 +35,9 @@ from svc.sessions import mint_session_id, session_key
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.store.lease_values import LeaseTimings
 from svc.testing.worker import ImmediateWorker
+from svc.wire.contract import RequestRefused, find_command
 from svc.wire.errno import WireErrno
+from svc.wire.payload import pack_payload, unpack_payload
 from svc.worker import IWorker
 
 T = TypeVar("T")
@@ -96,7 +100,8 @@ class RecordingSink:
         self.disconnects: list[str] = []
 
     def push(self, op: str, payload: Mapping[str, object]) -> None:
-        self.pushes.append((op, dict(payload)))
+        # As the peer receives it: through the msgpack profile.
+        self.pushes.append((op, unpack_payload(pack_payload(payload))))
 
     def disconnect(self, reason: str) -> None:
         self.disconnects.append(reason)
@@ -113,8 +118,20 @@ class Agent:
         self.root = "/" + who.agent_id
 
     def request(self, op: str, raw: bytes = b"", **payload: Any) -> Any:
-        """The Deferred of one request (payload completed with C{op})."""
-        return self.connection.handle(op, {"op": op, **payload}, memoryview(raw))
+        """
+        The Deferred of one request (payload completed with C{op}), handed
+        over as the protocol does: encoded, its operation found (ENOSYS or
+        EPROTO as the protocol answers them), its map still packed.
+        """
+        packed = pack_payload({"op": op, **payload})
+        try:
+            command = find_command(packed)
+        except RequestRefused as error:
+            self.connection.refused(error)
+            return fail(error)
+        except KeyError:
+            return fail(OpFailed(WireErrno.ENOSYS, "unknown operation"))
+        return self.connection.handle(command, packed, memoryview(raw))
 
     def reply(self, op: str, raw: bytes = b"", **payload: Any) -> OpReply:
         """The successful answer of one request."""
@@ -122,8 +139,8 @@ class Agent:
         return result
 
     def ok(self, op: str, raw: bytes = b"", **payload: Any) -> dict[str, Any]:
-        """The payload of a successful answer."""
-        return dict(self.reply(op, raw, **payload).payload)
+        """The payload of a successful answer, as the client receives it."""
+        return unpack_payload(pack_payload(self.reply(op, raw, **payload).payload))
 
     def error(self, op: str, raw: bytes = b"", **payload: Any) -> Any:
         """The exception of a failed request."""

@@ -1,6 +1,7 @@
 """
 Checks that C{docs/specifications/wire.md} agrees with the code: the worked
-examples, the errno table, the frame type table and the operation names.
+examples, the errno table, the frame type table and the operations table
+(generated from the declarations, L{svc.wire.document}).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 import svc
 from svc.wire.control import Hello, error_frame, hello_frame
 from svc.wire.decoder import FrameDecoder
+from svc.wire.document import BEGIN, END, commands_table
 from svc.wire.errno import WireErrno
 from svc.wire.frame import Frame, FrameType, encode_frame
 from svc.wire.ops import PUSH_OPS, Op
@@ -77,8 +79,11 @@ class DocumentTests(SynchronousTestCase):
         self.assertEqual(rows, {str(member.value): member.name for member in FrameType})
 
     def test_operation_table(self) -> None:
-        """The operation table lists every L{Op}, pushes marked PUSH, and nothing else."""
+        """The operations table is exactly what the declarations generate, every op in it."""
         text = read_document()
-        rows = dict(re.findall(r"^\| `([a-z_]+)` \| (REQUEST|PUSH) \|", text, flags=re.MULTILINE))
-        expected = {op.value: "PUSH" if op in PUSH_OPS else "REQUEST" for op in Op}
-        self.assertEqual(rows, expected)
+        start = text.index(BEGIN) + len(BEGIN)
+        block = text[start : text.index(END)].strip()
+        self.assertEqual(block, commands_table(), "regenerate: python -m svc.wire.document")
+        rows = re.findall(r"^\| `([a-z_]+)`( \(PUSH\))? \|", block, flags=re.MULTILINE)
+        expected = {op.value: " (PUSH)" if op in PUSH_OPS else "" for op in Op}
+        self.assertEqual(dict(rows), expected)

@@ -1,0 +1,562 @@
+"""
+Every message of the data-plane operations, declared once: the request
+maps a client sends, the answer maps a server sends back, the pushes and
+the C{details} of errors. Each is a frozen C{attrs} class whose fields
+carry their wire kind (L{svc.wire.schema.arg}); L{svc.wire.commands} ties
+them to operations. The meaning of every key is
+``docs/specifications/dataplane-ops.md``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from svc.wire.errno import WireErrno
+from svc.wire.schema import (
+    I64,
+    U32,
+    Bool,
+    Choice,
+    ChunkEntry,
+    ChunkEntryKind,
+    FieldRefused,
+    Flat,
+    Hash,
+    Int,
+    ListOf,
+    Nested,
+    Str,
+    arg,
+)
+
+MAX_PATH_BYTES = 4096
+"""Longest path the data plane accepts, in UTF-8 bytes (longer: C{ENAMETOOLONG})."""
+
+MAX_PATH_FIELD_BYTES = 4 * MAX_PATH_BYTES
+"""Longest path string a request map may carry at all (longer: C{ENAMETOOLONG}
+without reading further); paths between this and L{MAX_PATH_BYTES} are refused
+by confinement with the same errno."""
+
+MAX_NAME_BYTES = 255
+"""Longest path component, in UTF-8 bytes."""
+
+MAX_SESSION_ID_BYTES = 256
+"""Longest C{session_id} (a real one is 70 characters)."""
+
+MAX_LEASE_ID_BYTES = 64
+"""Longest C{lease_id} (a real one is 32)."""
+
+MAX_SYMLINK_TARGET_BYTES = 4096
+"""Longest symlink target in UTF-8 bytes."""
+
+MAX_CHUNK_HAS = 4096
+"""The most hashes one C{chunk_has} may probe."""
+
+MAX_MANIFEST_CHUNKS = 12000
+"""The most chunks one C{manifest_put} may name (12000 entries of 76 bytes
+fit the 1 MiB payload with room to spare)."""
+
+MAX_INLINE_CHUNKS = 64
+"""The most chunks one C{manifest_put} carries in its raw segment (C{inline}),
+and the most one C{manifest_get} answer carries."""
+
+MAX_INLINE_BYTES = 1 << 20
+"""The most bytes of chunks a C{manifest_put} carries in its raw segment, and
+the largest C{inline_max} of a C{manifest_get}."""
+
+MAX_LIST_LIMIT = 1000
+"""The most entries one C{list} answer holds (also the default)."""
+
+MAX_JOURNAL_LIMIT = 100
+"""The most rows one C{journal_query} answer holds (also the default)."""
+
+MAX_CHANGED_PATHS = 4096
+"""The most paths one C{changed} push names."""
+
+MKNOD_KINDS = frozenset({"file", "fifo", "chardev", "blockdev", "socket"})
+"""The C{kind} values C{mknod} accepts."""
+
+FILE_KINDS = MKNOD_KINDS | {"dir", "symlink"}
+"""Every C{kind} an attribute map may carry."""
+
+LEASE_MODES = frozenset({"read", "write"})
+
+PATH = Str(MAX_PATH_FIELD_BYTES, too_long=WireErrno.ENAMETOOLONG)
+SESSION = Str(MAX_SESSION_ID_BYTES)
+MODE = Int(0, 0o7777)
+OWNER_ID = Int(0, U32)
+VERSION = Int(0, I64)
+TIME = Int(-I64, I64)
+COUNT = Int(0, I64)
+HASH = Hash()
+CHUNK_LIST = ListOf(ChunkEntryKind(), MAX_MANIFEST_CHUNKS)
+ANY_INT = Int()
+TEXT = Str(64 * 1024)
+"""A string in an answer (names, paths, ids): generous, the server is trusted."""
+
+
+def optional_int() -> int | None:
+    """An optional integer field of an answer (left out when L{None})."""
+    result: int | None = arg(ANY_INT, default=None)
+    return result
+
+
+# Requests.
+
+
+@attrs.frozen
+class ListRequest:
+    """C{list}: one page of a directory's entries, by name after C{after}."""
+
+    path: str = arg(PATH)
+    after: str | None = arg(Str(MAX_PATH_FIELD_BYTES), default=None)
+    limit: int = arg(Int(1, MAX_LIST_LIMIT), default=MAX_LIST_LIMIT)
+
+
+@attrs.frozen
+class PathRequest:
+    """C{head_file}, C{readlink}: one path, read."""
+
+    path: str = arg(PATH)
+
+
+@attrs.frozen
+class ManifestGetRequest:
+    """
+    C{manifest_get}: attributes and chunk list of one path; C{inline_max}
+    (0: none) is the largest file whose chunks the answer carries.
+    """
+
+    path: str = arg(PATH)
+    inline_max: int = arg(Int(0, MAX_INLINE_BYTES), default=0)
+
+
+@attrs.frozen
+class ManifestPutRequest:
+    """
+    C{manifest_put}: compare-and-swap a regular file's content. C{inline}
+    names chunks of C{chunks} whose bytes the raw segment carries, in its
+    order: each once, at most L{MAX_INLINE_BYTES} in all.
+    """
+
+    path: str = arg(PATH)
+    expected_version: int = arg(VERSION)
+    chunks: tuple[ChunkEntry, ...] = arg(CHUNK_LIST)
+    size: int = arg(COUNT)
+    mode: int = arg(MODE)
+    mtime_ns: int = arg(TIME)
+    uid: int = arg(OWNER_ID, default=0)
+    gid: int = arg(OWNER_ID, default=0)
+    session_id: str | None = arg(SESSION, default=None)
+    atime_ns: int | None = arg(TIME, default=None)
+    inline: tuple[str, ...] = arg(ListOf(HASH, MAX_INLINE_CHUNKS), default=())
+
+    def __attrs_post_init__(self) -> None:
+        if not self.inline:
+            return
+        sizes = {chunk.hash: chunk.size for chunk in self.chunks}
+        if len(set(self.inline)) != len(self.inline):
+            raise FieldRefused(WireErrno.EINVAL, "'inline' repeats a chunk")
+        total = 0
+        for chunk_hash in self.inline:
+            if chunk_hash not in sizes:
+                raise FieldRefused(WireErrno.EINVAL, "'inline' names a chunk not in 'chunks'")
+            total += sizes[chunk_hash]
+        if total > MAX_INLINE_BYTES:
+            raise FieldRefused(WireErrno.EINVAL, f"inline chunks exceed {MAX_INLINE_BYTES} bytes")
+
+    def inline_entries(self) -> tuple[ChunkEntry, ...]:
+        """The inline chunks with their sizes, in raw-segment order."""
+        sizes = {chunk.hash: chunk.size for chunk in self.chunks}
+        return tuple(ChunkEntry(chunk_hash, sizes[chunk_hash]) for chunk_hash in self.inline)
+
+
+@attrs.frozen
+class PathWriteRequest:
+    """C{manifest_delete}, C{dir_remove}: a change naming one path only."""
+
+    path: str = arg(PATH)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class TwoPathRequest:
+    """
+    C{manifest_rename} (C{path} moved to C{to_path}) and C{link} (new name
+    C{to_path} for the existing C{path}).
+    """
+
+    path: str = arg(PATH)
+    to_path: str = arg(PATH)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class DirCreateRequest:
+    """C{dir_create}: a new directory."""
+
+    path: str = arg(PATH)
+    mode: int = arg(MODE)
+    uid: int = arg(OWNER_ID, default=0)
+    gid: int = arg(OWNER_ID, default=0)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class SetattrRequest:
+    """C{setattr}: change some attributes; absent ones stay."""
+
+    path: str = arg(PATH)
+    mode: int | None = arg(MODE, default=None)
+    uid: int | None = arg(OWNER_ID, default=None)
+    gid: int | None = arg(OWNER_ID, default=None)
+    size: int | None = arg(COUNT, default=None)
+    mtime_ns: int | None = arg(TIME, default=None)
+    atime_ns: int | None = arg(TIME, default=None)
+    session_id: str | None = arg(SESSION, default=None)
+
+    def changes(self) -> dict[str, int | None]:
+        """The attribute changes, by name (L{None}: unchanged)."""
+        return {
+            "mode": self.mode,
+            "uid": self.uid,
+            "gid": self.gid,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "atime_ns": self.atime_ns,
+        }
+
+
+@attrs.frozen
+class SymlinkRequest:
+    """C{symlink}: a new symbolic link C{path} whose target is C{target}."""
+
+    path: str = arg(PATH)
+    target: str = arg(Str(MAX_SYMLINK_TARGET_BYTES, min_bytes=1))
+    uid: int = arg(OWNER_ID, default=0)
+    gid: int = arg(OWNER_ID, default=0)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class MknodRequest:
+    """C{mknod}: a new special file (or empty regular file)."""
+
+    path: str = arg(PATH)
+    kind: str = arg(Choice(MKNOD_KINDS))
+    mode: int = arg(MODE)
+    rdev: int = arg(COUNT, default=0)
+    uid: int = arg(OWNER_ID, default=0)
+    gid: int = arg(OWNER_ID, default=0)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class ChunkGetRequest:
+    """C{chunk_get}: one chunk's bytes."""
+
+    hash: str = arg(HASH)
+
+
+@attrs.frozen
+class ChunkPutRequest:
+    """C{chunk_put}: store the raw segment under C{hash}."""
+
+    hash: str = arg(HASH)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class ChunkHasRequest:
+    """C{chunk_has}: which of C{hashes} the agent may reference without upload."""
+
+    hashes: tuple[str, ...] = arg(ListOf(HASH, MAX_CHUNK_HAS))
+
+
+@attrs.frozen
+class JournalQueryRequest:
+    """C{journal_query}: one page of the agent's own journal rows."""
+
+    path: str | None = arg(PATH, default=None)
+    below: bool = arg(Bool(), default=True)
+    since_ms: int | None = arg(COUNT, default=None)
+    until_ms: int | None = arg(COUNT, default=None)
+    cursor: int | None = arg(COUNT, default=None)
+    limit: int = arg(Int(1, MAX_JOURNAL_LIMIT), default=MAX_JOURNAL_LIMIT)
+    newest_first: bool = arg(Bool(), default=False)
+
+
+@attrs.frozen
+class JournalRevertRequest:
+    """C{journal_revert_path}: restore C{path} to its state before row C{seq}."""
+
+    path: str = arg(PATH)
+    seq: int = arg(Int(1, I64))
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class LeaseGrantRequest:
+    """C{lease_grant}: a C{read} or C{write} lease on C{path}."""
+
+    path: str = arg(PATH)
+    mode: str = arg(Choice(LEASE_MODES))
+    wait: bool = arg(Bool(), default=False)
+    session_id: str | None = arg(SESSION, default=None)
+
+
+@attrs.frozen
+class LeaseIdRequest:
+    """C{lease_refresh}, C{lease_release}: one of the connection's leases."""
+
+    lease_id: str = arg(Str(MAX_LEASE_ID_BYTES))
+
+
+@attrs.frozen
+class EmptyRequest:
+    """C{statfs}, C{ping}, C{close}: no arguments."""
+
+
+# Answers.
+
+
+@attrs.frozen
+class FileAttributes:
+    """
+    The attribute keys of C{head_file}, C{manifest_get}, C{list} entries and
+    the creating operations (C{dataplane-ops.md} section 2);
+    C{symlink_target} only for a symlink, and never in a listing.
+    """
+
+    inode: int = arg(ANY_INT)
+    kind: str = arg(Choice(FILE_KINDS))
+    mode: int = arg(ANY_INT)
+    uid: int = arg(ANY_INT)
+    gid: int = arg(ANY_INT)
+    size: int = arg(ANY_INT)
+    mtime_ns: int = arg(ANY_INT)
+    atime_ns: int = arg(ANY_INT)
+    ctime_ns: int = arg(ANY_INT)
+    version: int = arg(ANY_INT)
+    nlink: int = arg(ANY_INT)
+    rdev: int = arg(ANY_INT, default=0)
+    symlink_target: str | None = arg(TEXT, default=None)
+
+
+@attrs.frozen
+class ListEntry:
+    """One C{list} entry: C{name} and the attributes (no C{symlink_target})."""
+
+    name: str = arg(TEXT)
+    attributes: FileAttributes = arg(Flat(FileAttributes))
+
+
+@attrs.frozen
+class ListReply:
+    """C{list}: a page of entries; C{next_after} nil when the page ends the directory."""
+
+    entries: tuple[ListEntry, ...] = arg(ListOf(Nested(ListEntry), MAX_LIST_LIMIT))
+    next_after: str | None = arg(TEXT, default=None, nil=True)
+
+
+@attrs.frozen
+class ManifestReply:
+    """
+    C{manifest_get}: the attributes, the chunk list, the last writer, and
+    C{inline}: the chunks whose bytes the raw segment carries, in its order.
+    """
+
+    attributes: FileAttributes = arg(Flat(FileAttributes))
+    chunks: tuple[ChunkEntry, ...] = arg(CHUNK_LIST, default=())
+    last_writer_agent_id: str | None = arg(TEXT, default=None)
+    last_writer_session_id: str | None = arg(TEXT, default=None)
+    last_writer_at_unix_ms: int | None = optional_int()
+    inline: tuple[str, ...] | None = arg(ListOf(HASH, MAX_INLINE_CHUNKS), default=None)
+
+
+@attrs.frozen
+class PutReply:
+    """
+    C{manifest_put}: C{version} and C{size} after the write, C{created},
+    C{journal_seq}, the file's C{inode} and new C{ctime_ns}.
+    """
+
+    version: int = arg(ANY_INT)
+    size: int = arg(ANY_INT)
+    created: bool = arg(Bool(), default=False)
+    journal_seq: int | None = optional_int()
+    inode: int | None = optional_int()
+    ctime_ns: int | None = optional_int()
+
+
+@attrs.frozen
+class RemoveReply:
+    """C{manifest_delete}, C{dir_remove}: the parent's new mtime and ctime."""
+
+    dir_ctime_ns: int | None = optional_int()
+
+
+@attrs.frozen
+class RenameReply:
+    """
+    C{manifest_rename}: names rewritten, whether a destination was replaced,
+    and (unless nothing changed) the parents' new mtime and ctime.
+    """
+
+    moved: int = arg(ANY_INT)
+    replaced: bool = arg(Bool(), default=False)
+    dir_ctime_ns: int | None = optional_int()
+
+
+@attrs.frozen
+class ReadlinkReply:
+    """C{readlink}: the target."""
+
+    target: str = arg(TEXT)
+
+
+@attrs.frozen
+class StatfsReply:
+    """C{statfs}: usage and limits in bytes; every key sent, nil where no limit."""
+
+    used_bytes: int = arg(COUNT)
+    grant_bytes: int | None = arg(COUNT, default=None, nil=True)
+    budget_bytes: int | None = arg(COUNT, default=None, nil=True)
+    account_used_bytes: int | None = arg(COUNT, default=None, nil=True)
+    available_bytes: int | None = arg(COUNT, default=None, nil=True)
+
+
+@attrs.frozen
+class ChunkReply:
+    """C{chunk_get} (raw segment: the bytes) and C{chunk_put}: the chunk's name and size."""
+
+    hash: str = arg(HASH)
+    size: int = arg(COUNT)
+
+
+@attrs.frozen
+class ChunkHasReply:
+    """C{chunk_has}: one boolean per hash asked, in order."""
+
+    present: tuple[bool, ...] = arg(ListOf(Bool(), MAX_CHUNK_HAS))
+
+
+@attrs.frozen
+class JournalEntryReply:
+    """One journal row (chunk lists are never sent)."""
+
+    seq: int = arg(ANY_INT)
+    at_ms: int = arg(ANY_INT)
+    agent_id: str = arg(TEXT)
+    op: str = arg(TEXT)
+    path: str = arg(TEXT)
+    old_version: int | None = arg(ANY_INT, default=None, nil=True)
+    new_version: int | None = arg(ANY_INT, default=None, nil=True)
+    session_id: str | None = arg(TEXT, default=None)
+    to_path: str | None = arg(TEXT, default=None)
+    reverts_seq: int | None = optional_int()
+    old_kind: str | None = arg(TEXT, default=None)
+    old_size: int | None = optional_int()
+    new_kind: str | None = arg(TEXT, default=None)
+    new_size: int | None = optional_int()
+
+
+@attrs.frozen
+class JournalPageReply:
+    """C{journal_query}: rows, and C{next_cursor} (nil at the end)."""
+
+    entries: tuple[JournalEntryReply, ...] = arg(
+        ListOf(Nested(JournalEntryReply), MAX_JOURNAL_LIMIT)
+    )
+    next_cursor: int | None = arg(ANY_INT, default=None, nil=True)
+
+
+@attrs.frozen
+class RevertReply:
+    """
+    C{journal_revert_path}: the row reverted, the new row (nil: nothing
+    changed), whether the path exists, and then its kind, version and size.
+    """
+
+    reverted_seq: int = arg(ANY_INT)
+    exists: bool = arg(Bool())
+    journal_seq: int | None = arg(ANY_INT, default=None, nil=True)
+    kind: str | None = arg(TEXT, default=None)
+    version: int | None = optional_int()
+    size: int | None = optional_int()
+
+
+@attrs.frozen
+class LeaseReply:
+    """
+    C{lease_grant} and C{lease_refresh}: granted (with the lease's id,
+    epoch and expiry), or refused with C{reason}.
+    """
+
+    mode: str = arg(TEXT)
+    granted: bool = arg(Bool(), default=True)
+    lease_id: str | None = arg(TEXT, default=None)
+    epoch: int | None = optional_int()
+    expires_at_unix_ms: int | None = optional_int()
+    ttl_ms: int | None = optional_int()
+    reason: str | None = arg(TEXT, default=None)
+
+
+@attrs.frozen
+class EmptyReply:
+    """The answer of C{ping}, C{close}, C{lease_release}: an empty map."""
+
+
+# Pushes.
+
+
+@attrs.frozen
+class LeaseRevokePush:
+    """C{lease_revoke}: give the lease up before the deadline."""
+
+    lease_id: str = arg(TEXT)
+    path: str = arg(TEXT)
+    mode: str = arg(TEXT)
+    reason: str = arg(TEXT)
+    deadline_unix_ms: int = arg(ANY_INT)
+    deadline_ms: int = arg(ANY_INT)
+
+
+@attrs.frozen
+class ChangedPush:
+    """C{changed}: paths another connection of the agent changed."""
+
+    paths: tuple[str, ...] = arg(ListOf(TEXT, MAX_CHANGED_PATHS, min_items=1))
+    session_id: str | None = arg(TEXT, default=None, nil=True)
+
+
+# Error details.
+
+
+@attrs.frozen
+class StaleDetails:
+    """
+    C{ESTALE}: C{reason} C{version_changed} (with the versions and, when the
+    path exists, its last writer) or C{lease_conflict}.
+    """
+
+    reason: str = arg(TEXT)
+    expected_version: int | None = optional_int()
+    current_version: int | None = optional_int()
+    last_writer_agent_id: str | None = arg(TEXT, default=None)
+    last_writer_session_id: str | None = arg(TEXT, default=None)
+    last_writer_at_unix_ms: int | None = optional_int()
+
+
+@attrs.frozen
+class MissingDetails:
+    """C{EINVAL} of C{manifest_put}, C{ENODATA} of a revert: the chunks missing."""
+
+    missing: tuple[str, ...] = arg(ListOf(HASH, MAX_MANIFEST_CHUNKS), default=())
+
+
+@attrs.frozen
+class ReasonDetails:
+    """C{EACCES} of the path policy, C{EPERM} of a refused session: why."""
+
+    reason: str | None = arg(TEXT, default=None)
