@@ -4,6 +4,7 @@ TLS 1.3 and local-disk references measured in the same run.
 
     .venv/bin/python bench/dataplane.py [--rounds 3] [--chunks 48] [--window 8]
         [--io-threads 4] [--small-ops 1000] [--connections 64] [--duration 5]
+        [--fairness-pings 2000]
 
 The server runs in a separate process (C{bench/dataplane_server.py}): the real
 L{DataPlaneService} stack over a fresh store in a temporary directory, plus a
@@ -30,7 +31,12 @@ Measured, MB = 10**6 bytes:
    C{manifest_put} creating a file, pipelined: what a mount's close of a new
    small file waits for) (C{--small-ops} each, after a warm-up) next to a
    128-byte raw TLS echo.
-3. C{--connections} connections of distinct agents of one tenant, each
+3. Fairness (C{bench/fairness.py}): the first connection's C{ping} latency
+   (C{--fairness-pings} sequential pings) on an idle server, then while an
+   agent of another tenant floods its own connection from a process of its
+   own (C{bench/flood.py}): 20,000 pipelined pings at a time, then
+   C{manifest_put} maps as expensive to decode as the operation allows.
+4. C{--connections} connections of distinct agents of one tenant, each
    looping C{head_file}/C{manifest_get} on its own file for C{--duration}
    seconds (one request in flight per connection); the reference is the same
    number of raw TLS connections looping the echo.
@@ -83,6 +89,7 @@ from dataplane_server import (
     MessageReader,
     message,
 )
+from fairness import fairness_phase
 
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.durable import write_file_atomically
@@ -96,6 +103,7 @@ T = TypeVar("T")
 MIB = 1024 * 1024
 CHUNK_SIZE = 4 * MIB
 TENANT = "tenant-a"
+FLOOD_TENANT = "tenant-b"
 SMALL_FILE_SIZE = 4096
 ECHO_BODY = b"x" * 128
 TARGET_RATIO = 0.7
@@ -138,6 +146,13 @@ class ServerProcess:
         self.dataplane_port: int = announce["dataplane_port"]
         self.raw_port: int = announce["raw_port"]
         self._ticks = os.sysconf("SC_CLK_TCK")
+
+    def lag(self) -> dict[str, float]:
+        """The server reactor's lag since the previous call (p50, p99, max ms)."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(b"lag\n")
+        self._process.stdin.flush()
+        return dict(json.loads(self._process.stdout.readline()))
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time of the child so far (all its threads)."""
@@ -581,7 +596,7 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
     clients: list[tuple[DataPlaneClient, str]] = []
     raws: list[RawClient] = []
     try:
-        pki = TestPKI.build(tenants=(TENANT,))
+        pki = TestPKI.build(tenants=(TENANT, FLOOD_TENANT))
         write_pki(pki, scratch / "pki")
         (scratch / "server").mkdir()
         server = ServerProcess(scratch / "pki", scratch / "server", options.io_threads)
@@ -605,6 +620,16 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         throughput = await throughput_rounds(options, client, raw, meter, scratch)
         latencies = await latency_phase(options, client, path, raw, meter)
 
+        fairness = await fairness_phase(
+            reactor,
+            server.dataplane_port,
+            server.lag,
+            client,
+            pki.agent(FLOOD_TENANT, "flooder"),
+            scratch,
+            options.fairness_pings,
+        )
+
         others = list(agents)[1:]
         clients.extend(await gatherResults([dial(agent_id) for agent_id in others]))
         raws.extend(await gatherResults([dial_raw(agent_id) for agent_id in others]))
@@ -617,6 +642,7 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         raws = []
         stopped, server = server.stop(), None
         report = build_report(options, throughput, latencies, concurrent, meter)
+        report["fairness"] = fairness
         report["server"] = stopped
         report["elapsed_s"] = round(time.perf_counter() - began, 1)
         print(json.dumps(report))
@@ -695,6 +721,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per closed loop")
     parser.add_argument("--loop-repeats", type=int, default=2, help="closed loops of each kind")
+    parser.add_argument(
+        "--fairness-pings", type=int, default=2000, help="victim pings per fairness state"
+    )
     options = parser.parse_args(argv)
     if min(options.rounds, options.chunks, options.window, options.io_threads) < 1:
         parser.error("rounds, chunks, window and io-threads must be positive")

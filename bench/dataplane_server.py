@@ -21,7 +21,9 @@ so the reference is the best this TLS stack does, not a copying one.
 
 Once both ports listen it prints one JSON line, C{{"dataplane_port": ...,
 "raw_port": ...}}, and serves until its standard input closes; then it stops
-gracefully and prints a last JSON line with the audit sink's counts.
+gracefully and prints a last JSON line with the audit sink's counts. Each
+line C{lag} on its standard input is answered with a JSON line of the
+reactor's lag since the previous one (L{LagMeter}).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import os
 import struct
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,9 @@ SERVER_KEY = "server.key"
 ROOT_CERT = "root.pem"
 
 MIB = 1024 * 1024
+
+LAG_INTERVAL = 0.002
+"""Seconds between the reactor-lag probes."""
 
 HEADER = struct.Struct(">cI")
 """A raw-protocol message header: kind (one byte), then body length."""
@@ -179,12 +185,55 @@ class _StdinWatcher(Protocol):
     def __init__(self) -> None:
         self.closed: Deferred[None] = Deferred()
 
+        self.lag: LagMeter | None = None
+        self._line = b""
+
     def dataReceived(self, data: bytes) -> None:
-        pass
+        # Each line "lag" asks for the reactor lag seen since the last one.
+        self._line += data
+        while b"\n" in self._line:
+            line, self._line = self._line.split(b"\n", 1)
+            if line.strip() == b"lag" and self.lag is not None:
+                sys.stdout.write(json.dumps(self.lag.take()) + "\n")
+                sys.stdout.flush()
 
     def connectionLost(self, reason: Failure | None = None) -> None:
         if not self.closed.called:
             self.closed.callback(None)
+
+
+class LagMeter:
+    """
+    How late the reactor runs a call due every L{LAG_INTERVAL} seconds: the
+    longest any one turn held it, as every connection waiting behind that
+    turn sees it (the fairness of issue 34, item 3, measured in the server).
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+        self._samples: list[float] = []
+        self._due = 0.0
+
+    def start(self) -> None:
+        self._due = time.perf_counter() + LAG_INTERVAL
+        self._reactor.callLater(LAG_INTERVAL, self._tick)
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self._samples.append(max(0.0, now - self._due) * 1000.0)
+        self._due = now + LAG_INTERVAL
+        self._reactor.callLater(LAG_INTERVAL, self._tick)
+
+    def take(self) -> dict[str, float]:
+        """p50, p99 and max lag in milliseconds since the last call; resets."""
+        samples, self._samples = sorted(self._samples), []
+        if not samples:
+            return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+
+        def at(fraction: float) -> float:
+            return round(samples[min(len(samples) - 1, int(fraction * len(samples)))], 3)
+
+        return {"p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": round(samples[-1], 3)}
 
 
 async def serve(reactor: Any, options: argparse.Namespace) -> None:
@@ -222,7 +271,10 @@ async def serve(reactor: Any, options: argparse.Namespace) -> None:
     )
     deny_list = DenyList()
     factory = DataPlaneFactory(
-        service, TLSAdmission(org_root, options.trust_domain, lambda: deny_list), reactor
+        service,
+        TLSAdmission(org_root, options.trust_domain, lambda: deny_list),
+        reactor,
+        decode_worker=ThreadWorker(reactor, "dataplane-decode", threads=1),
     )
     tls = SwappableServerTLS(tls_options)
     dataplane_port: Any = await listen_dataplane(reactor, "tcp:0:interface=127.0.0.1", factory, tls)
@@ -236,6 +288,8 @@ async def serve(reactor: Any, options: argparse.Namespace) -> None:
     )
 
     watcher = _StdinWatcher()
+    watcher.lag = LagMeter(reactor)
+    watcher.lag.start()
     StandardIO(watcher, reactor=reactor)  # type: ignore[no-untyped-call]
     announce = {
         "dataplane_port": dataplane_port.getHost().port,

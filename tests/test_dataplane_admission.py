@@ -24,9 +24,10 @@ from twisted.trial.unittest import TestCase
 from svc.dataplane_client.client import DataPlaneClient
 from svc.dataplane_client.errors import AdmissionFailed, NotExecuted
 from svc.testing.pki import AgentCredentials
-from svc.wire.control import read_goaway
+from svc.wire.control import read_error, read_goaway
 from svc.wire.decoder import FrameDecoder
-from svc.wire.frame import FRAMES_TO_CLIENT, Frame, FrameType
+from svc.wire.errno import WireErrno
+from svc.wire.frame import FRAMES_TO_CLIENT, Frame, FrameType, encode_frame
 from tests.dataplane_harness import (
     DataPlaneProcess,
     async_test,
@@ -176,7 +177,6 @@ class MalformedFrameTests(AdmissionSystemCase):
 
     GARBAGE = {
         "random bytes": b"\x00" + os.urandom(4095),
-        "bad msgpack payload": header(FrameType.REQUEST.value, 1, 64) + b"\xc1" * 64,
         "frame type a server never receives": header(FrameType.HELLO.value, 0, 1) + b"\x80",
         "oversized payload length": header(FrameType.REQUEST.value, 1, 0xFFFFFFFF),
     }
@@ -203,3 +203,28 @@ class MalformedFrameTests(AdmissionSystemCase):
         log = self.server.log_text()
         self.assertNotIn("Traceback", log)
         self.assertNotIn("Unhandled", log)
+
+    @async_test
+    async def test_bad_request_payload_is_answered_and_the_connection_stays(self) -> None:
+        """
+        A REQUEST whose payload is not a map is answered EPROTO (its frame's
+        boundaries were intact: wire.md section 3.1) and the connection serves on.
+        """
+        credentials = self.pki.agent("tenant-a", "garbage-2")
+        with raw_tls_socket(self.server, credentials) as sock:
+            read_frames(sock, until_eof=False)
+            ping = encode_frame(Frame(FrameType.REQUEST, 2, {"op": "ping"}))
+            sock.sendall(header(FrameType.REQUEST.value, 1, 64) + b"\xc1" * 64 + b"".join(ping))
+            frames: list[Frame] = []
+            while len(frames) < 2:
+                more, ended = read_frames(sock, until_eof=False)
+                frames += more
+                self.assertFalse(ended)
+        self.assertEqual(
+            [(f.type, f.request_id) for f in frames],
+            [
+                (FrameType.ERROR, 1),
+                (FrameType.RESPONSE, 2),
+            ],
+        )
+        self.assertEqual(read_error(frames[0]).errno, WireErrno.EPROTO)

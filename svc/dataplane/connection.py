@@ -71,7 +71,7 @@ from svc.store.lease_values import LeaseHolder
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
 from svc.wire.commands import COMMANDS, Command
-from svc.wire.contract import RequestRefused, decode_request
+from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.errno import WireErrno
 from svc.wire.messages import (
     ChunkGetRequest,
@@ -240,17 +240,20 @@ class AgentConnection:
 
     # IConnectionHandler
 
-    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
+    def handle(
+        self, command: Command, decoded: DecodedRequest, raw: memoryview
+    ) -> Deferred[OpReply]:
         """
-        Run one request (see the module docstring): C{packed} is its map,
-        still encoded, decoded here within C{command}'s limits. Cancelling
-        the answer (the protocol gave up on it) stops the request only while
-        it waits for its turn; once started it runs to its end, and its
-        answer is dropped (L{svc.dataplane.request_order.Running}).
+        Run one request (see the module docstring): C{decoded} is its map
+        decoded by the protocol within C{command}'s limits (or the refusal
+        of its fields). Cancelling the answer (the protocol gave up on it)
+        stops the request only while it waits for its turn; once started it
+        runs to its end, and its answer is dropped
+        (L{svc.dataplane.request_order.Running}).
         """
         running = Running()
         answer: Deferred[OpReply] = Deferred(lambda _: running.give_up())
-        done = Deferred.fromCoroutine(self._handle(command, packed, raw, running))
+        done = Deferred.fromCoroutine(self._handle(command, decoded, raw, running))
         done.addBoth(_pass_on, answer)
         return answer
 
@@ -362,26 +365,23 @@ class AgentConnection:
         upload.finish()
 
     async def _handle(
-        self, command: Command, packed: bytes, raw: memoryview, running: Running
+        self, command: Command, decoded: DecodedRequest, raw: memoryview, running: Running
     ) -> OpReply:
         op = command.op
         started = self.now()
         try:
-            try:
-                request, _payload = decode_request(command, packed)
-            except RequestRefused as error:
-                self.refused(error)
-                raise
-            except FieldRefused as error:
-                self.audit.failed(op, _raw_path(error.payload), None)
-                raise
+            refused = decoded.refused
+            if refused is not None:
+                self.audit.failed(op, _raw_path(refused.payload), None)
+                raise refused
+            request = decoded.request
             if len(raw) > command.max_raw:
                 self.audit.failed(op, first_path(request), None)
                 raise FieldRefused(
                     WireErrno.EPROTO, f"{op.value} carries no raw segment of {len(raw)} bytes"
                 )
             if op is Op.MANIFEST_PUT:
-                self.metrics.count_bytes("in", op.value, len(packed))
+                self.metrics.count_bytes("in", op.value, decoded.size)
             return await self._run(op, request, raw, running)
         finally:
             self.metrics.observe_op(op_label(op), self.now() - started)

@@ -34,6 +34,7 @@ from svc.frame_tls import frame_tls_factory
 from svc.pki.identity import AgentIdentity
 from svc.timers import TimerClock
 from svc.wire.commands import BY_NAME, Command
+from svc.worker import IWorker
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
 from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
 
@@ -56,6 +57,9 @@ DEFAULT_MAX_CONNECTIONS_PER_AGENT = 16
 
 DEFAULT_FRAMES_PER_TURN = 16
 """Frames a connection decodes and starts per reactor turn (L{ServerLimits.frames_per_turn})."""
+
+DEFAULT_PAYLOAD_BYTES_PER_TURN = 64 * 1024
+"""Payload bytes after which a connection's turn ends (L{ServerLimits.payload_bytes_per_turn})."""
 
 REFUSAL_LOG_EVERY = 1000
 """Connections refused for a limit are logged the first time, then once per this many."""
@@ -95,6 +99,9 @@ class ServerLimits:
     @ivar frames_per_turn: frames one connection decodes and starts per
         reactor turn; what is left of a read waits for a later turn, so one
         connection cannot hold the reactor (the others are served between).
+    @ivar payload_bytes_per_turn: ... and fewer once their payloads (what
+        decoding costs by) reach this many bytes: the frame that reaches it
+        is the turn's last.
     """
 
     max_payload: int = attrs.field(default=MAX_PAYLOAD_SIZE)
@@ -113,6 +120,9 @@ class ServerLimits:
         default=DEFAULT_MAX_CONNECTIONS_PER_AGENT, validator=_positive
     )
     frames_per_turn: int = attrs.field(default=DEFAULT_FRAMES_PER_TURN, validator=_positive)
+    payload_bytes_per_turn: int = attrs.field(
+        default=DEFAULT_PAYLOAD_BYTES_PER_TURN, validator=_positive
+    )
 
     @max_payload.validator
     def _check_payload(self, _attribute: object, value: int) -> None:
@@ -169,6 +179,7 @@ class DataPlaneFactory(Factory):
         *,
         new_connection_id: Callable[[], str] = random_connection_id,
         commands: Mapping[str, Command] = BY_NAME,
+        decode_worker: IWorker | None = None,
     ) -> None:
         """
         @param service: the data-plane logic.
@@ -179,6 +190,8 @@ class DataPlaneFactory(Factory):
         @param new_connection_id: the connection id source.
         @param commands: the operations passed to the service, by name; any
             other is answered ENOSYS without calling it (tests pass their own).
+        @param decode_worker: where large request payloads are decoded, off
+            the reactor (L{DataPlaneServerProtocol}); L{None}: on the reactor.
         """
         self._service = service
         self._admission = admission
@@ -186,6 +199,7 @@ class DataPlaneFactory(Factory):
         self.limits = limits or ServerLimits()
         self._new_connection_id = new_connection_id
         self._commands = commands
+        self._decode_worker = decode_worker
         self._stopping = False
         self._live: set[DataPlaneServerProtocol] = set()
         self._admitted: set[DataPlaneServerProtocol] = set()
@@ -205,6 +219,7 @@ class DataPlaneFactory(Factory):
             tracker=self,
             commands=self._commands,
             raw_buffers=self._raw_buffers,
+            decode_worker=self._decode_worker,
         )
 
     @property

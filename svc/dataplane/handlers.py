@@ -47,7 +47,6 @@ from svc.store.manifest_values import (
     FileKind,
     Manifest,
     RemoveResult,
-    chunks_of,
 )
 from svc.wire.contract import answer_map
 from svc.wire.errno import WireErrno
@@ -194,7 +193,7 @@ async def _manifest_put(
     result = await storage.manifest_put(
         request.path,
         expected_version=request.expected_version,
-        chunks=chunks_of(request.chunks),
+        chunks=request.chunks,
         size=request.size,
         mode=request.mode,
         mtime_ns=request.mtime_ns,

@@ -26,7 +26,7 @@ from twisted.internet.defer import Deferred
 
 from svc.pki.identity import AgentIdentity
 from svc.wire.commands import Command
-from svc.wire.contract import RequestRefused
+from svc.wire.contract import DecodedRequest, RequestRefused
 
 
 @attrs.frozen
@@ -69,14 +69,17 @@ class IConnectionHandler(Protocol):
     One admitted connection's view of the service.
     """
 
-    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
+    def handle(
+        self, command: Command, decoded: DecodedRequest, raw: memoryview
+    ) -> Deferred[OpReply]:
         """
-        Run one request of operation C{command}. ``packed`` is the REQUEST
-        frame's map, still encoded (the handler decodes it within the
-        command's limits, L{svc.wire.contract.decode_request}); ``raw`` its
-        raw segment (valid only until the Deferred fires: copy what must
-        outlive it). Requests of one connection may overlap; the service
-        keeps any ordering it needs.
+        Run one request of operation C{command}. ``decoded`` is the REQUEST
+        frame's map decoded within the command's limits
+        (L{svc.wire.contract.decode}: the request message, or the refusal of
+        its fields, which the handler audits and answers); ``raw`` its raw
+        segment (valid only until the Deferred fires: copy what must outlive
+        it). Requests of one connection may overlap; the service keeps any
+        ordering it needs.
         """
 
     def refused(self, error: RequestRefused) -> None:

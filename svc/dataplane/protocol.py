@@ -47,7 +47,13 @@ from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import AgentIdentity
 from svc.timers import Timer, TimerClock
 from svc.wire.commands import BY_NAME, Command
-from svc.wire.contract import RequestRefused, find_command, unpack_bounded
+from svc.wire.contract import (
+    DecodedRequest,
+    RequestRefused,
+    decode,
+    find_command,
+    unpack_bounded,
+)
 from svc.wire.control import (
     GoAway,
     GoAwayReason,
@@ -69,6 +75,7 @@ from svc.wire.frame import (
     encode_frame,
 )
 from svc.wire.ops import Op
+from svc.worker import IWorker
 
 if TYPE_CHECKING:
     from svc.dataplane.factory import ServerLimits
@@ -168,6 +175,12 @@ class _Request:
     release_raw: Callable[[], None] | None = None
 
 
+DECODE_ASIDE_FROM = 64 * 1024
+"""
+Request payloads of at least this many bytes are decoded on the decode
+worker, off the reactor (a 12000-chunk C{manifest_put} takes milliseconds).
+"""
+
 GOAWAY_MAX_STRING = 4096
 """The longest string a client's GOAWAY map may hold (its C{reason} and C{message})."""
 
@@ -205,11 +218,15 @@ class DataPlaneServerProtocol(Protocol):
         tracker: ConnectionTracker | None = None,
         commands: Mapping[str, Command] = BY_NAME,
         raw_buffers: BufferPool | None = None,
+        decode_worker: IWorker | None = None,
     ) -> None:
         """
         @param raw_buffers: where the decoder assembles large raw segments
             (L{svc.wire.decoder.FrameDecoder}); each is given back once its
             request is answered or dropped.
+        @param decode_worker: where payloads of L{DECODE_ASIDE_FROM} bytes or
+            more are decoded (a thread, so the reactor serves other
+            connections meanwhile); L{None}: on the reactor.
         """
         self._service = service
         self._admission = admission
@@ -218,6 +235,8 @@ class DataPlaneServerProtocol(Protocol):
         self._new_connection_id = new_connection_id
         self._tracker = tracker
         self._commands = commands
+        self._decode_worker = decode_worker
+        self._decoding = False
         self._decoder = FrameDecoder(
             max_payload=limits.max_payload,
             max_raw=limits.max_raw,
@@ -434,14 +453,18 @@ class DataPlaneServerProtocol(Protocol):
     def _take_turn(self) -> None:
         """
         Decode and start at most C{frames_per_turn} frames of what was
-        received, then let the reactor serve other connections: what is
-        left waits for a later turn (reading stops meanwhile, so it is at
-        most one read). Nothing is started while the peer is not reading
-        our answers.
+        received (fewer once their payloads reach C{payload_bytes_per_turn}:
+        decoding costs by the byte), then let the reactor serve other
+        connections: what is left waits for a later turn (reading stops
+        meanwhile, so it is at most one read). Nothing is started while the
+        peer is not reading our answers.
         """
         self._timers.pop("turn", None)
         budget = self._limits.frames_per_turn
-        while budget > 0 and not self._writing_blocked:
+        payload_budget = self._limits.payload_bytes_per_turn
+        while budget > 0 and payload_budget > 0 and not self._writing_blocked:
+            if self._decoding:
+                return  # the frame being decoded aside goes first
             if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
                 return
             try:
@@ -453,6 +476,7 @@ class DataPlaneServerProtocol(Protocol):
                 break
             budget -= 1
             assert isinstance(frame, PackedFrame)
+            payload_budget -= len(frame.payload)
             if frame.type is FrameType.GOAWAY:
                 self._client_going_away(frame)
             elif self.state is ConnectionState.OPEN:
@@ -467,6 +491,7 @@ class DataPlaneServerProtocol(Protocol):
         if (
             self._decoder.pending
             and not self._writing_blocked
+            and not self._decoding
             and "turn" not in self._timers
             and self.state in (ConnectionState.OPEN, ConnectionState.DRAINING)
         ):
@@ -497,45 +522,88 @@ class DataPlaneServerProtocol(Protocol):
             self._protocol_error(f"request id {request_id} reused while unanswered")
             return
         self._cancel_timer("idle")
-        try:
-            command = find_command(frame.payload, self._commands)
-        except RequestRefused as error:
-            _release_raw(frame)
-            assert self._handler is not None
-            self._handler.refused(error)
-            self._send(error_frame(request_id, WireErrno.EPROTO, error.message[:256]))
-            command = None
-        except KeyError:
-            _release_raw(frame)
-            self._send(error_frame(request_id, WireErrno.ENOSYS, "unknown operation"))
-            command = None
+        command = self._command_of(frame)
         if command is None:
             pass
-        elif len(frame.payload) > command.limits.payload:
-            # Refused by its size alone, unread (wire.md section 3.1).
-            _release_raw(frame)
-            refusal = RequestRefused(
-                "too_large",
-                f"payload of {len(frame.payload)} bytes is over {command.limits.payload}"
-                f" for {command.op}",
-                str(command.op),
-            )
-            assert self._handler is not None
-            self._handler.refused(refusal)
-            self._send(error_frame(request_id, WireErrno.EPROTO, refusal.message))
         elif len(self._requests) >= self._limits.max_in_flight:
             _release_raw(frame)
             message = f"more than {self._limits.max_in_flight} requests in flight"
             self._send(error_frame(request_id, WireErrno.EAGAIN, message))
+        elif len(frame.payload) >= DECODE_ASIDE_FROM and self._decode_worker is not None:
+            self._decode_aside(command, frame, self._decode_worker)
         else:
-            self._execute(request_id, command, frame)
-            if command.op is Op.CLOSE:
-                self.go_away(GoAwayReason.SHUTDOWN, "closed at the client's request")
+            try:
+                decoded = decode(command, frame.payload)
+            except RequestRefused as error:
+                self._refuse(frame, error)
+            else:
+                self._execute(command, frame, decoded)
         if not self._requests and self.state is ConnectionState.OPEN:
             self._arm_idle_timer()
 
-    def _execute(self, request_id: int, command: Command, frame: PackedFrame) -> None:
+    def _command_of(self, frame: PackedFrame) -> Command | None:
+        """
+        The command a REQUEST names, or L{None} once it has been answered
+        (C{ENOSYS}, or C{EPROTO}: no op, or a payload over the operation's
+        size, refused unread: wire.md section 3.1).
+        """
+        try:
+            command = find_command(frame.payload, self._commands)
+        except RequestRefused as error:
+            self._refuse(frame, error)
+            return None
+        except KeyError:
+            _release_raw(frame)
+            self._send(error_frame(frame.request_id, WireErrno.ENOSYS, "unknown operation"))
+            return None
+        limit = command.limits.payload
+        if len(frame.payload) > limit:
+            message = f"payload of {len(frame.payload)} bytes is over {limit} for {command.op}"
+            self._refuse(frame, RequestRefused("too_large", message, str(command.op)))
+            return None
+        return command
+
+    def _refuse(self, frame: PackedFrame, error: RequestRefused) -> None:
+        """Answer C{EPROTO} for a payload refused by its shape; counted, not audited."""
+        _release_raw(frame)
         assert self._handler is not None
+        self._handler.refused(error)
+        self._send(error_frame(frame.request_id, WireErrno.EPROTO, error.message[:256]))
+
+    def _decode_aside(self, command: Command, frame: PackedFrame, worker: IWorker) -> None:
+        """
+        Decode a large payload on the decode worker, so the reactor serves
+        other connections meanwhile; this connection starts nothing else
+        until it is decoded (its order is kept).
+        """
+        self._decoding = True
+        decoding = worker.submit(lambda: decode(command, frame.payload))
+
+        def decoded(result: DecodedRequest | Failure) -> None:
+            self._decoding = False
+            if self.state is not ConnectionState.OPEN:
+                _release_raw(frame)
+            elif isinstance(result, Failure):
+                if isinstance(result.value, RequestRefused):
+                    self._refuse(frame, result.value)
+                else:
+                    _release_raw(frame)
+                    _log.failure("decoding a {op} request failed", result, op=command.op)
+                    self._send(
+                        error_frame(frame.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE)
+                    )
+            else:
+                self._execute(command, frame, result)
+                if not self._requests and self.state is ConnectionState.OPEN:
+                    self._arm_idle_timer()
+            self._schedule_turn()
+            self._update_reading()
+
+        decoding.addBoth(decoded)
+
+    def _execute(self, command: Command, frame: PackedFrame, decoded: DecodedRequest) -> None:
+        assert self._handler is not None
+        request_id = frame.request_id
         request = _Request(request_id, str(command.op), HEADER_SIZE + len(frame.raw))
         request.release_raw = frame.release_raw
         self._requests[request_id] = request
@@ -546,9 +614,7 @@ class DataPlaneServerProtocol(Protocol):
         # A view of its own: it stays usable (and keeps a lent buffer out of
         # reuse) even if the request is given up while the handler runs.
         raw = memoryview(frame.raw)
-        deferred: Deferred[OpReply] = maybeDeferred(
-            self._handler.handle, command, frame.payload, raw
-        )
+        deferred: Deferred[OpReply] = maybeDeferred(self._handler.handle, command, decoded, raw)
         request.deferred = deferred
         deferred.addCallbacks(
             self._answered,
@@ -556,6 +622,8 @@ class DataPlaneServerProtocol(Protocol):
             callbackArgs=(request,),
             errbackArgs=(request,),
         )
+        if command.op is Op.CLOSE:
+            self.go_away(GoAwayReason.SHUTDOWN, "closed at the client's request")
 
     # -- answers out --------------------------------------------------------
 
@@ -650,6 +718,7 @@ class DataPlaneServerProtocol(Protocol):
                 or self._unanswered_bytes > limits.pause_reading_above
                 or self._writing_blocked
                 or self._decoder.pending
+                or self._decoding
             ):
                 self._reading_paused = True
                 self._tls.pauseProducing()
@@ -658,6 +727,7 @@ class DataPlaneServerProtocol(Protocol):
             and self._unanswered_bytes <= limits.resume_reading_below
             and not self._writing_blocked
             and not self._decoder.pending
+            and not self._decoding
         ):
             self._reading_paused = False
             self._tls.resumeProducing()

@@ -174,6 +174,8 @@ class DataPlaneServer(MultiService):
         self._reactor = reactor
         self._exit_on_failure = exit_on_failure
         self._io = ThreadWorker(reactor, "svc-dataplane-io", threads=settings.io_threads)
+        # Large request payloads are decoded here, off the reactor.
+        self._decode = ThreadWorker(reactor, "svc-dataplane-decode", threads=1)
         self.registry = CollectorRegistry()
         self.metrics = DataPlaneMetrics(self.registry)
         self.audit = AuditLogService(
@@ -203,6 +205,7 @@ class DataPlaneServer(MultiService):
                 max_connections=settings.max_connections,
                 max_connections_per_agent=settings.max_connections_per_agent,
             ),
+            decode_worker=self._decode,
         )
         self.certificate = self._certificate_component()
         self.certificate.setServiceParent(self)  # type: ignore[no-untyped-call]

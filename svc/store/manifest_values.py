@@ -107,6 +107,11 @@ def decode_chunks(blob: bytes) -> tuple[ChunkRef, ...]:
     return tuple(ChunkRef(digest.hex(), size) for digest, size in _CHUNK_RECORD.iter_unpack(blob))
 
 
+def chunk_name(chunk: ChunkRef | tuple[str, int]) -> str:
+    """The hash of a chunk ref or of a C{(hash, size)} pair."""
+    return chunk[0] if isinstance(chunk, tuple) else chunk.hash
+
+
 def chunks_of(pairs: Sequence[ChunkRef | tuple[str, int]]) -> tuple[ChunkRef, ...]:
     """
     Validated L{ChunkRef}s from chunk refs or ``(hash, size)`` pairs.

@@ -64,6 +64,7 @@ from svc.store.manifest_values import (
     RenameResult,
     SetattrResult,
     Writer,
+    chunk_name,
 )
 from svc.store.manifests import ManifestStore
 from svc.store.quota import QuotaUsage, check_account
@@ -391,7 +392,7 @@ class TenantStorage:
         path: str,
         *,
         expected_version: int,
-        chunks: Sequence[ChunkRef],
+        chunks: Sequence[ChunkRef | tuple[str, int]],
         size: int,
         mode: int,
         mtime_ns: int,
@@ -418,7 +419,7 @@ class TenantStorage:
 
         async def put() -> PutResult:
             self._check_lease(path, holder)
-            hashes = self._recent.unknown(list(dict.fromkeys(chunk.hash for chunk in chunks)))
+            hashes = self._recent.unknown(list(dict.fromkeys(map(chunk_name, chunks))))
             if hashes:
                 has = await self.chunks.has(hashes)
                 if has.absent:

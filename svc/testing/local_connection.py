@@ -27,7 +27,7 @@ from svc.dataplane.interfaces import IDataPlaneService, OpReply
 from svc.dataplane_client.client import PushCallback, Reply
 from svc.dataplane_client.errors import NotExecuted, RemoteError
 from svc.pki.identity import AgentIdentity
-from svc.wire.contract import RequestRefused, find_command
+from svc.wire.contract import RequestRefused, decode, find_command
 from svc.wire.control import ErrorInfo
 from svc.wire.errno import WireErrno
 from svc.wire.payload import pack_payload, unpack_payload
@@ -78,7 +78,12 @@ class LocalConnection:
             return fail(RemoteError(ErrorInfo(WireErrno.EPROTO, error.message)))
         except KeyError:
             return fail(RemoteError(ErrorInfo(WireErrno.ENOSYS, "unknown operation")))
-        answer = self._handler.handle(command, packed, memoryview(bytes(raw)))
+        try:
+            decoded = decode(command, packed)
+        except RequestRefused as error:
+            self._handler.refused(error)
+            return fail(RemoteError(ErrorInfo(WireErrno.EPROTO, error.message)))
+        answer = self._handler.handle(command, decoded, memoryview(bytes(raw)))
         return answer.addCallbacks(_reply, _error, errbackArgs=(op,))
 
     def on_push(self, callback: PushCallback) -> None:

@@ -65,7 +65,7 @@ from svc.wire.messages import (
     TwoPathRequest,
 )
 from svc.wire.ops import Op
-from svc.wire.schema import Bound, message_bound, message_fields
+from svc.wire.schema import MAX_CHUNK_SIZE, Bound, message_bound, message_fields, wire_keys
 
 E = WireErrno
 
@@ -85,7 +85,7 @@ class Raw(enum.Enum):
 
 RAW_LIMITS: Mapping[Raw, int] = {
     Raw.NONE: 0,
-    Raw.CHUNK: 16 * 1024 * 1024,
+    Raw.CHUNK: MAX_CHUNK_SIZE,
     Raw.INLINE: MAX_INLINE_BYTES,
 }
 """The largest raw segment of each use."""
@@ -123,6 +123,8 @@ class RequestLimits:
     keys: int
     string: int
     depth: int
+    declared: frozenset[str] = frozenset()
+    """The top-level keys the message declares (and C{op})."""
 
     @classmethod
     def of(cls, message: type) -> RequestLimits:
@@ -137,6 +139,7 @@ class RequestLimits:
             # what is too long, with its own errno (ENAMETOOLONG for a path).
             string=bound.size + OP_KEY_BYTES + UNKNOWN_KEY_BYTES,
             depth=max(bound.depth, 2),
+            declared=frozenset(wire_keys(message)) | {"op"},
         )
 
 

@@ -21,9 +21,11 @@ that fits but whose fields do not is L{svc.wire.schema.FieldRefused}. Pure.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping
 from typing import Any, NoReturn, TypeVar
 
+import attrs
 import msgpack
 
 from svc.wire.commands import COMMANDS, PUSHES, Command, command_named
@@ -33,6 +35,9 @@ from svc.wire.ops import Op
 from svc.wire.schema import FieldRefused, decode_message, encode_message
 
 T = TypeVar("T")
+
+QUIET_COLLECTOR_FROM = 64 * 1024
+"""Payloads of at least this many bytes are decoded with the cyclic collector paused."""
 
 MAX_OP_SCAN_KEYS = 64
 """The most keys scanned for C{op} when it is not the first key."""
@@ -155,13 +160,16 @@ def unpack_bounded(
     string: int,
     depth: int,
     op: str | None = None,
+    declared: frozenset[str] | None = None,
 ) -> dict[str, object]:
     """
     Decode a payload map within limits: arrays of at most C{width} items,
     maps of at most C{keys}, strings of at most C{string} bytes, no binary
     or extension values, at most C{containers} arrays and maps in all
     (counted as they are built: decoding stops at the first one over) and
-    C{depth} levels; every map key a string, none twice.
+    C{depth} levels (when C{declared} names the top-level keys a message
+    declares, only the other keys' values are walked for depth: the declared
+    ones are their kinds' to check); every map key a string, none twice.
 
     @raise RequestRefused: for anything else.
     """
@@ -213,7 +221,15 @@ def unpack_bounded(
         raise RequestRefused("malformed", f"payload refused: {type(e).__name__}: {e}", op) from None
     if not isinstance(value, dict):
         raise RequestRefused("not_a_map", "the payload is not a map", op)
-    _check_depth(value, depth, op)
+    if declared is None:
+        _check_depth(value, depth, op)
+    else:
+        # Declared fields are checked by their kinds, which refuse anything
+        # nested deeper than declared at the first such value; only the
+        # values of unknown keys need walking (16 of them at most).
+        for name, item in value.items():
+            if name not in declared and isinstance(item, dict | list):
+                _check_depth({name: item}, depth, op)
     return value
 
 
@@ -240,11 +256,29 @@ def decode_request(command: Command, packed: bytes) -> tuple[object, Mapping[str
         map is C{error.payload}.
     """
     limits = command.limits
-    op = command.op.value
+    op = str(command.op)
     if len(packed) > limits.payload:
         raise RequestRefused(
             "too_large", f"payload of {len(packed)} bytes is over {limits.payload} for {op}", op
         )
+    if len(packed) < QUIET_COLLECTOR_FROM or not gc.isenabled():
+        return _decode_request(command, packed)
+    # A large map is tens of thousands of small containers, all alive until
+    # decoding ends and dead soon after: with the cyclic collector running,
+    # they would be promoted to its oldest generation and make it scan the
+    # whole heap every few such requests (tens of milliseconds of a reactor
+    # turn each). They form no cycles; their memory is returned by reference
+    # counting, so the collector waits until decoding is over.
+    gc.disable()
+    try:
+        return _decode_request(command, packed)
+    finally:
+        gc.enable()
+
+
+def _decode_request(command: Command, packed: bytes) -> tuple[object, Mapping[str, object]]:
+    limits = command.limits
+    op = str(command.op)
     payload = unpack_bounded(
         packed,
         containers=limits.containers,
@@ -253,12 +287,41 @@ def decode_request(command: Command, packed: bytes) -> tuple[object, Mapping[str
         string=limits.string,
         depth=limits.depth,
         op=op,
+        declared=limits.declared,
     )
     try:
         return decode_message(command.request, payload), payload
     except FieldRefused as error:
         error.payload = payload
         raise
+
+
+@attrs.frozen
+class DecodedRequest:
+    """
+    A request's map decoded for its command: the C{request} message, or the
+    refusal of its fields (C{refused}); C{payload} is the map itself and
+    C{size} the packed map's length in bytes.
+    """
+
+    request: object | None
+    refused: FieldRefused | None
+    payload: Mapping[str, object]
+    size: int
+
+
+def decode(command: Command, packed: bytes) -> DecodedRequest:
+    """
+    C{packed} decoded for C{command}: a refusal of its fields is part of the
+    result (the handler audits it); a refusal of its shape is raised.
+
+    @raise RequestRefused: the payload does not fit the operation's limits.
+    """
+    try:
+        request, payload = decode_request(command, packed)
+    except FieldRefused as error:
+        return DecodedRequest(None, error, error.payload or {}, len(packed))
+    return DecodedRequest(request, None, payload, len(packed))
 
 
 def find_command(packed: bytes, commands: Mapping[str, Command] | None = None) -> Command:
@@ -314,8 +377,10 @@ def missing_hashes(details: Mapping[str, object]) -> tuple[str, ...]:
 
 __all__ = [
     "COMMANDS",
+    "DecodedRequest",
     "RequestRefused",
     "answer_map",
+    "decode",
     "decode_answer",
     "decode_push",
     "decode_request",

@@ -18,7 +18,7 @@ from svc.wire.schema import (
     Bool,
     Choice,
     ChunkEntry,
-    ChunkEntryKind,
+    ChunkList,
     FieldRefused,
     Flat,
     Hash,
@@ -89,7 +89,7 @@ VERSION = Int(0, I64)
 TIME = Int(-I64, I64)
 COUNT = Int(0, I64)
 HASH = Hash()
-CHUNK_LIST = ListOf(ChunkEntryKind(), MAX_MANIFEST_CHUNKS)
+CHUNK_LIST = ChunkList(MAX_MANIFEST_CHUNKS)
 ANY_INT = Int()
 TEXT = Str(64 * 1024)
 """A string in an answer (names, paths, ids): generous, the server is trusted."""

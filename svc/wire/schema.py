@@ -27,6 +27,7 @@ request by what its operation legitimately needs. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import attrs
@@ -274,6 +275,60 @@ class ChunkEntryKind:
 
 _HASH = Hash()
 _CHUNK_SIZE = Int(1, MAX_CHUNK_SIZE)
+_MAKE_ENTRY = partial(tuple.__new__, ChunkEntry)
+_UPPER_HEX = "ABCDEF"
+
+
+def _bulk_chunk_entries(value: list[Any] | tuple[Any, ...]) -> tuple[ChunkEntry, ...] | None:
+    """
+    A chunk list checked in bulk (C-speed steps: one C{bytes.fromhex} over
+    every hash joined, no Python call per entry), or L{None} when some entry
+    is wrong: then the entries are checked one by one for the message.
+    """
+    if not all(type(entry) is list and len(entry) == 2 for entry in value):
+        return None
+    hashes = [entry[0] for entry in value]
+    if not all(type(name) is str and len(name) == 64 for name in hashes):
+        return None
+    joined = "".join(hashes)
+    try:
+        if len(bytes.fromhex(joined)) != 32 * len(hashes):
+            return None  # whitespace, which fromhex skips
+    except ValueError:
+        return None
+    if any(letter in joined for letter in _UPPER_HEX):
+        return None
+    if not all(type(entry[1]) is int and 0 < entry[1] <= MAX_CHUNK_SIZE for entry in value):
+        return None
+    return tuple(map(_MAKE_ENTRY, value))
+
+
+@attrs.frozen
+class ChunkList:
+    """
+    A chunk list: an array of at most C{max_items} L{ChunkEntry}s. Decoding
+    is checked in bulk (a file of 12000 chunks costs a few milliseconds);
+    the refusal is the one L{ListOf} of L{ChunkEntryKind} gives.
+    """
+
+    max_items: int
+    bound: Bound = attrs.field(init=False)
+    identity = True
+
+    @bound.default
+    def _bound(self) -> Bound:
+        return ListOf(ChunkEntryKind(), self.max_items).bound
+
+    def decode(self, value: object, key: str) -> tuple[ChunkEntry, ...]:
+        if isinstance(value, list) and len(value) <= self.max_items:
+            entries = _bulk_chunk_entries(value)
+            if entries is not None:
+                return entries
+        result: tuple[ChunkEntry, ...] = ListOf(ChunkEntryKind(), self.max_items).decode(value, key)
+        return result
+
+    def encode(self, value: Iterable[ChunkEntry]) -> object:
+        return value if isinstance(value, list | tuple) else list(value)
 
 
 @attrs.frozen

@@ -27,13 +27,12 @@ from svc.dataplane_client.client import DataPlaneClientProtocol, client_tls_fact
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.testing.pki import TestPKI, shared_test_pki
 from svc.wire.commands import BY_NAME, Command, declare
-from svc.wire.contract import RequestRefused
+from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.frame import FRAMES_TO_CLIENT, Frame, encode_frame
 from svc.wire.messages import EmptyReply, EmptyRequest
 from svc.wire.ops import Op
-from svc.wire.payload import unpack_payload
 
 
 def _scripted(name: str) -> Command:
@@ -93,10 +92,12 @@ class ScriptedConnectionHandler:
         """Record a request the protocol refused."""
         self.refusals.append(error)
 
-    def handle(self, command: Command, packed: bytes, raw: memoryview) -> Deferred[OpReply]:
-        """Run one scripted operation (its whole map decoded: the fake takes any keys)."""
+    def handle(
+        self, command: Command, decoded: DecodedRequest, raw: memoryview
+    ) -> Deferred[OpReply]:
+        """Run one scripted operation (its whole map: the fake takes any keys)."""
         op = str(command.op)
-        payload = unpack_payload(packed)
+        payload = decoded.payload
         self.handled.append((op, payload, bytes(raw)))
         if op == "echo":
             echoed = {k: v for k, v in payload.items() if k != "op"}

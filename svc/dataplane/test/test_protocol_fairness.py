@@ -124,3 +124,11 @@ class FairnessTests(SynchronousTestCase):
         conn.protocol.go_away("shutdown")
         conn.clock.advance(0)
         self.assertEqual(len(conn.handler.handled), 2)
+
+    def test_large_payloads_end_a_turn_early(self) -> None:
+        """A turn ends once its frames' payloads reach C{payload_bytes_per_turn}."""
+        conn = ServerConnection(ServerLimits(payload_bytes_per_turn=100))
+        conn.send(*(request(n, "echo", pad="x" * 60) for n in range(1, 6)))
+        self.assertEqual(len(conn.handler.handled), 2)
+        next_turn(conn.clock)
+        self.assertEqual(len(conn.handler.handled), 4)

@@ -35,7 +35,7 @@ from svc.sessions import mint_session_id, session_key
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.store.lease_values import LeaseTimings
 from svc.testing.worker import ImmediateWorker
-from svc.wire.contract import RequestRefused, find_command
+from svc.wire.contract import RequestRefused, decode, find_command
 from svc.wire.errno import WireErrno
 from svc.wire.payload import pack_payload, unpack_payload
 from svc.worker import IWorker
@@ -131,7 +131,12 @@ class Agent:
             return fail(error)
         except KeyError:
             return fail(OpFailed(WireErrno.ENOSYS, "unknown operation"))
-        return self.connection.handle(command, packed, memoryview(raw))
+        try:
+            decoded = decode(command, packed)
+        except RequestRefused as error:
+            self.connection.refused(error)
+            return fail(error)
+        return self.connection.handle(command, decoded, memoryview(raw))
 
     def reply(self, op: str, raw: bytes = b"", **payload: Any) -> OpReply:
         """The successful answer of one request."""

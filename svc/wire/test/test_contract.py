@@ -48,6 +48,7 @@ from svc.wire.schema import (
     Choice,
     ChunkEntry,
     ChunkEntryKind,
+    ChunkList,
     FieldRefused,
     Flat,
     Hash,
@@ -162,6 +163,8 @@ def sample(kind: Kind) -> object:
         return sorted(kind.values)[0]
     if isinstance(kind, ChunkEntryKind):
         return ChunkEntry(H1, 10)
+    if isinstance(kind, ChunkList):
+        return (ChunkEntry(H1, 10),)
     if isinstance(kind, ListOf):
         return (sample(kind.item),) * max(kind.min_items, 1)
     if isinstance(kind, Nested | Flat):
