@@ -34,9 +34,9 @@ from svc.frame_tls import frame_tls_factory
 from svc.pki.identity import AgentIdentity
 from svc.timers import TimerClock
 from svc.wire.commands import BY_NAME, Command
-from svc.worker import IWorker
 from svc.wire.control import DEFAULT_MAX_IN_FLIGHT, GoAwayReason, Hello
 from svc.wire.frame import MAX_PAYLOAD_SIZE, MAX_RAW_SIZE, PROTOCOL_VERSION
+from svc.worker import IWorker
 
 _log = Logger()
 
