@@ -82,7 +82,7 @@ class SubtreeMoveTests(SynchronousTestCase):
         self.assertEqual(refusal(covered, "docs/a", "work/b"), None)
 
     def test_refused_everywhere_on_both_sides(self) -> None:
-        """When every path below both is refused the move changes nothing; the caller's checks refuse it."""
+        """Every path below both refused: the move changes nothing (the path checks refuse it)."""
         policy = PathPolicy(deny=("secrets",), allow=("pub/**",))
         self.assertEqual(refusal(policy, "secrets", "x/secrets"), None)
         self.assertEqual(refusal(policy, "a", "b"), None)
@@ -90,7 +90,7 @@ class SubtreeMoveTests(SynchronousTestCase):
         self.assertEqual(refusal(policy, "a", "pub/x"), DenialReason.NOT_ALLOWED)
 
     def test_readonly_plays_no_part(self) -> None:
-        """Readonly is the same everywhere, so it never refuses a subtree move (the write check does)."""
+        """Readonly is the same everywhere: never a subtree refusal (the write check refuses)."""
         policy = PathPolicy(readonly=True)
         self.assertEqual(refusal(policy, "a", "b"), None)
         self.assertEqual(policy.check("a", write=True).reason, DenialReason.READONLY)
