@@ -22,6 +22,9 @@ Decisions, in order: a write under C{readonly} is refused; a path matched by
 a C{deny} pattern is refused; when C{allow} is set, a path matched by no
 C{allow} pattern is refused, except that directories leading to what C{allow}
 could match may be listed and stat'ed (L{PathPolicy.check_traverse}).
+Moving a directory also moves every path below it:
+L{PathPolicy.check_subtree_move} refuses a move after which some path below
+would be decided differently than before.
 """
 
 from __future__ import annotations
@@ -126,6 +129,17 @@ class Glob:
         C{leading} says the path matches or could be extended to a path that
         matches.
         """
+        covered, states = self.states(parts)
+        return covered, bool(states)
+
+    def states(self, parts: tuple[str, ...]) -> tuple[bool, frozenset[int]]:
+        """
+        Run the glob's automaton over the path C{parts}: C{(covered,
+        states)}, where C{covered} is as in L{scan} and C{states} are the
+        positions in C{components} still reachable (C{len(components)}
+        among them when the path itself matches). Whether a longer path
+        C{parts + more} is covered depends only on this pair and C{more}.
+        """
         pattern = self.components
         end = len(pattern)
         states = _closure(pattern, {0})
@@ -144,7 +158,7 @@ class Glob:
             covered = covered or end in states
             if not states:
                 break
-        return covered, bool(states)
+        return covered, frozenset(states)
 
 
 def _closure(pattern: tuple[str, ...], states: set[int]) -> set[int]:
@@ -187,6 +201,26 @@ def _patterns(values: Iterable[str]) -> tuple[str, ...]:
 
 def _optional_patterns(values: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if values is None else _patterns(values)
+
+
+@attrs.frozen
+class _Below:
+    """
+    What decides every path at or below a prefix, for
+    L{PathPolicy.check_subtree_move}. C{refused}: each of them is refused
+    whatever follows (a C{deny} pattern covers the prefix, or with C{allow}
+    set no C{allow} pattern covers it or can still match below it), for the
+    C{reason} and C{pattern} given (not compared). Otherwise C{deny} holds
+    the states of every C{deny} glob and C{allow} those of every C{allow}
+    glob (L{None} when C{allow} is unset or one of its patterns covers the
+    prefix: then C{allow} refuses nothing below).
+    """
+
+    refused: bool
+    deny: tuple[frozenset[int], ...] = ()
+    allow: tuple[frozenset[int], ...] | None = None
+    reason: DenialReason | None = attrs.field(default=None, eq=False)
+    pattern: str | None = attrs.field(default=None, eq=False)
 
 
 def _deny_globs(instance: PathPolicy) -> tuple[Glob, ...]:
@@ -234,6 +268,58 @@ class PathPolicy:
         L{check}).
         """
         return self._decide(split_relative(path_rel), traverse=True)
+
+    def check_subtree_move(self, source: str, destination: str) -> Decision:
+        """
+        Whether a directory may move from C{source} to C{destination} (both
+        relative to the disk root) with everything below it: allowed when
+        every path at or below C{source} gets the same answer from L{check}
+        (reads and writes) and L{check_traverse} as the corresponding path
+        at or below C{destination}, whatever lies below, so that a move can
+        carry neither a refused path to a name the policy allows nor an
+        allowed one onto a refused name. Otherwise refused with reason
+        C{deny} (a C{deny} pattern could cover a path below one and not
+        below the other; C{pattern} names it) or C{not_allowed} (C{allow}
+        could). C{readonly} is the same at every path, so it never makes a
+        difference here; the checks of C{source} and C{destination}
+        themselves (L{check} with C{write}) are the caller's.
+
+        Exact for each glob alone (two prefixes are the same to a glob when
+        it covers both, or covers neither and its automaton is in the same
+        states after each: L{Glob.states}), conservative across globs: a
+        difference in one glob refuses even when another glob would give
+        every path the same answer anyway.
+        """
+        before = self._below(split_relative(source))
+        after = self._below(split_relative(destination))
+        if before == after:
+            return ALLOWED
+        for side in (before, after):
+            if side.refused:
+                return Decision(False, side.reason, side.pattern)
+        for glob, one, other in zip(self._deny, before.deny, after.deny, strict=True):
+            if one != other:
+                return Decision(False, DenialReason.DENIED, glob.text)
+        return Decision(False, DenialReason.NOT_ALLOWED)
+
+    def _below(self, parts: tuple[str, ...]) -> _Below:
+        deny: list[frozenset[int]] = []
+        for glob in self._deny:
+            covered, states = glob.states(parts)
+            if covered:
+                return _Below(True, reason=DenialReason.DENIED, pattern=glob.text)
+            deny.append(states)
+        if self._allow is None:
+            return _Below(False, tuple(deny))
+        allow: list[frozenset[int]] = []
+        for glob in self._allow:
+            covered, states = glob.states(parts)
+            if covered:
+                return _Below(False, tuple(deny))
+            allow.append(states)
+        if not any(allow):
+            return _Below(True, reason=DenialReason.NOT_ALLOWED)
+        return _Below(False, tuple(deny), tuple(allow))
 
     def _decide(self, parts: tuple[str, ...], traverse: bool) -> Decision:
         for glob in self._deny:

@@ -21,6 +21,7 @@ from svc.store.errors import (
     MissingChunks,
     StaleVersion,
     StoreError,
+    SubtreeMoveRefused,
     WriteLeaseHeld,
 )
 from svc.wire.errno import WireErrno
@@ -71,10 +72,17 @@ class BadValue(OpFailed):
 
 
 class PolicyDenied(OpFailed):
-    """The agent's path policy refuses the access (EACCES)."""
+    """
+    The agent's path policy refuses the access (EACCES); with C{subtree},
+    the move of a directory (C{details.subtree}: true), not either path
+    itself (``path-policy.md`` section 5).
+    """
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(WireErrno.EACCES, "denied by path policy", {"reason": reason})
+    def __init__(self, reason: str, *, subtree: bool = False) -> None:
+        details: dict[str, object] = {"reason": reason}
+        if subtree:
+            details["subtree"] = True
+        super().__init__(WireErrno.EACCES, "denied by path policy", details)
 
 
 class SessionRefused(OpFailed):
@@ -134,6 +142,8 @@ def from_store_error(error: StoreError) -> OpFailed:
         return missing_chunks(error.hashes)
     elif isinstance(error, ChunksCollected):
         details["missing"] = list(error.hashes)
+    elif isinstance(error, SubtreeMoveRefused):
+        return PolicyDenied(error.reason, subtree=True)
     elif isinstance(error, CorruptStoredChunk):
         return OpFailed(WireErrno.EIO, "stored chunk failed verification")
     return OpFailed(error.errno, error.message or str(error), details)

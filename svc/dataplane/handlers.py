@@ -41,6 +41,7 @@ from svc.policy import PathPolicy
 from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
 from svc.store.lease_values import LeaseGrant, LeaseMode, LeaseReason
+from svc.store.manifest_names import SubtreeMoveCheck
 from svc.store.manifest_paths import child_path
 from svc.store.manifest_values import (
     DirectoryEntry,
@@ -261,12 +262,37 @@ async def _dir_create(
     return Outcome(OpReply(attributes_map(result.attributes)))
 
 
+def _subtree_check(conn: AgentConnection) -> SubtreeMoveCheck | None:
+    """
+    The agent's path policy as the store asks it, inside a rename's
+    transaction, before moving a directory (``path-policy.md`` section 5):
+    L{None} to go on, or the policy's reason for refusing.
+    """
+    policy = conn.policy()
+    if policy is None:
+        return None
+    agent_id = conn.agent_id
+
+    def check(source: str, destination: str) -> str | None:
+        decision = policy.check_subtree_move(
+            relative_to_disk(source, agent_id), relative_to_disk(destination, agent_id)
+        )
+        return None if decision.reason is None else decision.reason.value
+
+    return check
+
+
 async def _rename(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
     request = call.request
     assert isinstance(request, TwoPathRequest)
     _protect_root(conn, request.path, request.to_path)
     storage = await conn.storage()
-    result = await storage.manifest_rename(request.path, request.to_path, writer=conn.writer(call))
+    result = await storage.manifest_rename(
+        request.path,
+        request.to_path,
+        writer=conn.writer(call),
+        subtree_check=_subtree_check(conn),
+    )
     _count_journal(conn, "rename", result.journal_seq)
     return Outcome(OpReply(rename_map(result)))
 

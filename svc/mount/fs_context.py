@@ -270,6 +270,17 @@ class FSContext:
         if not decision.allowed:
             raise FSError(errno.EACCES, f"policy refuses writing {rel!r}: {decision.reason}")
 
+    def check_subtree_move(self, rel: str, to_rel: str) -> None:
+        """
+        EACCES when the policy refuses to move a directory from C{rel} to
+        C{to_rel} with everything below it, as the server does.
+        """
+        decision = self.policy.check_subtree_move(rel, to_rel)
+        if not decision.allowed:
+            raise FSError(
+                errno.EACCES, f"policy refuses moving {rel!r} to {to_rel!r}: {decision.reason}"
+            )
+
     # Read-only mode
 
     def set_read_only(self, reason: str) -> None:

@@ -504,6 +504,8 @@ class NamespaceOps:
                 ctx.check_write(plan.rel)
                 ctx.check_write(plan.to_rel)
                 source, target = plan.source, plan.target
+                if source is None or source.kind is FileKind.DIR:
+                    ctx.check_subtree_move(plan.rel, plan.to_rel)
                 if target is not None and ctx.table.has_pending_children(target):
                     raise FSError(errno.ENOTEMPTY, f"{plan.to_rel!r} is not empty")
                 if source is not None and self._may_hand_off_rename(plan, source):

@@ -87,6 +87,18 @@ class PermissionDenied(StoreError):
     errno = WireErrno.EACCES
 
 
+class SubtreeMoveRefused(PermissionDenied):
+    """
+    A caller's check refused to move a directory with its subtree (EACCES);
+    ``reason`` is the check's word for why (the data plane's path policy:
+    ``deny`` or ``not_allowed``).
+    """
+
+    def __init__(self, source: str, destination: str, reason: str) -> None:
+        super().__init__(f"moving {source} to {destination} refused: {reason}")
+        self.reason = reason
+
+
 class StorageFull(StoreError):
     """The device holding the store has no space left (ENOSPC)."""
 

@@ -11,6 +11,7 @@ transaction and reads time and author from the L{Stamp} it is given.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from svc.store.errors import (
     CrossSubtree,
@@ -18,6 +19,7 @@ from svc.store.errors import (
     IsADirectory,
     NotADirectory,
     NotPermitted,
+    SubtreeMoveRefused,
 )
 from svc.store.journal_rows import Snapshot, append_entry, snapshot_of
 from svc.store.manifest_paths import (
@@ -65,6 +67,11 @@ MKNOD_KINDS = frozenset(
     }
 )
 _DEVICE_KINDS = frozenset({FileKind.CHAR_DEVICE, FileKind.BLOCK_DEVICE})
+
+#: Asked by L{rename}, inside its transaction, before it moves a directory
+#: from the first path to the second with everything below it: L{None} to go
+#: on, or why not (the rename then fails with L{SubtreeMoveRefused}).
+SubtreeMoveCheck = Callable[[str, str], str | None]
 _MAX_RDEV = 2**63 - 1
 
 
@@ -267,17 +274,24 @@ def link(connection: sqlite3.Connection, stamp: Stamp, existing: str, new: str) 
 
 
 def rename(
-    connection: sqlite3.Connection, stamp: Stamp, source: str, destination: str
+    connection: sqlite3.Connection,
+    stamp: Stamp,
+    source: str,
+    destination: str,
+    subtree_check: SubtreeMoveCheck | None = None,
 ) -> RenameResult:
     """
     Move ``source`` to ``destination`` with POSIX semantics, a directory with
     all its descendants, replacing a non-directory or empty directory at the
     destination. Renaming a name onto itself, or onto another name of the
-    same inode, changes nothing.
+    same inode, changes nothing. When ``source`` is a directory,
+    ``subtree_check`` (if given) is asked first, in this transaction, so
+    the kind it is asked about cannot change before the move.
 
     @raise NotFound: ``source`` or the destination's parent is missing.
     @raise InvalidArgument: either is the root, or ``destination`` lies
         inside ``source``, or a moved name would exceed 4096 bytes.
+    @raise SubtreeMoveRefused: ``subtree_check`` refused a directory's move.
     @raise CrossSubtree: they lie in different top-level directories.
     @raise NotADirectory: a directory over a non-directory.
     @raise IsADirectory: a non-directory over a directory.
@@ -292,6 +306,10 @@ def rename(
         return RenameResult(source, destination, 0, None, None)
     if row.is_directory and is_inside(destination, source):
         raise InvalidArgument(f"cannot move {source} inside itself")
+    if row.is_directory and subtree_check is not None:
+        refusal = subtree_check(source, destination)
+        if refusal is not None:
+            raise SubtreeMoveRefused(source, destination, refusal)
     top = top_of(source)
     if top != top_of(destination):
         raise CrossSubtree(f"{source} and {destination} are on different disks")

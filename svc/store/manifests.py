@@ -228,11 +228,23 @@ class ManifestStore:
         """
         return self._write(writer, lambda c, s: manifest_names.rmdir(c, s, path))
 
-    def rename(self, source: str, destination: str, *, writer: Writer) -> Deferred[RenameResult]:
+    def rename(
+        self,
+        source: str,
+        destination: str,
+        *,
+        writer: Writer,
+        subtree_check: manifest_names.SubtreeMoveCheck | None = None,
+    ) -> Deferred[RenameResult]:
         """
-        Move ``source`` (with its subtree) to ``destination`` atomically.
+        Move ``source`` (with its subtree) to ``destination`` atomically;
+        ``subtree_check`` (run on the worker) may refuse a directory's move
+        (L{manifest_names.rename}).
         """
-        return self._write(writer, lambda c, s: manifest_names.rename(c, s, source, destination))
+        return self._write(
+            writer,
+            lambda c, s: manifest_names.rename(c, s, source, destination, subtree_check),
+        )
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
         """

@@ -53,6 +53,7 @@ from svc.store.journal import JournalPage, JournalQuery, RevertResult
 from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder, PutVerdict
 from svc.store.leases import LeaseTable
+from svc.store.manifest_names import SubtreeMoveCheck
 from svc.store.manifest_values import (
     ChunkRef,
     CreateResult,
@@ -473,12 +474,22 @@ class TenantStorage:
         return self._journaling(self.manifests.rmdir(path, writer=writer))
 
     def manifest_rename(
-        self, source: str, destination: str, *, writer: Writer
+        self,
+        source: str,
+        destination: str,
+        *,
+        writer: Writer,
+        subtree_check: SubtreeMoveCheck | None = None,
     ) -> Deferred[RenameResult]:
         """
         Move ``source`` (with its subtree) to ``destination`` atomically.
+        When ``source`` is a directory, ``subtree_check`` (if given) is
+        asked inside the rename's transaction, on the database worker, and
+        may refuse the move (L{svc.store.errors.SubtreeMoveRefused}).
         """
-        return self._journaling(self.manifests.rename(source, destination, writer=writer))
+        return self._journaling(
+            self.manifests.rename(source, destination, writer=writer, subtree_check=subtree_check)
+        )
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
         """

@@ -557,6 +557,11 @@ class MissingDetails:
 
 @attrs.frozen
 class ReasonDetails:
-    """C{EACCES} of the path policy, C{EPERM} of a refused session: why."""
+    """
+    C{EACCES} of the path policy, C{EPERM} of a refused session: why; and for
+    the policy, C{subtree} when a directory's move is refused for what lies
+    below it (``path-policy.md`` section 5).
+    """
 
     reason: str | None = arg(TEXT, default=None)
+    subtree: bool | None = arg(Bool(), default=None)

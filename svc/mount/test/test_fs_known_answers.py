@@ -142,14 +142,17 @@ class KnownAttributesTests(SynchronousTestCase):
 
     def test_policy_refusal_is_left_to_the_reactor(self) -> None:
         """
-        A file whose path the policy refuses now (its directory was renamed
-        into a denied place) is not answered; the reactor refuses it.
+        A file whose path the policy refuses now (the policy changed after
+        it was looked up; renaming its directory into a denied place is
+        refused) is not answered; the reactor refuses it.
         """
         mount = self.fixture.mount(policy=PathPolicy(deny=["locked/*"]))
         mount.ok(mount.fs.mkdir(ROOT_INODE, b"open", 0o755, CALLER))
         entry = mount.write_file("open/f", b"data")
         self.assertIsNotNone(mount.fs.known_attributes(entry.ino))
-        mount.ok(mount.fs.rename(ROOT_INODE, b"open", ROOT_INODE, b"locked", CALLER))
+        moved = mount.fs.rename(ROOT_INODE, b"open", ROOT_INODE, b"locked", CALLER)
+        self.assertEqual(mount.errno(moved), errno.EACCES)
+        mount.fs._ctx.policy = PathPolicy(deny=["open/*"])
         self.assertIsNone(mount.fs.known_attributes(entry.ino))
         self.assertEqual(mount.errno(mount.fs.getattr(entry.ino, CALLER)), errno.EACCES)
 

@@ -57,6 +57,24 @@ class PolicyTests(SynchronousTestCase):
         refused = mount.fs.mkdir(ROOT_INODE, b"x", 0o755, CALLER)
         self.assertEqual(mount.errno(refused), errno.EACCES)
 
+    def test_directory_move(self) -> None:
+        """A directory whose move would change a decision below it is EACCES, audited, not sent."""
+        owner = self.fixture.mount()
+        owner.ok(owner.fs.mkdir(ROOT_INODE, b"vault", 0o755, CALLER))
+        owner.write_file("vault/master.pem", b"key")
+        mount = self.fixture.mount(policy=PathPolicy(deny=["vault/master.pem"]))
+        self.assertEqual(mount.names("vault"), [])
+        renames = mount.count("manifest_rename")
+        refused = mount.fs.rename(ROOT_INODE, b"vault", ROOT_INODE, b"v2", CALLER)
+        self.assertEqual(mount.errno(refused), errno.EACCES)
+        self.assertEqual(mount.count("manifest_rename"), renames)
+        line = mount.events("rename")[-1]
+        self.assertEqual(
+            (line.path, dict(line.extra).get("to_path"), line.allowed), ("/vault", "/v2", False)
+        )
+        mount.ok(mount.fs.rename(ROOT_INODE, b"docs", ROOT_INODE, b"d2", CALLER))
+        mount.ok(mount.fs.rename(ROOT_INODE, b"notes.txt", ROOT_INODE, b"vault2", CALLER))
+
     def test_readonly_policy(self) -> None:
         """Under readonly, reads work and every write is EACCES."""
         mount = self.fixture.mount(policy=PathPolicy(readonly=True))
