@@ -5,9 +5,9 @@ L{svc.dataplane.interfaces.IDataPlaneService} over the storage engine.
 It owns what all connections share: the storage engine (built by the factory
 it is given, with this service's lease callbacks), the live connections by
 id (lease revokes are pushed to the holder's connection; a connection whose
-leaf or intermediate is deny-listed or has expired is disconnected, checked
-when the deny-list is replaced and every L{CREDENTIALS_CHECK_INTERVAL}
-seconds while connections are open; a committed write is pushed as
+leaf or intermediate is deny-listed is disconnected when the deny-list
+changes, and every connection is disconnected at its leaf's or
+intermediate's not-after by a timer of its own; a committed write is pushed as
 C{changed} to the agent's other connections, L{DataPlaneService.announce}),
 the session epochs of each tenant,
 the path policies, the audit emitter and the metrics. Each admitted
@@ -23,12 +23,11 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredLock
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
-from svc.dataplane.admission import standing
+from svc.dataplane.admission import Lapse, Standing, expiry, standing
 from svc.dataplane.change_notices import (
     MANY_CONNECTIONS,
     AgentConnections,
@@ -71,9 +70,6 @@ DENIED_GOAWAY_REASON = "credentials_expired"
 The GOAWAY reason (wire section 4.6) of a connection whose leaf or
 intermediate is deny-listed or has expired.
 """
-
-CREDENTIALS_CHECK_INTERVAL = 60.0
-"""Seconds between checks of the live connections' certificates for expiry."""
 
 
 class ServiceClock(Protocol):
@@ -158,7 +154,7 @@ class DataPlaneService:
         self._connections: dict[str, AgentConnection] = {}
         self._agents: AgentConnections[AgentConnection] = AgentConnections()
         self._dismissed: set[str] = set()
-        self._credentials_loop: LoopingCall | None = None
+        self._expiry_timers: dict[str, Any] = {}
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
         self._epochs_lock = DeferredLock()
         self._fences = DrainFences(clock)
@@ -171,7 +167,9 @@ class DataPlaneService:
     ) -> AgentConnection:
         """
         A new admitted connection. Nothing is opened yet: the tenant's
-        storage is resolved on the connection's first operation.
+        storage is resolved on the connection's first operation. A timer
+        disconnects it at the earliest not-after of its leaf and
+        intermediate (L{svc.dataplane.admission.expiry}), with no leeway.
         """
         if connection_id in self._connections:
             raise ValueError(f"connection id {connection_id!r} is already live")
@@ -189,11 +187,12 @@ class DataPlaneService:
             pass  # no storage for it: it can write nothing, so is told nothing
         else:
             self._agents.add(location, identity.agent_id, connection)
-        if self._credentials_loop is None:
-            loop = LoopingCall(self.check_credentials)
-            loop.clock = self._clock  # type: ignore[assignment]
-            self._credentials_loop = loop
-            loop.start(CREDENTIALS_CHECK_INTERVAL, now=False)
+        moment, serial = expiry(identity)
+        delay = max(0.0, moment.timestamp() - self._clock.seconds())
+        lapse = Lapse(Standing.EXPIRED, serial)
+        self._expiry_timers[connection_id] = self._clock.callLater(
+            delay, self._dismiss, connection, lapse
+        )
         return connection
 
     def connection(self, connection_id: str) -> AgentConnection | None:
@@ -209,8 +208,9 @@ class DataPlaneService:
 
     def set_deny_list(self, deny_list: DenyList) -> None:
         """
-        Replace the deny-list and check every live connection against it
-        (L{check_credentials}).
+        Install C{deny_list} (what the server's deny-list is now: see
+        L{svc.dataplane.revocations}) and check every live connection
+        against it (L{check_credentials}).
         """
         self._deny_list = deny_list
         self.check_credentials()
@@ -220,27 +220,32 @@ class DataPlaneService:
         Disconnect (GOAWAY C{credentials_expired}) every live connection
         whose leaf or intermediate serial is deny-listed or whose leaf or
         intermediate has expired (L{svc.dataplane.admission.standing}); each
-        connection once. Runs when the deny-list is replaced and every
-        L{CREDENTIALS_CHECK_INTERVAL} seconds while connections are open.
+        connection once. Runs whenever a deny-list is installed; expiry
+        alone is each connection's own timer (L{connect}).
         """
         now = datetime.fromtimestamp(self._clock.seconds(), UTC)
         for connection in list(self._connections.values()):
-            if connection.connection_id in self._dismissed:
-                continue
             lapse = standing(connection.identity, self._deny_list, now)
-            if lapse is None:
-                continue
-            self._log.info(
-                "disconnecting {connection_id}: serial {serial} is {reason}",
-                connection_id=connection.connection_id,
-                serial=lapse.serial,
-                reason=lapse.reason.value,
-                tenant_id=connection.identity.tenant_id,
-                agent_id=connection.identity.agent_id,
-                leaf_serial=connection.identity.serial,
-            )
-            self._dismissed.add(connection.connection_id)
-            connection.sink.disconnect(DENIED_GOAWAY_REASON)
+            if lapse is not None:
+                self._dismiss(connection, lapse)
+
+    def _dismiss(self, connection: AgentConnection, lapse: Lapse) -> None:
+        """GOAWAY C{credentials_expired} to a live C{connection}, once, logged."""
+        if connection.connection_id in self._dismissed:
+            return
+        if self._connections.get(connection.connection_id) is not connection:
+            return
+        self._log.info(
+            "disconnecting {connection_id}: serial {serial} is {reason}",
+            connection_id=connection.connection_id,
+            serial=lapse.serial,
+            reason=lapse.reason.value,
+            tenant_id=connection.identity.tenant_id,
+            agent_id=connection.identity.agent_id,
+            leaf_serial=connection.identity.serial,
+        )
+        self._dismissed.add(connection.connection_id)
+        connection.sink.disconnect(DENIED_GOAWAY_REASON)
 
     # Changes (the changed push)
 
@@ -314,11 +319,9 @@ class DataPlaneService:
             del self._connections[connection.connection_id]
             self._dismissed.discard(connection.connection_id)
             self._agents.discard(connection.connection_id)
-        loop = self._credentials_loop
-        if not self._connections and loop is not None:
-            self._credentials_loop = None
-            if loop.running:
-                loop.stop()
+            timer = self._expiry_timers.pop(connection.connection_id, None)
+            if timer is not None and timer.active():
+                timer.cancel()
 
     def _draining(self, connection: AgentConnection, drained: Deferred[None]) -> None:
         self._fences.closing(_agent_key(connection.identity), drained)
