@@ -34,6 +34,7 @@ import werkzeug.exceptions
 from cryptography import x509
 from klein import Klein
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.resource import IResource
@@ -119,8 +120,11 @@ class DataPlaneHttp:
     @param emit: writes one audit line (the server's audit sink).
     @param current_deny_list: the deny-list in force (the data-plane
         service's C{deny_list}).
-    @param replace_deny_list: installs a new deny-list (the data-plane
-        service's C{set_deny_list}, which also closes denied connections).
+    @param merge_deny_list: merges a pushed revocation set into the
+        deny-list in force (L{svc.dataplane.revocations.Revocations.merge},
+        which installs the result, closing denied connections, and keeps it
+        on disk); may return a Deferred, awaited before the push is
+        answered.
     @param org_root: the only trust anchor for client certificates; see
         L{use_org_root}.
     @param trust_domain: the SPIFFE trust domain of agent and control certs.
@@ -150,7 +154,7 @@ class DataPlaneHttp:
         audit_log: Path,
         emit: Callable[[AuditEvent], object],
         current_deny_list: Callable[[], DenyList],
-        replace_deny_list: Callable[[DenyList], object],
+        merge_deny_list: Callable[[DenyList], object],
         org_root: x509.Certificate,
         trust_domain: str,
         now: Callable[[], float],
@@ -168,7 +172,7 @@ class DataPlaneHttp:
         self._audit_log = audit_log
         self._emit = emit
         self._current_deny_list = current_deny_list
-        self._replace_deny_list = replace_deny_list
+        self._merge_deny_list = merge_deny_list
         self._org_root = org_root
         self._trust_domain = trust_domain
         self._seconds = now
@@ -177,7 +181,6 @@ class DataPlaneHttp:
         self._max_body_bytes = max_body_bytes
         self._audit_block_size = audit_block_size
         self._audit_max_scan_bytes = audit_max_scan_bytes
-        self._revocations_generated_at: datetime | None = None
         self._clock = clock
         self._metrics = metrics
         self._announce = announce
@@ -259,20 +262,13 @@ class DataPlaneHttp:
     # Control-plane routes
 
     @app.route("/control/cert-revocations", methods=["PUT"])
-    def cert_revocations(self, request: Request) -> bytes:
-        """Replace the deny-list with the pushed revocation set."""
+    async def cert_revocations(self, request: Request) -> bytes:
+        """Merge the pushed revocation set into the deny-list (kept on disk first)."""
         require_control(self._caller(request))
         push = parse_revocations(self._json_body(request), self._now())
-        latest = self._revocations_generated_at
-        if latest is not None and push.generated_at < latest:
-            self._log.info(
-                "ignored a revocation set generated at {generated_at}, older than {latest}",
-                generated_at=push.generated_at.isoformat(),
-                latest=latest.isoformat(),
-            )
-        else:
-            self._revocations_generated_at = push.generated_at
-            self._replace_deny_list(push.deny_list)
+        merged = self._merge_deny_list(push.deny_list)
+        if isinstance(merged, Deferred):
+            await merged
         return _no_content(request)
 
     @app.route("/control/purge-agent", methods=["POST"])

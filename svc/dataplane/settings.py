@@ -52,6 +52,8 @@ MAX_CONNECTION_LIMIT = 1_000_000
 DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
 DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
 MAX_SECONDS = 10 * 365 * 24 * 3600
+DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS = 10
+MAX_CONTROL_QUERY_TIMEOUT_SECONDS = 300
 
 MINIMUM_SERVICE_TOKEN_LENGTH = 32
 """The control plane's rule for the shared service token (the same token
@@ -99,6 +101,9 @@ class DataPlaneSettings:
     idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_agent: int = DEFAULT_MAX_CONNECTIONS_PER_AGENT
+    control_query_timeout_seconds: int = DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS
+    """Bound of each question to the control plane (start-up revocation pull,
+    placement look-ups)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -184,6 +189,13 @@ class DataPlaneSettings:
                 DEFAULT_MAX_CONNECTIONS_PER_AGENT,
                 minimum=1,
                 maximum=MAX_CONNECTION_LIMIT,
+            ),
+            control_query_timeout_seconds=env_int(
+                environ,
+                "SVC_CONTROL_QUERY_TIMEOUT_SECONDS",
+                DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS,
+                minimum=1,
+                maximum=MAX_CONTROL_QUERY_TIMEOUT_SECONDS,
             ),
         )
 
