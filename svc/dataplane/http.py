@@ -96,6 +96,7 @@ from svc.dataplane.http_journal import (
     revert_answer,
     revert_as_owner,
 )
+from svc.dataplane.placements import Placements
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
@@ -141,6 +142,9 @@ class DataPlaneHttp:
     @param announce: told of each successful owner revert (the data-plane
         service's C{announce}, which pushes C{changed} to the agent's
         connections); by default nobody is told.
+    @param placements: the identities placed on this server (the data-plane
+        service's): an agent grant push records its agent as placed, a purge
+        removes it. L{None}: nothing is recorded.
     """
 
     app = Klein()
@@ -166,6 +170,7 @@ class DataPlaneHttp:
         clock: EngineClock,
         metrics: DataPlaneMetrics | None = None,
         announce: Callable[[ChangeNotice], object] = lambda notice: None,
+        placements: Placements | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -184,6 +189,7 @@ class DataPlaneHttp:
         self._clock = clock
         self._metrics = metrics
         self._announce = announce
+        self._placements = placements
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -277,6 +283,8 @@ class DataPlaneHttp:
         control = require_control(self._caller(request))
         purge = parse_purge(self._json_body(request))
         report = await purge_agent(self._engine, self._io, purge)
+        if self._placements is not None:
+            await self._placements.forget(purge.location, purge.agent_id)
         self._emit(
             agent_data_purged_event(
                 ts=self._seconds(),
@@ -291,11 +299,16 @@ class DataPlaneHttp:
 
     @app.route("/control/quotas", methods=["PUT"])
     async def quotas(self, request: Request) -> bytes:
-        """Set an agent's grant and/or an owner's account budget."""
+        """
+        Set an agent's grant and/or an owner's account budget; a grant
+        also records its agent as placed on this server.
+        """
         require_control(self._caller(request))
         change = parse_quotas(self._json_body(request))
         if change.grant is not None:
             grant = change.grant
+            if self._placements is not None:
+                await self._placements.place(grant.location, grant.agent_id)
             await self._engine.set_agent_grant(grant.location, grant.agent_id, grant.grant_bytes)
         if change.budget is not None:
             await self._engine.set_account_budget(change.budget.owner, change.budget.budget_bytes)

@@ -27,6 +27,7 @@ from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
+from svc.control.rate_limit import SlidingWindowLimiter
 from svc.dataplane.admission import Lapse, Standing, expiry, standing
 from svc.dataplane.change_notices import (
     MANY_CONNECTIONS,
@@ -38,8 +39,9 @@ from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
 from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
 from svc.dataplane.drain_fences import DrainFences
-from svc.dataplane.errors import OpFailed
+from svc.dataplane.errors import NotPlaced, OpFailed, PlacementUnconfirmed
 from svc.dataplane.interfaces import IConnectionSink
+from svc.dataplane.placements import Placements, Verdict
 from svc.dataplane.replies import lease_revoke_push
 from svc.dataplane.session_epochs import SESSIONS_FILE, SessionEpochs
 from svc.metrics import DataPlaneMetrics
@@ -68,8 +70,14 @@ DISK_ROOT_MODE = 0o755
 DENIED_GOAWAY_REASON = "credentials_expired"
 """
 The GOAWAY reason (wire section 4.6) of a connection whose leaf or
-intermediate is deny-listed or has expired.
+intermediate is deny-listed or has expired, or whose identity is not placed
+on this server.
 """
+
+REFUSAL_LOG_LINES = 10
+REFUSAL_LOG_WINDOW = 60.0
+"""At most L{REFUSAL_LOG_LINES} log lines about unplaced identities per this
+many seconds; the next line allowed counts those left out."""
 
 
 class ServiceClock(Protocol):
@@ -110,6 +118,13 @@ def _no_policy(tenant_id: str, agent_id: str) -> PathPolicy | None:
     return None
 
 
+def _location_or_none(identity: AgentIdentity) -> TenantLocation | None:
+    try:
+        return location_of(identity)
+    except ValueError:
+        return None
+
+
 class DataPlaneService:
     """
     The data-plane logic; see the module docstring.
@@ -133,7 +148,15 @@ class DataPlaneService:
         policy_for: PolicyLookup = _no_policy,
         deny_list: DenyList | None = None,
         visible_memory: int = DEFAULT_MEMORY,
+        placements: Placements | None = None,
     ) -> None:
+        """
+        @param placements: the identities placed on this server; an agent
+            whose identity is not placed gets C{EACCES} when it first opens
+            its storage, and its connections are closed. L{None}: every
+            admitted identity is served (unit tests, benchmarks, and a
+            static-certificate server started with C{SVC_PLACEMENT_CHECK=off}).
+        """
         self._context = ConnectionContext(
             clock=clock,
             metrics=metrics,
@@ -158,6 +181,9 @@ class DataPlaneService:
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
         self._epochs_lock = DeferredLock()
         self._fences = DrainFences(clock)
+        self._placements = placements
+        self._refusal_log = SlidingWindowLimiter(REFUSAL_LOG_LINES, REFUSAL_LOG_WINDOW, 1)
+        self._refusals_unlogged = 0
         self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
 
     # IDataPlaneService
@@ -337,6 +363,13 @@ class DataPlaneService:
                     user=identity.user_id,
                 )
                 raise OpFailed(WireErrno.EIO, "tenant storage unavailable") from None
+            if self._placements is not None:
+                verdict = await self._placements.check(location, identity.agent_id)
+                if verdict is Verdict.NOT_PLACED:
+                    self._refuse_unplaced(identity, location)
+                    raise NotPlaced()
+                if verdict is Verdict.UNCONFIRMED:
+                    raise PlacementUnconfirmed()
             storage = await self.engine.tenant(location)
             epochs = await self._session_epochs(location)
             root = disk_root(identity.agent_id)
@@ -351,6 +384,38 @@ class DataPlaneService:
             return DiskHandle(location, storage, epochs)
 
         return Deferred.fromCoroutine(opening())
+
+    def _refuse_unplaced(self, identity: AgentIdentity, location: TenantLocation) -> None:
+        """
+        Close (GOAWAY C{credentials_expired}) every live connection of an
+        identity that is not placed here; log it, at most
+        L{REFUSAL_LOG_LINES} lines per L{REFUSAL_LOG_WINDOW} seconds.
+        """
+        closing = [
+            c
+            for c in self._connections.values()
+            if c.identity.agent_id == identity.agent_id
+            and c.connection_id not in self._dismissed
+            and _location_or_none(c.identity) == location
+        ]
+        for connection in closing:
+            self._dismissed.add(connection.connection_id)
+            connection.sink.disconnect(DENIED_GOAWAY_REASON)
+        if not self._refusal_log.attempt("unplaced", self._clock.seconds()).allowed:
+            self._refusals_unlogged += 1
+            return
+        unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
+        self._log.warn(
+            "refused owner {owner} tenant {tenant_id} agent {agent_id} (leaf {leaf_serial}):"
+            " not placed on this server; closed {count} connection(s)"
+            " ({unlogged} earlier refusals not logged)",
+            owner=location.owner,
+            tenant_id=identity.tenant_id,
+            agent_id=identity.agent_id,
+            leaf_serial=identity.serial,
+            count=len(closing),
+            unlogged=unlogged,
+        )
 
     async def _session_epochs(self, location: TenantLocation) -> SessionEpochs:
         await self._epochs_lock.acquire()

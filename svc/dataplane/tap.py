@@ -57,6 +57,7 @@ from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_datapla
 from svc.dataplane.gc_loop import GarbageCollectionLoop
 from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.http_auth import http_tls_options
+from svc.dataplane.placements import PlacementRecord, Placements
 from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.dataplane.servercert import (
     CredentialFiles,
@@ -186,6 +187,8 @@ class DataPlaneServer(MultiService):
             install_signal=install_signal,
         )
         self.audit.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.queries = self._control_queries()
+        self.placements = self._placements()
         self.service = DataPlaneService(
             self._new_engine,
             audit_emit=self.audit.sink.emit,
@@ -194,9 +197,9 @@ class DataPlaneServer(MultiService):
             session_key=session_key(settings.control_plane_token),
             io_worker=self._io,
             policy_for=config.policies.lookup,
+            placements=self.placements,
         )
         self._admission = RenewableAdmission(settings.trust_domain, lambda: self.service.deny_list)
-        self.queries = self._control_queries()
         self.revocations = Revocations(
             DenyListFile(settings.state_dir), self._io, reactor, self.service.set_deny_list
         )
@@ -259,6 +262,19 @@ class DataPlaneServer(MultiService):
             settings.server_fqdn,
             self._reactor,
             float(settings.control_query_timeout_seconds),
+        )
+
+    def _placements(self) -> Placements | None:
+        """The placement check (L{None} when C{SVC_PLACEMENT_CHECK} is off)."""
+        settings = self._config.settings
+        if not settings.placement_check:
+            return None
+        queries = self.queries
+        return Placements(
+            PlacementRecord(settings.metadata_root, self._io),
+            self._reactor,
+            None if queries is None else queries.placed,
+            miss_ttl=float(settings.placement_miss_ttl_seconds),
         )
 
     def _certificate_component(self) -> ServerCertificate | StaticServerCertificate:
@@ -334,6 +350,11 @@ class DataPlaneServer(MultiService):
 
         await self._io.submit(make_roots)
         self.audit.startService()
+        if self.placements is None:
+            _log.warn(
+                "SVC_PLACEMENT_CHECK is off: every admitted identity is served,"
+                " whatever owner its leaf names (tests and benchmarks only)"
+            )
         _log.info(
             "svc-dataplane starting: server certificate {source}",
             source="from the given files"
@@ -359,6 +380,7 @@ class DataPlaneServer(MultiService):
             clock=reactor,
             metrics=self.metrics,
             announce=self.service.announce,
+            placements=self.placements,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")
