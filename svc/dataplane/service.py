@@ -9,11 +9,13 @@ leaf or intermediate is deny-listed is disconnected when the deny-list
 changes, and every connection is disconnected at its leaf's or
 intermediate's not-after by a timer of its own; a committed write is pushed as
 C{changed} to the agent's other connections, L{DataPlaneService.announce}),
-the session epochs of each tenant,
-the path policies, the audit emitter and the metrics. Each admitted
-connection gets an L{svc.dataplane.connection.AgentConnection}, which runs
-its operations. No sockets, TLS or frames here. The operations are
-specified in ``docs/specifications/dataplane-ops.md``.
+the session epochs of each tenant, the placement check (a connection opens
+its storage only for an identity placed on this server, else EACCES and
+GOAWAY: L{svc.dataplane.placements}), the path policies, the audit emitter
+and the metrics. Each admitted connection gets an
+L{svc.dataplane.connection.AgentConnection}, which runs its operations. No
+sockets, TLS or frames here. The operations are specified in
+``docs/specifications/dataplane-ops.md``.
 """
 
 from __future__ import annotations
