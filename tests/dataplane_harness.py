@@ -251,10 +251,12 @@ class DataPlaneProcess:
     One C{twist svc-dataplane} process on loopback, started from the
     L{DiskPKI}'s static files.
 
-    Its work directory holds C{tenants/}, C{audit.log} and one
-    C{dataplane-<n>.log} per start. C{environ} adds (or overrides) variables
-    of the process; inherited C{SVC_*} variables are dropped so the
-    developer's own settings never leak in.
+    Its work directory holds C{tenants/}, C{audit.log}, C{svc-dataplane-state/}
+    (the kept deny-list) and one C{dataplane-<n>.log} per start. C{environ}
+    adds (or overrides) variables of the process; inherited C{SVC_*}
+    variables are dropped so the developer's own settings never leak in.
+    The placement check is off (C{SVC_PLACEMENT_CHECK=off}) unless
+    C{environ} turns it on.
     """
 
     def __init__(
@@ -288,6 +290,9 @@ class DataPlaneProcess:
             "SVC_AUDIT_LOG": str(self.audit_log),
             "SVC_TRUST_DOMAIN": self.pki.trust_domain,
             "SVC_CONTROL_PLANE_TOKEN": SERVICE_TOKEN,
+            # No control plane places identities here: serve every admitted
+            # one (tests/test_dataplane_placement.py turns the check on).
+            "SVC_PLACEMENT_CHECK": "off",
             **self.extra_environ,
         }
 

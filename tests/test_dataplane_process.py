@@ -292,7 +292,13 @@ class ManagedCertificateTests(TestCase):
         self.assertEqual(status, 200, log.read_text())
         self.assertEqual(
             sorted(p.name for p in state.iterdir()),
-            ["org-root.pem", "registration.json", "server-cert.pem", "server-key.pem"],
+            [
+                "deny-list.json",
+                "org-root.pem",
+                "registration.json",
+                "server-cert.pem",
+                "server-key.pem",
+            ],
         )
         self.assertEqual((state / "server-key.pem").stat().st_mode & 0o777, 0o600)
         process.terminate()

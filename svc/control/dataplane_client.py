@@ -56,6 +56,7 @@ from svc.control.store.values import CertificateKind, Revocation, Server
 from svc.pki import names
 from svc.pki.issuance import CertifiedKey
 from svc.pki.tls import client_tls_options
+from svc.web.errors import JsonValue
 from svc.worker import IWorker
 
 DEFAULT_CALL_TIMEOUT_SECONDS = 15.0
@@ -75,6 +76,20 @@ def rfc3339(moment: datetime) -> str:
     if moment.utcoffset() is None:
         raise ValueError("timestamps must be timezone-aware")
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def revocations_body(
+    revocations: Iterable[Revocation], generated_at: datetime
+) -> dict[str, JsonValue]:
+    """
+    C{{"revocations": [{"serial", "not_after"}...], "generated_at"}}: the
+    body of the C{PUT /control/cert-revocations} push, and of the answer to
+    a server's C{GET /control/cert-revocations}.
+    """
+    entries: list[JsonValue] = [
+        {"serial": r.serial, "not_after": rfc3339(r.not_after)} for r in revocations
+    ]
+    return {"revocations": entries, "generated_at": rfc3339(generated_at)}
 
 
 @attrs.frozen
@@ -392,12 +407,7 @@ class DataPlaneClient:
         self, target: DataPlaneTarget, revocations: Iterable[Revocation], generated_at: datetime
     ) -> Deferred[None]:
         """C{PUT /control/cert-revocations} with the full active set."""
-        body = {
-            "revocations": [
-                {"serial": r.serial, "not_after": rfc3339(r.not_after)} for r in revocations
-            ],
-            "generated_at": rfc3339(generated_at),
-        }
+        body = revocations_body(revocations, generated_at)
         return Deferred.fromCoroutine(
             self._no_answer(target, "PUT", "/control/cert-revocations", body)
         )

@@ -27,7 +27,13 @@ DOCUMENT_NAME = "openapi.json"
 DOCUMENT_PATH = "/openapi.json"
 MEDIA_TYPE = "application/json"
 
-OUTSIDE_PROVISIONING_SURFACE = frozenset({("POST", "/control/sign-server-cert")})
+OUTSIDE_PROVISIONING_SURFACE = frozenset(
+    {
+        ("POST", "/control/sign-server-cert"),
+        ("GET", "/control/cert-revocations"),
+        ("GET", "/control/placement"),
+    }
+)
 """
 Service-token routes the document leaves out on purpose: they serve
 data-plane servers, not the host SDK (method and route path).

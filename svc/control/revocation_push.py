@@ -10,8 +10,9 @@ L{ControlPushLoop}:
   2. prunes revocations of certificates that have expired (and ended admin
      sessions), reads the active set and C{PUT}s it whole to
      C{/control/cert-revocations} on every registered server (each server
-     replaces its in-memory deny-list, so a server that restarted with an
-     empty one is repaired within a round);
+     merges it into the deny-list it keeps on disk; a server also pulls the
+     set with C{GET /control/cert-revocations} when it starts, so one that
+     was down when a serial was revoked knows it before it admits anyone);
   3. sends the quota updates still pending (C{PUT /control/quotas}): the
      routes queue an update after a grant or budget change and it is sent at
      once; one that fails stays queued, newest value per agent or account

@@ -60,6 +60,7 @@ from svc.control.enrollment import EnrollmentDeps
 from svc.control.journal_access import DataPlaneJournal
 from svc.control.owner_auth import OwnerAuthenticator
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
+from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_journal import JournalDeps, journal_routes
@@ -374,6 +375,7 @@ class ControlPlaneService(MultiService):
                 )
             ),
             *enrollment_routes(enrollment),
+            *dataplane_query_routes(DataPlaneQueryDeps(store, reactor.seconds)),
             *dashboard_routes(),
             *owner_routes(OwnerDeps(store, settings, reactor, client, pushes)),
             *journal_routes(

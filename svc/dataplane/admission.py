@@ -14,8 +14,8 @@ authentication" 2, 3) to a transport whose handshake completed, against the
 deny-list current at that moment. The identity it returns, an
 L{AdmittedAgent}, also names the tenant intermediate of the verified chain,
 so that L{standing} can judge a live connection again later: when the
-deny-list is replaced and as time passes (a denied or expired leaf or
-intermediate ends the connection).
+deny-list changes, and L{expiry} says when it lapses by itself (a denied or
+expired leaf or intermediate ends the connection).
 """
 
 from __future__ import annotations
@@ -98,6 +98,18 @@ def standing(identity: AgentIdentity, deny_list: DenyList, now: datetime) -> Lap
         if not_after <= now:
             return Lapse(Standing.EXPIRED, serial)
     return None
+
+
+def expiry(identity: AgentIdentity) -> tuple[datetime, str]:
+    """
+    When the credentials a connection was admitted with stop holding by
+    themselves, and the serial of the certificate that expires then: the
+    earliest C{not_after} of the leaf and (for an L{AdmittedAgent}) the
+    intermediate; the leaf when both expire together.
+    """
+    if isinstance(identity, AdmittedAgent) and identity.intermediate_not_after < identity.not_after:
+        return identity.intermediate_not_after, identity.intermediate_serial
+    return identity.not_after, identity.serial
 
 
 @implementer(IOpenSSLServerConnectionCreator)

@@ -96,6 +96,35 @@ class SessionRefused(OpFailed):
         self.reason = reason
 
 
+class NotPlaced(OpFailed):
+    """
+    The identity the leaf names is not placed on this server (EACCES,
+    C{details.reason} C{not_placed}); its connections are closed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            WireErrno.EACCES,
+            "this identity (owner, tenant, agent) is not placed on this server",
+            {"reason": "not_placed"},
+        )
+
+
+class PlacementUnconfirmed(OpFailed):
+    """
+    The identity is not on this server's placement record and the control
+    plane could not be asked (EAGAIN, C{details.reason}
+    C{placement_unconfirmed}); a later request asks again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            WireErrno.EAGAIN,
+            "cannot confirm this identity's placement now (control plane unreachable)",
+            {"reason": "placement_unconfirmed"},
+        )
+
+
 class DiskRootProtected(OpFailed):
     """The agent's disk root cannot be removed, renamed or reverted (EPERM)."""
 

@@ -34,6 +34,7 @@ import werkzeug.exceptions
 from cryptography import x509
 from klein import Klein
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.resource import IResource
@@ -80,6 +81,7 @@ from svc.dataplane.http_journal import (
     revert_answer,
     revert_as_owner,
 )
+from svc.dataplane.placements import Placements
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
@@ -119,8 +121,11 @@ class DataPlaneHttp:
     @param emit: writes one audit line (the server's audit sink).
     @param current_deny_list: the deny-list in force (the data-plane
         service's C{deny_list}).
-    @param replace_deny_list: installs a new deny-list (the data-plane
-        service's C{set_deny_list}, which also closes denied connections).
+    @param merge_deny_list: merges a pushed revocation set into the
+        deny-list in force (L{svc.dataplane.revocations.Revocations.merge},
+        which installs the result, closing denied connections, and keeps it
+        on disk); may return a Deferred, awaited before the push is
+        answered.
     @param org_root: the only trust anchor for client certificates; see
         L{use_org_root}.
     @param trust_domain: the SPIFFE trust domain of agent and control certs.
@@ -137,6 +142,9 @@ class DataPlaneHttp:
     @param announce: told of each successful owner revert (the data-plane
         service's C{announce}, which pushes C{changed} to the agent's
         connections); by default nobody is told.
+    @param placements: the identities placed on this server (the data-plane
+        service's): an agent grant push records its agent as placed, a purge
+        removes it. L{None}: nothing is recorded.
     """
 
     app = Klein()
@@ -150,7 +158,7 @@ class DataPlaneHttp:
         audit_log: Path,
         emit: Callable[[AuditEvent], object],
         current_deny_list: Callable[[], DenyList],
-        replace_deny_list: Callable[[DenyList], object],
+        merge_deny_list: Callable[[DenyList], object],
         org_root: x509.Certificate,
         trust_domain: str,
         now: Callable[[], float],
@@ -162,13 +170,14 @@ class DataPlaneHttp:
         clock: EngineClock,
         metrics: DataPlaneMetrics | None = None,
         announce: Callable[[ChangeNotice], object] = lambda notice: None,
+        placements: Placements | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
         self._audit_log = audit_log
         self._emit = emit
         self._current_deny_list = current_deny_list
-        self._replace_deny_list = replace_deny_list
+        self._merge_deny_list = merge_deny_list
         self._org_root = org_root
         self._trust_domain = trust_domain
         self._seconds = now
@@ -177,10 +186,10 @@ class DataPlaneHttp:
         self._max_body_bytes = max_body_bytes
         self._audit_block_size = audit_block_size
         self._audit_max_scan_bytes = audit_max_scan_bytes
-        self._revocations_generated_at: datetime | None = None
         self._clock = clock
         self._metrics = metrics
         self._announce = announce
+        self._placements = placements
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -259,20 +268,13 @@ class DataPlaneHttp:
     # Control-plane routes
 
     @app.route("/control/cert-revocations", methods=["PUT"])
-    def cert_revocations(self, request: Request) -> bytes:
-        """Replace the deny-list with the pushed revocation set."""
+    async def cert_revocations(self, request: Request) -> bytes:
+        """Merge the pushed revocation set into the deny-list (kept on disk first)."""
         require_control(self._caller(request))
         push = parse_revocations(self._json_body(request), self._now())
-        latest = self._revocations_generated_at
-        if latest is not None and push.generated_at < latest:
-            self._log.info(
-                "ignored a revocation set generated at {generated_at}, older than {latest}",
-                generated_at=push.generated_at.isoformat(),
-                latest=latest.isoformat(),
-            )
-        else:
-            self._revocations_generated_at = push.generated_at
-            self._replace_deny_list(push.deny_list)
+        merged = self._merge_deny_list(push.deny_list)
+        if isinstance(merged, Deferred):
+            await merged
         return _no_content(request)
 
     @app.route("/control/purge-agent", methods=["POST"])
@@ -281,6 +283,8 @@ class DataPlaneHttp:
         control = require_control(self._caller(request))
         purge = parse_purge(self._json_body(request))
         report = await purge_agent(self._engine, self._io, purge)
+        if self._placements is not None:
+            await self._placements.forget(purge.location, purge.agent_id)
         self._emit(
             agent_data_purged_event(
                 ts=self._seconds(),
@@ -295,11 +299,16 @@ class DataPlaneHttp:
 
     @app.route("/control/quotas", methods=["PUT"])
     async def quotas(self, request: Request) -> bytes:
-        """Set an agent's grant and/or an owner's account budget."""
+        """
+        Set an agent's grant and/or an owner's account budget; a grant
+        also records its agent as placed on this server.
+        """
         require_control(self._caller(request))
         change = parse_quotas(self._json_body(request))
         if change.grant is not None:
             grant = change.grant
+            if self._placements is not None:
+                await self._placements.place(grant.location, grant.agent_id)
             await self._engine.set_agent_grant(grant.location, grant.agent_id, grant.grant_bytes)
         if change.budget is not None:
             await self._engine.set_account_budget(change.budget.owner, change.budget.budget_bytes)

@@ -5,15 +5,17 @@ L{svc.dataplane.interfaces.IDataPlaneService} over the storage engine.
 It owns what all connections share: the storage engine (built by the factory
 it is given, with this service's lease callbacks), the live connections by
 id (lease revokes are pushed to the holder's connection; a connection whose
-leaf or intermediate is deny-listed or has expired is disconnected, checked
-when the deny-list is replaced and every L{CREDENTIALS_CHECK_INTERVAL}
-seconds while connections are open; a committed write is pushed as
+leaf or intermediate is deny-listed is disconnected when the deny-list
+changes, and every connection is disconnected at its leaf's or
+intermediate's not-after by a timer of its own; a committed write is pushed as
 C{changed} to the agent's other connections, L{DataPlaneService.announce}),
-the session epochs of each tenant,
-the path policies, the audit emitter and the metrics. Each admitted
-connection gets an L{svc.dataplane.connection.AgentConnection}, which runs
-its operations. No sockets, TLS or frames here. The operations are
-specified in ``docs/specifications/dataplane-ops.md``.
+the session epochs of each tenant, the placement check (a connection opens
+its storage only for an identity placed on this server, else EACCES and
+GOAWAY: L{svc.dataplane.placements}), the path policies, the audit emitter
+and the metrics. Each admitted connection gets an
+L{svc.dataplane.connection.AgentConnection}, which runs its operations. No
+sockets, TLS or frames here. The operations are specified in
+``docs/specifications/dataplane-ops.md``.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredLock
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
-from svc.dataplane.admission import standing
+from svc.control.rate_limit import SlidingWindowLimiter
+from svc.dataplane.admission import Lapse, Standing, expiry, standing
 from svc.dataplane.change_notices import (
     MANY_CONNECTIONS,
     AgentConnections,
@@ -39,8 +41,9 @@ from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
 from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
 from svc.dataplane.drain_fences import DrainFences
-from svc.dataplane.errors import OpFailed
+from svc.dataplane.errors import NotPlaced, OpFailed, PlacementUnconfirmed
 from svc.dataplane.interfaces import IConnectionSink
+from svc.dataplane.placements import Placements, Verdict
 from svc.dataplane.replies import lease_revoke_push
 from svc.dataplane.session_epochs import SESSIONS_FILE, SessionEpochs
 from svc.metrics import DataPlaneMetrics
@@ -69,11 +72,14 @@ DISK_ROOT_MODE = 0o755
 DENIED_GOAWAY_REASON = "credentials_expired"
 """
 The GOAWAY reason (wire section 4.6) of a connection whose leaf or
-intermediate is deny-listed or has expired.
+intermediate is deny-listed or has expired, or whose identity is not placed
+on this server.
 """
 
-CREDENTIALS_CHECK_INTERVAL = 60.0
-"""Seconds between checks of the live connections' certificates for expiry."""
+REFUSAL_LOG_LINES = 10
+REFUSAL_LOG_WINDOW = 60.0
+"""At most L{REFUSAL_LOG_LINES} log lines about unplaced identities per this
+many seconds; the next line allowed counts those left out."""
 
 
 class ServiceClock(Protocol):
@@ -114,6 +120,13 @@ def _no_policy(tenant_id: str, agent_id: str) -> PathPolicy | None:
     return None
 
 
+def _location_or_none(identity: AgentIdentity) -> TenantLocation | None:
+    try:
+        return location_of(identity)
+    except ValueError:
+        return None
+
+
 class DataPlaneService:
     """
     The data-plane logic; see the module docstring.
@@ -137,7 +150,15 @@ class DataPlaneService:
         policy_for: PolicyLookup = _no_policy,
         deny_list: DenyList | None = None,
         visible_memory: int = DEFAULT_MEMORY,
+        placements: Placements | None = None,
     ) -> None:
+        """
+        @param placements: the identities placed on this server; an agent
+            whose identity is not placed gets C{EACCES} when it first opens
+            its storage, and its connections are closed. L{None}: every
+            admitted identity is served (unit tests, benchmarks, and a
+            static-certificate server started with C{SVC_PLACEMENT_CHECK=off}).
+        """
         self._context = ConnectionContext(
             clock=clock,
             metrics=metrics,
@@ -158,10 +179,13 @@ class DataPlaneService:
         self._connections: dict[str, AgentConnection] = {}
         self._agents: AgentConnections[AgentConnection] = AgentConnections()
         self._dismissed: set[str] = set()
-        self._credentials_loop: LoopingCall | None = None
+        self._expiry_timers: dict[str, Any] = {}
         self._epochs: dict[TenantLocation, SessionEpochs] = {}
         self._epochs_lock = DeferredLock()
         self._fences = DrainFences(clock)
+        self._placements = placements
+        self._refusal_log = SlidingWindowLimiter(REFUSAL_LOG_LINES, REFUSAL_LOG_WINDOW, 1)
+        self._refusals_unlogged = 0
         self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
 
     # IDataPlaneService
@@ -171,7 +195,9 @@ class DataPlaneService:
     ) -> AgentConnection:
         """
         A new admitted connection. Nothing is opened yet: the tenant's
-        storage is resolved on the connection's first operation.
+        storage is resolved on the connection's first operation. A timer
+        disconnects it at the earliest not-after of its leaf and
+        intermediate (L{svc.dataplane.admission.expiry}), with no leeway.
         """
         if connection_id in self._connections:
             raise ValueError(f"connection id {connection_id!r} is already live")
@@ -189,11 +215,12 @@ class DataPlaneService:
             pass  # no storage for it: it can write nothing, so is told nothing
         else:
             self._agents.add(location, identity.agent_id, connection)
-        if self._credentials_loop is None:
-            loop = LoopingCall(self.check_credentials)
-            loop.clock = self._clock  # type: ignore[assignment]
-            self._credentials_loop = loop
-            loop.start(CREDENTIALS_CHECK_INTERVAL, now=False)
+        moment, serial = expiry(identity)
+        delay = max(0.0, moment.timestamp() - self._clock.seconds())
+        lapse = Lapse(Standing.EXPIRED, serial)
+        self._expiry_timers[connection_id] = self._clock.callLater(
+            delay, self._dismiss, connection, lapse
+        )
         return connection
 
     def connection(self, connection_id: str) -> AgentConnection | None:
@@ -209,8 +236,9 @@ class DataPlaneService:
 
     def set_deny_list(self, deny_list: DenyList) -> None:
         """
-        Replace the deny-list and check every live connection against it
-        (L{check_credentials}).
+        Install C{deny_list} (what the server's deny-list is now: see
+        L{svc.dataplane.revocations}) and check every live connection
+        against it (L{check_credentials}).
         """
         self._deny_list = deny_list
         self.check_credentials()
@@ -220,27 +248,32 @@ class DataPlaneService:
         Disconnect (GOAWAY C{credentials_expired}) every live connection
         whose leaf or intermediate serial is deny-listed or whose leaf or
         intermediate has expired (L{svc.dataplane.admission.standing}); each
-        connection once. Runs when the deny-list is replaced and every
-        L{CREDENTIALS_CHECK_INTERVAL} seconds while connections are open.
+        connection once. Runs whenever a deny-list is installed; expiry
+        alone is each connection's own timer (L{connect}).
         """
         now = datetime.fromtimestamp(self._clock.seconds(), UTC)
         for connection in list(self._connections.values()):
-            if connection.connection_id in self._dismissed:
-                continue
             lapse = standing(connection.identity, self._deny_list, now)
-            if lapse is None:
-                continue
-            self._log.info(
-                "disconnecting {connection_id}: serial {serial} is {reason}",
-                connection_id=connection.connection_id,
-                serial=lapse.serial,
-                reason=lapse.reason.value,
-                tenant_id=connection.identity.tenant_id,
-                agent_id=connection.identity.agent_id,
-                leaf_serial=connection.identity.serial,
-            )
-            self._dismissed.add(connection.connection_id)
-            connection.sink.disconnect(DENIED_GOAWAY_REASON)
+            if lapse is not None:
+                self._dismiss(connection, lapse)
+
+    def _dismiss(self, connection: AgentConnection, lapse: Lapse) -> None:
+        """GOAWAY C{credentials_expired} to a live C{connection}, once, logged."""
+        if connection.connection_id in self._dismissed:
+            return
+        if self._connections.get(connection.connection_id) is not connection:
+            return
+        self._log.info(
+            "disconnecting {connection_id}: serial {serial} is {reason}",
+            connection_id=connection.connection_id,
+            serial=lapse.serial,
+            reason=lapse.reason.value,
+            tenant_id=connection.identity.tenant_id,
+            agent_id=connection.identity.agent_id,
+            leaf_serial=connection.identity.serial,
+        )
+        self._dismissed.add(connection.connection_id)
+        connection.sink.disconnect(DENIED_GOAWAY_REASON)
 
     # Changes (the changed push)
 
@@ -314,11 +347,9 @@ class DataPlaneService:
             del self._connections[connection.connection_id]
             self._dismissed.discard(connection.connection_id)
             self._agents.discard(connection.connection_id)
-        loop = self._credentials_loop
-        if not self._connections and loop is not None:
-            self._credentials_loop = None
-            if loop.running:
-                loop.stop()
+            timer = self._expiry_timers.pop(connection.connection_id, None)
+            if timer is not None and timer.active():
+                timer.cancel()
 
     def _draining(self, connection: AgentConnection, drained: Deferred[None]) -> None:
         self._fences.closing(_agent_key(connection.identity), drained)
@@ -334,6 +365,13 @@ class DataPlaneService:
                     user=identity.user_id,
                 )
                 raise OpFailed(WireErrno.EIO, "tenant storage unavailable") from None
+            if self._placements is not None:
+                verdict = await self._placements.check(location, identity.agent_id)
+                if verdict is Verdict.NOT_PLACED:
+                    self._refuse_unplaced(identity, location)
+                    raise NotPlaced()
+                if verdict is Verdict.UNCONFIRMED:
+                    raise PlacementUnconfirmed()
             storage = await self.engine.tenant(location)
             epochs = await self._session_epochs(location)
             root = disk_root(identity.agent_id)
@@ -348,6 +386,38 @@ class DataPlaneService:
             return DiskHandle(location, storage, epochs)
 
         return Deferred.fromCoroutine(opening())
+
+    def _refuse_unplaced(self, identity: AgentIdentity, location: TenantLocation) -> None:
+        """
+        Close (GOAWAY C{credentials_expired}) every live connection of an
+        identity that is not placed here; log it, at most
+        L{REFUSAL_LOG_LINES} lines per L{REFUSAL_LOG_WINDOW} seconds.
+        """
+        closing = [
+            c
+            for c in self._connections.values()
+            if c.identity.agent_id == identity.agent_id
+            and c.connection_id not in self._dismissed
+            and _location_or_none(c.identity) == location
+        ]
+        for connection in closing:
+            self._dismissed.add(connection.connection_id)
+            connection.sink.disconnect(DENIED_GOAWAY_REASON)
+        if not self._refusal_log.attempt("unplaced", self._clock.seconds()).allowed:
+            self._refusals_unlogged += 1
+            return
+        unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
+        self._log.warn(
+            "refused owner {owner} tenant {tenant_id} agent {agent_id} (leaf {leaf_serial}):"
+            " not placed on this server; closed {count} connection(s)"
+            " ({unlogged} earlier refusals not logged)",
+            owner=location.owner,
+            tenant_id=identity.tenant_id,
+            agent_id=identity.agent_id,
+            leaf_serial=identity.serial,
+            count=len(closing),
+            unlogged=unlogged,
+        )
 
     async def _session_epochs(self, location: TenantLocation) -> SessionEpochs:
         await self._epochs_lock.acquire()

@@ -52,6 +52,10 @@ MAX_CONNECTION_LIMIT = 1_000_000
 DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
 DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
 MAX_SECONDS = 10 * 365 * 24 * 3600
+DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS = 10
+MAX_CONTROL_QUERY_TIMEOUT_SECONDS = 300
+DEFAULT_PLACEMENT_MISS_TTL_SECONDS = 10
+MAX_PLACEMENT_MISS_TTL_SECONDS = 3600
 
 MINIMUM_SERVICE_TOKEN_LENGTH = 32
 """The control plane's rule for the shared service token (the same token
@@ -99,6 +103,13 @@ class DataPlaneSettings:
     idle_timeout_seconds: int = DEFAULT_IDLE_TIMEOUT_SECONDS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_agent: int = DEFAULT_MAX_CONNECTIONS_PER_AGENT
+    control_query_timeout_seconds: int = DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS
+    """Bound of each question to the control plane (start-up revocation pull,
+    placement look-ups)."""
+    placement_check: bool = True
+    """Serve only identities placed on this server (off: static certificates only)."""
+    placement_miss_ttl_seconds: int = DEFAULT_PLACEMENT_MISS_TTL_SECONDS
+    """How long a "not placed" (or unanswered) placement look-up is remembered."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -185,6 +196,21 @@ class DataPlaneSettings:
                 minimum=1,
                 maximum=MAX_CONNECTION_LIMIT,
             ),
+            control_query_timeout_seconds=env_int(
+                environ,
+                "SVC_CONTROL_QUERY_TIMEOUT_SECONDS",
+                DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS,
+                minimum=1,
+                maximum=MAX_CONTROL_QUERY_TIMEOUT_SECONDS,
+            ),
+            placement_check=_boolean(environ, "SVC_PLACEMENT_CHECK", default=True),
+            placement_miss_ttl_seconds=env_int(
+                environ,
+                "SVC_PLACEMENT_MISS_TTL_SECONDS",
+                DEFAULT_PLACEMENT_MISS_TTL_SECONDS,
+                minimum=1,
+                maximum=MAX_PLACEMENT_MISS_TTL_SECONDS,
+            ),
         )
 
 
@@ -224,6 +250,12 @@ class TapConfig:
         http_listen = _stream_endpoint(http_listen, "--http-listen")
         settings = DataPlaneSettings.from_environ(environ)
         static = _static_credentials(cert, key, root)
+        if static is None and not settings.placement_check:
+            raise ConfigError(
+                "SVC_PLACEMENT_CHECK",
+                f"may be off only with {FILES}: a server with a control plane always"
+                " serves only the identities placed on it",
+            )
         registration = None
         if static is None:
             if settings.control_url is None:
@@ -355,9 +387,11 @@ def _address(environ: Mapping[str, str], variable: str) -> str | None:
     return raw
 
 
-def _boolean(environ: Mapping[str, str], variable: str) -> bool:
+def _boolean(environ: Mapping[str, str], variable: str, default: bool = False) -> bool:
     raw = environ.get(variable, "").strip().lower()
-    if raw == "" or raw in _FALSE:
+    if raw == "":
+        return default
+    if raw in _FALSE:
         return False
     if raw in _TRUE:
         return True

@@ -18,8 +18,10 @@ environment (L{DataPlaneSettings}); a bad value or option refuses to start
 
 L{DataPlaneServer} starts, in order: the storage roots, the audit sink (and
 its SIGHUP reopen), the server-certificate component; once that has
-installed credentials, the frame listener and the HTTPS listener, then the
-GC loop. A failure to start is logged and ends the process with status 1.
+installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
+the control plane's current set: L{svc.dataplane.revocations}), the frame
+listener and the HTTPS listener, then the GC loop. A failure to start is
+logged and ends the process with status 1.
 Stopping (SIGTERM/SIGINT) closes both listeners, sends GOAWAY to every
 connection and waits for them to drain, stops the GC loop and the
 certificate component, closes the storage engine and flushes the audit log
@@ -50,10 +52,13 @@ from twisted.web.server import Site
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.config import ConfigError
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
+from svc.dataplane.control_queries import ControlQueries
 from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_dataplane
 from svc.dataplane.gc_loop import GarbageCollectionLoop
 from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.http_auth import http_tls_options
+from svc.dataplane.placements import PlacementRecord, Placements
+from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.dataplane.servercert import (
     CredentialFiles,
     ServerCertificate,
@@ -184,6 +189,8 @@ class DataPlaneServer(MultiService):
             install_signal=install_signal,
         )
         self.audit.setServiceParent(self)  # type: ignore[no-untyped-call]
+        self.queries = self._control_queries()
+        self.placements = self._placements()
         self.service = DataPlaneService(
             self._new_engine,
             audit_emit=self.audit.sink.emit,
@@ -192,8 +199,12 @@ class DataPlaneServer(MultiService):
             session_key=session_key(settings.control_plane_token),
             io_worker=self._io,
             policy_for=config.policies.lookup,
+            placements=self.placements,
         )
         self._admission = RenewableAdmission(settings.trust_domain, lambda: self.service.deny_list)
+        self.revocations = Revocations(
+            DenyListFile(settings.state_dir), self._io, reactor, self.service.set_deny_list
+        )
         self.factory = DataPlaneFactory(
             self.service,
             self._admission,
@@ -240,6 +251,33 @@ class DataPlaneServer(MultiService):
             on_event,
             retention=settings.retention,
             lease_timings=settings.lease_timings,
+        )
+
+    def _control_queries(self) -> ControlQueries | None:
+        """The questions to the control plane (L{None} with static credentials)."""
+        settings = self._config.settings
+        if self._config.static_credentials is not None or settings.control_url is None:
+            return None
+        return ControlQueries(
+            control_plane_http_client(self._reactor, settings.ca_file),
+            settings.control_url,
+            settings.control_plane_token,
+            settings.server_fqdn,
+            self._reactor,
+            float(settings.control_query_timeout_seconds),
+        )
+
+    def _placements(self) -> Placements | None:
+        """The placement check (L{None} when C{SVC_PLACEMENT_CHECK} is off)."""
+        settings = self._config.settings
+        if not settings.placement_check:
+            return None
+        queries = self.queries
+        return Placements(
+            PlacementRecord(settings.metadata_root, self._io),
+            self._reactor,
+            None if queries is None else queries.placed,
+            miss_ttl=float(settings.placement_miss_ttl_seconds),
         )
 
     def _certificate_component(self) -> ServerCertificate | StaticServerCertificate:
@@ -315,6 +353,11 @@ class DataPlaneServer(MultiService):
 
         await self._io.submit(make_roots)
         self.audit.startService()
+        if self.placements is None:
+            _log.warn(
+                "SVC_PLACEMENT_CHECK is off: every admitted identity is served,"
+                " whatever owner its leaf names (tests and benchmarks only)"
+            )
         _log.info(
             "svc-dataplane starting: server certificate {source}",
             source="from the given files"
@@ -324,13 +367,15 @@ class DataPlaneServer(MultiService):
         self.certificate.startService()
         credentials = await self.certificate.ready()
         assert self._frame_tls is not None and self._http_tls is not None
+        queries = self.queries
+        await self.revocations.start(None if queries is None else queries.revocations)
         http = self.http = DataPlaneHttp(
             engine=self.service.engine,
             registry=self.registry,
             audit_log=settings.audit_log,
             emit=self.audit.sink.emit,
             current_deny_list=lambda: self.service.deny_list,
-            replace_deny_list=self.service.set_deny_list,
+            merge_deny_list=self.revocations.merge,
             org_root=credentials.root,
             trust_domain=settings.trust_domain,
             now=reactor.seconds,
@@ -338,6 +383,7 @@ class DataPlaneServer(MultiService):
             clock=reactor,
             metrics=self.metrics,
             announce=self.service.announce,
+            placements=self.placements,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")

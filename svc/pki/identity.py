@@ -108,6 +108,19 @@ class DenyList:
         """
         return DenyList(self.entries | {DeniedSerial(serial, not_after)})
 
+    def merged(self, other: DenyList) -> DenyList:
+        """
+        The union of both lists (the spec's "merges into the deny-list"): a
+        serial listed in either stays listed, with the later C{not_after}
+        when the two disagree.
+        """
+        latest: dict[str, datetime] = {}
+        for entry in (*self.entries, *other.entries):
+            known = latest.get(entry.serial)
+            if known is None or entry.not_after > known:
+                latest[entry.serial] = entry.not_after
+        return DenyList.of(latest.items())
+
     def active(self, now: datetime) -> DenyList:
         """
         The entries still needed at C{now}: those whose certificate has not

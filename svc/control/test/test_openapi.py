@@ -42,6 +42,7 @@ from svc.control.openapi import (
     openapi_document,
     openapi_document_bytes,
 )
+from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_mounts import MountDeps, mount_routes
@@ -310,6 +311,7 @@ def mounted_with_every_feature(case: SynchronousTestCase) -> tuple[MountedRoute,
         *entity_routes(EntityDeps(store, settings, clock, fake_client({}, clock), pushes)),
         *mount_routes(MountDeps(store, clock, pushes)),
         *enrollment_routes(enrollment),
+        *dataplane_query_routes(DataPlaneQueryDeps(store, clock.seconds)),
     ]
     app = build_control_app(
         settings,

@@ -12,6 +12,7 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.http_control import canonical_serial, parse_quotas, parse_revocations
+from svc.dataplane.revocations import DenyListFile
 from svc.dataplane.test.test_http_support import HttpFixture, rfc3339
 from svc.store.layout import TenantLocation
 from svc.store.test.test_engine import blob
@@ -23,8 +24,8 @@ LABS = TenantLocation("acme", "labs")
 
 class RevocationTests(SynchronousTestCase):
     """
-    C{PUT /control/cert-revocations} replaces the deny-list with the pushed
-    set, minus expired entries.
+    C{PUT /control/cert-revocations} merges the pushed set into the
+    deny-list, minus expired entries, and keeps the result on disk.
     """
 
     def setUp(self) -> None:
@@ -39,27 +40,51 @@ class RevocationTests(SynchronousTestCase):
         }
         return self.f.call("PUT", "/control/cert-revocations", body=body).status
 
-    def test_replaces_deny_list(self) -> None:
-        """The pushed live entries become the deny-list; 204."""
+    def serials(self) -> list[str]:
+        return sorted(e.serial for e in self.f.deny_list.entries)
+
+    def test_merges_into_deny_list(self) -> None:
+        """A serial a later push leaves out stays denied; 204."""
         later = self.now + timedelta(hours=1)
         self.assertEqual(self.push([("1f3a", later), ("00AB", later)], self.now), 204)
-        self.assertEqual(sorted(e.serial for e in self.f.deny_list.entries), ["1f3a", "ab"])
+        self.assertEqual(self.serials(), ["1f3a", "ab"])
         self.assertEqual(self.push([("77", later)], self.now + timedelta(seconds=60)), 204)
-        self.assertEqual([e.serial for e in self.f.deny_list.entries], ["77"])
+        self.assertEqual(self.serials(), ["1f3a", "77", "ab"])
+
+    def test_entries_age_out_at_not_after(self) -> None:
+        """A merged entry is dropped by the first push after its not_after."""
+        self.push([("5", self.now + timedelta(minutes=1))], self.now)
+        self.f.clock.advance(60)
+        self.push([("6", self.now + timedelta(hours=1))], self.now + timedelta(minutes=1))
+        self.assertEqual(self.serials(), ["6"])
 
     def test_expired_entries_ignored(self) -> None:
         """An entry whose not_after has passed is not installed."""
         self.push(
             [("1", self.now - timedelta(seconds=1)), ("2", self.now + timedelta(1))], self.now
         )
-        self.assertEqual([e.serial for e in self.f.deny_list.entries], ["2"])
+        self.assertEqual(self.serials(), ["2"])
 
-    def test_older_push_ignored(self) -> None:
-        """A set generated before the one in force is acknowledged but not installed."""
+    def test_older_push_merged(self) -> None:
+        """A set generated before the one in force is merged too (entries leave only by age)."""
         later = self.now + timedelta(hours=1)
         self.push([("5", later)], self.now)
         self.assertEqual(self.push([("6", later)], self.now - timedelta(minutes=1)), 204)
-        self.assertEqual([e.serial for e in self.f.deny_list.entries], ["5"])
+        self.assertEqual(self.serials(), ["5", "6"])
+
+    def test_kept_on_disk(self) -> None:
+        """The merged list is in the state directory's deny-list.json when 204 is sent."""
+        later = self.now + timedelta(hours=1)
+        self.push([("5", later)], self.now)
+        self.push([("6", later)], self.now)
+        kept = DenyListFile(self.f.state_dir).load()
+        self.assertEqual(kept, self.f.deny_list)
+
+    def test_unchanged_push_installs_nothing(self) -> None:
+        """A push naming only entries already in force installs no new list."""
+        later = self.now + timedelta(hours=1)
+        self.push([("5", later)], self.now)
+        self.push([("5", later)], self.now + timedelta(minutes=1))
         self.assertEqual(len(self.f.replaced), 1)
 
     def test_malformed_push_keeps_list(self) -> None:

@@ -46,7 +46,7 @@ def journal_fixture(case: SynchronousTestCase) -> HttpFixture:
         audit_log=f.audit_log,
         emit=f.emitted.append,
         current_deny_list=lambda: f.deny_list,
-        replace_deny_list=f.replaced.append,
+        merge_deny_list=f.replaced.append,
         org_root=f.pki.root.cert,
         trust_domain=f.pki.trust_domain,
         now=f.clock.seconds,

@@ -19,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.audit.events import AuditEvent
 from svc.audit.jsonl import render_line
 from svc.dataplane.http import DataPlaneHttp
+from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
@@ -31,7 +32,9 @@ from svc.testing.worker import ImmediateWorker
 class HttpFixture:
     """
     The app, its engine, the audit lines it emitted, the deny-list it
-    holds, and the chain the next request presents (C{chain}).
+    holds (merged by a real L{Revocations} kept in C{state_dir}; every
+    installed list is appended to C{replaced}), and the chain the next
+    request presents (C{chain}).
     """
 
     def __init__(self, case: SynchronousTestCase, *, max_body_bytes: int = 64 * 1024) -> None:
@@ -46,6 +49,10 @@ class HttpFixture:
         self.emitted: list[AuditEvent] = []
         self.deny_list = DenyList()
         self.replaced: list[DenyList] = []
+        self.state_dir = Path(case.mktemp())
+        self.revocations = Revocations(
+            DenyListFile(self.state_dir), ImmediateWorker(), self.clock, self._replace
+        )
         self.chain: list[x509.Certificate] = []
         self.http = DataPlaneHttp(
             engine=self.store.engine,
@@ -53,7 +60,7 @@ class HttpFixture:
             audit_log=self.audit_log,
             emit=self.emitted.append,
             current_deny_list=lambda: self.deny_list,
-            replace_deny_list=self._replace,
+            merge_deny_list=self.revocations.merge,
             org_root=self.pki.root.cert,
             trust_domain=self.pki.trust_domain,
             now=self.clock.seconds,

@@ -70,7 +70,7 @@ class HttpsSurfaceTests(TestCase):
             audit_log=self.audit_log,
             emit=self.emitted.append,
             current_deny_list=lambda: self.deny_list,
-            replace_deny_list=self._replace,
+            merge_deny_list=self._replace,
             org_root=pki.root.cert,
             trust_domain=pki.trust_domain,
             now=_reactor.seconds,

@@ -252,7 +252,7 @@ class OwnerRevertPushTests(SynchronousTestCase):
             audit_log=Path(self.mktemp()),
             emit=lambda event: None,
             current_deny_list=DenyList,
-            replace_deny_list=lambda deny_list: None,
+            merge_deny_list=lambda deny_list: None,
             org_root=pki.root.cert,
             trust_domain=pki.trust_domain,
             now=self.fixture.clock.seconds,

@@ -7,14 +7,15 @@ expiry of live connections' certificates.
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.admission import Lapse, Standing, standing
-from svc.dataplane.service import CREDENTIALS_CHECK_INTERVAL, DENIED_GOAWAY_REASON
+from svc.dataplane.admission import Lapse, Standing, expiry, standing
+from svc.dataplane.service import DENIED_GOAWAY_REASON
 from svc.dataplane.session_epochs import (
     SESSIONS_FILE,
     SessionFileError,
@@ -271,71 +272,104 @@ class DeniedIntermediateTests(SynchronousTestCase):
 
 class ExpiryTests(SynchronousTestCase):
     """
-    Live connections whose leaf or intermediate has expired are closed: every
-    L{CREDENTIALS_CHECK_INTERVAL} seconds while connections are open, and
-    whenever the deny-list is replaced.
+    Live connections end at their leaf's or intermediate's not-after, with
+    no leeway: each connection has a timer on the service clock (and the
+    deny-list check also drops expired connections).
     """
 
     def setUp(self) -> None:
         self.fixture = ServiceFixture(self)
         self.addCleanup(self.fixture.close)
-        self.now = self.fixture.clock.seconds()
+        clock = self.fixture.clock
+        clock.advance(math.ceil(clock.seconds()) - clock.seconds())
+        self.now = clock.seconds()
+        self.assertEqual(self.now, int(self.now))
 
     def at(self, seconds: float) -> datetime:
         """The moment C{seconds} after the test started."""
         return datetime.fromtimestamp(self.now + seconds, UTC)
 
-    def test_expired_leaf_is_disconnected_by_the_periodic_check(self) -> None:
-        """A leaf expiring mid-connection gets GOAWAY at the next check, once."""
+    def test_leaf_expiry_disconnects_at_not_after(self) -> None:
+        """A leaf expiring mid-connection gets GOAWAY exactly at its not-after, once."""
         fixture = self.fixture
         short = fixture.agent(admitted(serial="a1", not_after=self.at(90)))
         long = fixture.agent(admitted(agent="agent-2", serial="a2"))
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        fixture.clock.advance(89.75)
         self.assertEqual(short.sink.disconnects, [])
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        fixture.clock.advance(0.25)
         self.assertEqual(
             (short.sink.disconnects, long.sink.disconnects), ([DENIED_GOAWAY_REASON], [])
         )
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        fixture.service.set_deny_list(DenyList())
+        fixture.clock.advance(3600)
         self.assertEqual(short.sink.disconnects, [DENIED_GOAWAY_REASON])
 
-    def test_expired_intermediate_is_disconnected(self) -> None:
-        """An intermediate expiring mid-connection ends the connections under it."""
+    def test_intermediate_expiry_disconnects_at_its_not_after(self) -> None:
+        """An intermediate expiring before the leaf ends the connection at its not-after."""
         fixture = self.fixture
         agent = fixture.agent(admitted(intermediate_not_after=self.at(30)))
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        fixture.clock.advance(29.5)
+        self.assertEqual(agent.sink.disconnects, [])
+        fixture.clock.advance(0.5)
+        self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+    def test_already_expired_at_connect(self) -> None:
+        """A connection whose leaf expired before it was registered is disconnected at once."""
+        fixture = self.fixture
+        agent = fixture.agent(admitted(not_after=self.at(-1)))
+        fixture.clock.advance(0)
         self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
 
     def test_expiry_is_checked_when_the_deny_list_is_replaced(self) -> None:
-        """Replacing the deny-list also drops connections whose leaf has expired."""
+        """Installing a deny-list also drops connections whose leaf has expired."""
         fixture = self.fixture
         agent = fixture.agent(admitted(not_after=self.at(10)))
         fixture.clock.advance(11)
-        self.assertEqual(agent.sink.disconnects, [])
+        self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
         fixture.service.set_deny_list(DenyList())
         self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
 
     def test_plain_identity_expiry(self) -> None:
-        """A connection whose identity names no intermediate is judged on its leaf."""
+        """A connection whose identity names no intermediate ends at its leaf's not-after."""
         fixture = self.fixture
         agent = fixture.agent(attrs.evolve(identity(), not_after=self.at(30)))
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
+        fixture.clock.advance(30)
         self.assertEqual(agent.sink.disconnects, [DENIED_GOAWAY_REASON])
 
-    def test_checks_run_only_while_connections_are_open(self) -> None:
-        """The periodic check starts with the first connection and stops after the last."""
+    def test_timer_is_cancelled_when_the_connection_closes(self) -> None:
+        """Each connection has one timer while open; closing it cancels the timer."""
         fixture = self.fixture
         self.assertEqual(fixture.clock.getDelayedCalls(), [])
-        one = fixture.agent(admitted(serial="a1"))
+        one = fixture.agent(admitted(serial="a1", not_after=self.at(30)))
         two = fixture.agent(admitted(agent="agent-2", serial="a2"))
-        self.assertEqual(len(fixture.clock.getDelayedCalls()), 1)
+        self.assertEqual(len(fixture.clock.getDelayedCalls()), 2)
         self.successResultOf(one.connection.closed("client"))
         self.assertEqual(len(fixture.clock.getDelayedCalls()), 1)
+        fixture.clock.advance(30)
+        self.assertEqual(one.sink.disconnects, [])
         self.successResultOf(two.connection.closed("client"))
         self.assertEqual(fixture.clock.getDelayedCalls(), [])
-        three = fixture.agent(admitted(serial="a3", not_after=self.at(30)))
-        fixture.clock.advance(CREDENTIALS_CHECK_INTERVAL)
-        self.assertEqual(three.sink.disconnects, [DENIED_GOAWAY_REASON])
+
+
+class ExpiryMomentTests(SynchronousTestCase):
+    """
+    L{expiry}: when admitted credentials lapse by themselves.
+    """
+
+    def test_earliest_certificate(self) -> None:
+        """The earlier of leaf and intermediate; the leaf on a tie or without an intermediate."""
+        early = datetime(2030, 1, 1, tzinfo=UTC)
+        late = datetime(2031, 1, 1, tzinfo=UTC)
+        self.assertEqual(
+            expiry(admitted(not_after=late, intermediate_not_after=early)), (early, "1e")
+        )
+        self.assertEqual(
+            expiry(admitted(not_after=early, intermediate_not_after=late)), (early, "a1")
+        )
+        self.assertEqual(
+            expiry(admitted(not_after=early, intermediate_not_after=early)), (early, "a1")
+        )
+        self.assertEqual(expiry(identity()), (identity().not_after, "a1"))
 
 
 class StandingTests(SynchronousTestCase):

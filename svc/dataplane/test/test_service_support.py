@@ -27,6 +27,7 @@ from svc.dataplane.admission import AdmittedAgent
 from svc.dataplane.connection import AgentConnection
 from svc.dataplane.errors import OpFailed
 from svc.dataplane.interfaces import OpReply
+from svc.dataplane.placements import Placements
 from svc.dataplane.service import DataPlaneService
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import AgentIdentity
@@ -206,6 +207,7 @@ class ServiceFixture:
         root: Path | None = None,
         io_worker: IWorker | None = None,
         db_worker: IWorker | None = None,
+        placements: Placements | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -232,6 +234,7 @@ class ServiceFixture:
             session_key=KEY,
             io_worker=ImmediateWorker(),
             policy_for=lambda tenant, agent: self.policies.get((tenant, agent)),
+            placements=placements,
         )
 
     def agent(self, who: AgentIdentity | None = None, connection_id: str | None = None) -> Agent:

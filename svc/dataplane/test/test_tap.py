@@ -334,3 +334,61 @@ class RenewableAdmissionTests(SynchronousTestCase):
         admission = RenewableAdmission("svc.test", DenyList)
         transport: Any = object()
         self.assertRaises(AdmissionRefused, admission, transport)
+
+
+class IdentitySettingsTests(SynchronousTestCase):
+    """
+    The placement check, its remembered misses, and the control-plane query
+    timeout: defaults, values, refusals, and what the server builds.
+    """
+
+    def server(self, environ: dict[str, str], args: list[str] | None = None) -> DataPlaneServer:
+        reactor: Any = MemoryReactorClock()
+        environ = {**environ, "SVC_TENANTS_ROOT": self.mktemp()}
+        return DataPlaneServer(parse(environ, args), reactor, install_signal=None)
+
+    def test_defaults(self) -> None:
+        """The check is on, misses are remembered 10 s, questions bounded by 10 s."""
+        settings = parse(CONTROL).settings
+        self.assertTrue(settings.placement_check)
+        self.assertEqual(settings.placement_miss_ttl_seconds, 10)
+        self.assertEqual(settings.control_query_timeout_seconds, 10)
+
+    def test_values(self) -> None:
+        """Each variable lands in its setting; the check may be off with the three files."""
+        files = StaticFiles(self)
+        environ = {
+            **BASE,
+            "SVC_PLACEMENT_CHECK": "off",
+            "SVC_PLACEMENT_MISS_TTL_SECONDS": "30",
+            "SVC_CONTROL_QUERY_TIMEOUT_SECONDS": "3",
+        }
+        settings = parse(environ, files.args()).settings
+        self.assertFalse(settings.placement_check)
+        self.assertEqual(settings.placement_miss_ttl_seconds, 30)
+        self.assertEqual(settings.control_query_timeout_seconds, 3)
+
+    def test_refusals(self) -> None:
+        """Bad values are refused naming the variable; never off with a control plane."""
+        files = StaticFiles(self)
+        for name, value in {
+            "SVC_PLACEMENT_CHECK": "sometimes",
+            "SVC_PLACEMENT_MISS_TTL_SECONDS": "0",
+            "SVC_CONTROL_QUERY_TIMEOUT_SECONDS": "301",
+        }.items():
+            error = self.assertRaises(UsageError, parse, {**BASE, name: value}, files.args())
+            self.assertTrue(str(error).startswith(name), str(error))
+        error = self.assertRaises(UsageError, parse, {**CONTROL, "SVC_PLACEMENT_CHECK": "0"})
+        self.assertTrue(str(error).startswith("SVC_PLACEMENT_CHECK"), str(error))
+
+    def test_built_check(self) -> None:
+        """With a control plane the check asks it; static files: the record only; off: none."""
+        managed = self.server(CONTROL)
+        self.assertIsNotNone(managed.queries)
+        self.assertIsNotNone(managed.placements)
+        files = StaticFiles(self)
+        static = self.server(BASE, files.args())
+        self.assertIsNone(static.queries)
+        self.assertIsNotNone(static.placements)
+        unchecked = self.server({**BASE, "SVC_PLACEMENT_CHECK": "no"}, files.args())
+        self.assertIsNone(unchecked.placements)

@@ -316,6 +316,16 @@ class DenyListTests(SynchronousTestCase):
         self.assertIn("f00", more)
         self.assertEqual(more, DenyList.of([("f00", self.T0)]))
 
+    def test_merged_is_the_union(self) -> None:
+        """A serial in either list stays listed; a serial in both keeps the later not-after."""
+        later = self.T0 + timedelta(hours=1)
+        first = DenyList.of([("a", self.T0), ("b", later)])
+        second = DenyList.of([("b", self.T0), ("c", self.T0)])
+        merged = first.merged(second)
+        self.assertEqual(merged, DenyList.of([("a", self.T0), ("b", later), ("c", self.T0)]))
+        self.assertEqual(second.merged(first), merged)
+        self.assertEqual(merged.merged(DenyList()), merged)
+
     def test_non_canonical_serial_refused(self) -> None:
         """Serials not in canonical lowercase hex are refused on construction."""
         for bad in ("ABC", "0abc", "0xabc", ""):
