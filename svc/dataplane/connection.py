@@ -43,6 +43,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.audit.events import AuditEvent, CertFields
+from svc.dataplane.answer_budget import AnswerBudgets, ConnectionBudget, Reservation
 from svc.dataplane.calls import Call, Outcome, inline_segments, payload_size
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
@@ -58,6 +59,7 @@ from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_st
 from svc.dataplane.handlers import perform
 from svc.dataplane.interfaces import IConnectionSink, OpReply
 from svc.dataplane.ops import (
+    MAX_INLINE_BYTES,
     ChunkGetRequest,
     ChunkHasRequest,
     ChunkPutRequest,
@@ -114,6 +116,8 @@ class ConnectionContext:
     draining: Callable[[AgentConnection, Deferred[None]], None]
     visible_memory: int
     announce: Callable[[ChangeNotice], None]
+    answer_budgets: AnswerBudgets = attrs.field(factory=AnswerBudgets)
+    """Where bulk answers reserve their bytes (L{svc.dataplane.answer_budget})."""
 
 
 class _Upload:
@@ -176,6 +180,10 @@ class AgentConnection:
         self.visible = VisibleChunks(context.visible_memory)
         self.session_id: str | None = None
         self.closing = False
+        self.answers: ConnectionBudget = context.answer_budgets.connection(
+            (identity.tenant_id, identity.agent_id)
+        )
+        """This connection's answer budget: bulk answers reserve their bytes here."""
         # Session ids presented here that passed the tag check.
         self._seen_sessions: dict[str, MountSession] = {}
         self._disk: DiskHandle | None = None
@@ -258,6 +266,7 @@ class AgentConnection:
         it; refused lease requests afterwards.
         """
         self.closing = True
+        self.answers.close()
         self._context.forget(self)
         # The requests already received still run (their answers go nowhere);
         # the agent's next connection waits for them (DrainFences).
@@ -357,6 +366,8 @@ class AgentConnection:
         payload: Mapping[str, object],
         raw: memoryview,
         running: Running | None = None,
+        *,
+        answer_reserved: bool = False,
     ) -> OpReply:
         if op is Op.CHUNK_PUT:
             self.metrics.count_bytes("in", op.value, len(raw))
@@ -368,7 +379,12 @@ class AgentConnection:
         except OpFailed:
             self.audit.failed(op, _raw_path(payload), None)
             raise
-        call = Call(op, request, inline_stored=self._store_inline(request, segments))
+        call = Call(
+            op,
+            request,
+            inline_stored=self._store_inline(request, segments),
+            answer_reserved=answer_reserved,
+        )
         upload = self._begin_upload(request)
         turn = self._order.enter(op)
         if running is not None:
@@ -421,21 +437,38 @@ class AgentConnection:
         checks, audit line, metrics), then named in C{inline} and
         concatenated in the raw segment. If one cannot be read, the reply
         carries none (the client asks for them and meets the error itself).
+
+        The bytes are reserved once, before any is read, from the answer
+        budgets (the reads do not reserve their own): C{MAX_INLINE_BYTES},
+        the most an inline file has (its size equals its chunks' sum), then
+        only what the reply carries, until it is sent.
         """
+        reservation = await self.answers.reserve(MAX_INLINE_BYTES)
         fetching = [
-            Deferred.fromCoroutine(self._run(Op.CHUNK_GET, {"hash": name}, _NO_RAW))
+            Deferred.fromCoroutine(
+                self._run(Op.CHUNK_GET, {"hash": name}, _NO_RAW, answer_reserved=True)
+            )
             for name in hashes
         ]
         try:
             fetched = await gatherResults(fetching, consumeErrors=True)
         except FirstError:
+            reservation.release()
             for settled in fetching:
                 settled.addBoth(_released)
             return reply
         raw = b"".join(answer.raw for answer in fetched)
         for answer in fetched:
             _released(answer)
-        return OpReply({**reply.payload, "inline": list(hashes)}, raw, sent=reply.sent)
+        if len(raw) > reservation.size:
+            reservation.release()
+            return reply
+        reservation.shrink(len(raw))
+        return OpReply(
+            {**reply.payload, "inline": list(hashes)},
+            raw,
+            sent=_then_release(reply.sent, reservation),
+        )
 
     async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
         uses = path_uses(call.op, call.request)
@@ -504,6 +537,19 @@ def _pass_on(result: object, answer: Deferred[OpReply]) -> None:
         answer.errback(result)
     else:
         answer.callback(cast(OpReply, result))
+
+
+def _then_release(sent: Callable[[], None] | None, reservation: Reservation) -> Callable[[], None]:
+    """C{sent} (if any), then give back C{reservation}."""
+
+    def both() -> None:
+        try:
+            if sent is not None:
+                sent()
+        finally:
+            reservation.release()
+
+    return both
 
 
 def _released(answer: object) -> None:

@@ -188,6 +188,13 @@ class DataPlaneFactory(Factory):
         # (chunk_put's bytes) are assembled, then lent again.
         self._raw_buffers = BufferPool(max(self.limits.max_raw, 1), keep=RAW_BUFFERS_KEPT)
 
+    def trim_buffers(self) -> int:
+        """
+        Free the request buffers idle since the previous call
+        (L{BufferPool.trim}); how many were freed.
+        """
+        return self._raw_buffers.trim()
+
     def buildProtocol(self, addr: IAddress | None) -> DataPlaneServerProtocol:
         return DataPlaneServerProtocol(
             service=self._service,

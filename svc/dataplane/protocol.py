@@ -27,6 +27,7 @@ The wire contract is C{docs/specifications/wire.md}.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 from typing import Protocol as TypingProtocol
@@ -41,6 +42,7 @@ from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission
+from svc.dataplane.answer_writer import AnswerWriter
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
 from svc.frame_tls import no_delay, write_frame
 from svc.pki.errors import AdmissionRefused
@@ -224,6 +226,9 @@ class DataPlaneServerProtocol(Protocol):
         self._timers: dict[str, Timer] = {}
         self._lost_waiters: list[Deferred[None]] = []
         self._gone = False
+        self._writer = AnswerWriter(self._write_piece)
+        # Requests read while the transport was paused: not started yet.
+        self._held: deque[tuple[_Request, Frame]] = deque()
 
     # -- life cycle ---------------------------------------------------------
 
@@ -306,6 +311,7 @@ class DataPlaneServerProtocol(Protocol):
         # are not run once it is told the connection closed (dataplane-ops.md
         # section 7).
         self._abandon_requests(cancel=False)
+        self._writer.discard()
         closed: Deferred[None] = succeed(None)
         if self._handler is not None:
             closed = maybeDeferred(self._handler.closed, self._close_reason)
@@ -462,10 +468,40 @@ class DataPlaneServerProtocol(Protocol):
         request.timer = self._clock.callLater(
             self._limits.request_timeout, self._request_timed_out, request
         )
+        if self._holding():
+            self._held.append((request, frame))
+            return
+        self._start(request, frame)
+
+    def _holding(self) -> bool:
+        """
+        Whether a request read now must wait before it starts: while the
+        transport is paused (the peer is not taking what it was sent), while
+        the answers queued hold more than C{max_payload} bytes of payload,
+        and behind requests already waiting.
+        """
+        return bool(self._held) or self._backlogged()
+
+    def _backlogged(self) -> bool:
+        return self._writing_blocked or self._writer.queued_payload_bytes > self._limits.max_payload
+
+    def _start_held(self) -> None:
+        """Start the requests that waited (L{_holding}), in order, while they may."""
+        while self._held and self.state in (ConnectionState.OPEN, ConnectionState.DRAINING):
+            if self._backlogged():
+                return
+            request, frame = self._held.popleft()
+            if self._requests.get(request.request_id) is request:
+                self._start(request, frame)
+
+    def _start(self, request: _Request, frame: Frame) -> None:
+        assert self._handler is not None
         # A view of its own: it stays usable (and keeps a lent buffer out of
         # reuse) even if the request is given up while the handler runs.
         raw = memoryview(frame.raw)
-        deferred: Deferred[OpReply] = maybeDeferred(self._handler.handle, op, frame.payload, raw)
+        deferred: Deferred[OpReply] = maybeDeferred(
+            self._handler.handle, request.op, frame.payload, raw
+        )
         request.deferred = deferred
         deferred.addCallbacks(
             self._answered,
@@ -491,6 +527,9 @@ class DataPlaneServerProtocol(Protocol):
         return True
 
     def _answered(self, reply: OpReply, request: _Request) -> None:
+        # Runs once the answer is handed on (its last slice written) or
+        # dropped: the writer calls it, or this method if no frame is written.
+        sent = reply.sent
         try:
             if not self._take(request):
                 return
@@ -502,11 +541,12 @@ class DataPlaneServerProtocol(Protocol):
                 _log.failure("unencodable reply to data-plane op {op}", op=request.op)
                 self._send(error_frame(request.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE))
             else:
-                self._write(buffers)
+                sent = None
+                self._write(buffers, reply.sent)
                 del buffers
         finally:
-            if reply.sent is not None:
-                reply.sent()
+            if sent is not None:
+                sent()
         self._after_answer()
 
     def _failed(self, failure: Failure, request: _Request) -> None:
@@ -533,6 +573,7 @@ class DataPlaneServerProtocol(Protocol):
         self._after_answer()
 
     def _after_answer(self) -> None:
+        self._start_held()
         if self._requests:
             self._update_reading()
         elif self.state is ConnectionState.DRAINING:
@@ -544,13 +585,23 @@ class DataPlaneServerProtocol(Protocol):
     # -- back-pressure (IPushProducer, called by the transport) -------------
 
     def pauseProducing(self) -> None:
-        """The transport's write buffer is full: stop taking requests."""
+        """
+        The transport's write buffer is full: stop writing large answers,
+        starting requests and reading.
+        """
         self._writing_blocked = True
+        self._writer.pause()
         self._update_reading()
 
     def resumeProducing(self) -> None:
-        """The transport's write buffer drained: take requests again."""
+        """
+        The transport's write buffer drained: start the requests that
+        waited (their reads overlap the writing), write on, read again.
+        """
         self._writing_blocked = False
+        self._start_held()
+        self._writer.resume()
+        self._start_held()
         self._update_reading()
 
     def stopProducing(self) -> None:
@@ -623,13 +674,20 @@ class DataPlaneServerProtocol(Protocol):
         for name in list(self._timers):
             self._cancel_timer(name)
         self._abandon_requests()
+        # What was answered goes out first (at the peer's pace, within the
+        # close timeout), then the TLS close.
+        self._start_timer("close", self._limits.close_timeout, self._close_timed_out)
+        self._writer.when_idle(self._close_tls)
+
+    def _close_tls(self) -> None:
+        if self.state is not ConnectionState.CLOSING:
+            return
         self._tls.unregisterProducer()
         if self._reading_paused:
             # The peer's TLS close_notify must be read for the close to finish.
             self._reading_paused = False
             self._tls.resumeProducing()
         self._tls.loseConnection()
-        self._start_timer("close", self._limits.close_timeout, self._close_timed_out)
 
     def _close_timed_out(self) -> None:
         self._timers.pop("close", None)
@@ -644,6 +702,7 @@ class DataPlaneServerProtocol(Protocol):
 
     def _abandon_requests(self, *, cancel: bool = True) -> None:
         """Forget every unanswered request (their answers go nowhere); C{cancel} them too."""
+        self._held.clear()
         requests = list(self._requests.values())
         for request in requests:
             self._take(request)
@@ -658,10 +717,20 @@ class DataPlaneServerProtocol(Protocol):
     def _send(self, frame: Frame) -> None:
         self._write(encode_frame(frame))
 
-    def _write(self, buffers: list[Buffer]) -> None:
+    def _write(self, buffers: list[Buffer], then: Callable[[], None] | None = None) -> None:
+        """
+        Write one encoded frame through the L{AnswerWriter}; C{then} runs
+        once it is handed on or dropped (nothing new is written once the
+        connection is closing).
+        """
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            if then is not None:
+                then()
             return
-        write_frame(self._tls, buffers)
+        self._writer.write(buffers, then)
+
+    def _write_piece(self, piece: memoryview) -> None:
+        write_frame(self._tls, [piece])
 
     def _arm_idle_timer(self) -> None:
         self._start_timer("idle", self._limits.idle_timeout, self._idle_timed_out)

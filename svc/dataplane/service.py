@@ -29,6 +29,7 @@ from twisted.logger import Logger
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
 from svc.dataplane.admission import standing
+from svc.dataplane.answer_budget import AnswerBudgets, AnswerLimits
 from svc.dataplane.change_notices import (
     MANY_CONNECTIONS,
     AgentConnections,
@@ -137,7 +138,12 @@ class DataPlaneService:
         policy_for: PolicyLookup = _no_policy,
         deny_list: DenyList | None = None,
         visible_memory: int = DEFAULT_MEMORY,
+        answer_limits: AnswerLimits | None = None,
     ) -> None:
+        """
+        @param answer_limits: the answer budgets (L{AnswerLimits}() by default).
+        """
+        self.answer_budgets = AnswerBudgets(answer_limits)
         self._context = ConnectionContext(
             clock=clock,
             metrics=metrics,
@@ -149,6 +155,7 @@ class DataPlaneService:
             draining=self._draining,
             visible_memory=visible_memory,
             announce=self.announce,
+            answer_budgets=self.answer_budgets,
         )
         self._clock = clock
         self._metrics = metrics
