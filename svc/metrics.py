@@ -84,6 +84,19 @@ BATCH_RESULTS: Mapping[str, tuple[str, ...]] = {
 """The C{result}s of C{svc_chunk_batch_items_total} for each C{operation}."""
 
 FORGERY_REASONS = ("bad_format", "bad_hex", "unknown_or_wrong_holder", "fenced")
+
+CONNECTION_REFUSAL_REASONS = (
+    "pending_limit",
+    "address_limit",
+    "handshake_timeout",
+    "admission",
+    "connection_limit",
+    "agent_limit",
+)
+"""
+C{svc_dataplane_connections_refused_total} reasons (a decision: the
+family is not in the specification, C{docs/specifications/metrics.md}).
+"""
 """C{svc_session_forgery_rejected_total} reasons."""
 
 
@@ -219,6 +232,12 @@ class DataPlaneMetrics:
             ["op"],
             registry=inner,
         )
+        self.connections_refused = Counter(
+            "svc_dataplane_connections_refused_total",
+            "Data-plane connections dropped before admission or refused at it, by reason.",
+            ["reason"],
+            registry=inner,
+        )
         self._preset()
         registry.register(_WithoutCreated(inner))
 
@@ -234,6 +253,8 @@ class DataPlaneMetrics:
                 self.chunk_batch_items.labels(operation, result)
         for reason in FORGERY_REASONS:
             self.session_forgery_rejected.labels(reason)
+        for reason in CONNECTION_REFUSAL_REASONS:
+            self.connections_refused.labels(reason)
 
     def _series_for(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """The series of C{key}: made (its label values checked) the first time only."""
@@ -319,6 +340,10 @@ class DataPlaneMetrics:
     def count_session_rebind(self) -> None:
         """A legitimate reconnect rebound its live-lease session."""
         self.session_rebinds.inc()
+
+    def count_connection_refused(self, reason: str) -> None:
+        """A data-plane connection was dropped or refused for C{reason}."""
+        self.connections_refused.labels(_check(reason, CONNECTION_REFUSAL_REASONS, "reason")).inc()
 
     def count_path_denied(self, op: str) -> None:
         """One C{allowed: false} path-confinement line was written for C{op}."""

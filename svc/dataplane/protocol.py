@@ -90,7 +90,14 @@ class ConnectionTracker(TypingProtocol):
         """
 
     def room_for(self, identity: AgentIdentity) -> bool:
-        """Whether C{identity}'s agent may have one more admitted connection."""
+        """Whether one more connection may be admitted for C{identity}'s agent."""
+
+    def not_admitted(self, connection: DataPlaneServerProtocol, reason: str, detail: str) -> None:
+        """
+        C{connection} ends before admission: C{reason} C{handshake_timeout},
+        C{admission} (refused credentials) or C{lost} (the peer left); the
+        tracker counts and logs it (at a bounded rate: peers cause these).
+        """
 
     def connection_admitted(self, connection: DataPlaneServerProtocol) -> None:
         """The peer was admitted and sent HELLO."""
@@ -226,6 +233,8 @@ class DataPlaneServerProtocol(Protocol):
         self._timers: dict[str, Timer] = {}
         self._lost_waiters: list[Deferred[None]] = []
         self._gone = False
+        self.peer_host: str | None = None
+        """The peer's address (set by the factory), for per-address limits."""
         self._writer = AnswerWriter(self._write_piece)
         # Requests read while the transport was paused: not started yet.
         self._held: deque[tuple[_Request, Frame]] = deque()
@@ -249,11 +258,7 @@ class DataPlaneServerProtocol(Protocol):
         try:
             identity = self._admission(self._tls)
         except AdmissionRefused as refusal:
-            _log.info(
-                "data-plane connection from {peer} refused: {reason}",
-                peer=self._peer(),
-                reason=str(refusal),
-            )
+            self._not_admitted("admission", f"refused: {refusal}")
             self._abort("admission refused")
             return
         except Exception:
@@ -297,11 +302,8 @@ class DataPlaneServerProtocol(Protocol):
             return
         admitted = self._handler is not None
         if not admitted and self.state is ConnectionState.HANDSHAKING:
-            _log.info(
-                "data-plane connection from {peer} lost before admission: {why}",
-                peer=self._peer(),
-                why=reason.getErrorMessage() if reason is not None else "unknown",
-            )
+            why = reason.getErrorMessage() if reason is not None else "unknown"
+            self._not_admitted("lost", f"lost before admission: {why}")
         self.state = ConnectionState.CLOSED
         for name in list(self._timers):
             self._cancel_timer(name)
@@ -651,8 +653,19 @@ class DataPlaneServerProtocol(Protocol):
 
     def _handshake_timed_out(self) -> None:
         self._timers.pop("handshake", None)
-        _log.info("data-plane connection from {peer}: handshake timed out", peer=self._peer())
+        self._not_admitted("handshake_timeout", "handshake timed out")
         self._abort("handshake timeout")
+
+    def _not_admitted(self, reason: str, detail: str) -> None:
+        if self._tracker is not None:
+            self._tracker.not_admitted(self, reason, detail)
+        else:
+            _log.info(
+                "data-plane connection from {peer} not admitted ({reason}): {detail}",
+                peer=self._peer(),
+                reason=reason,
+                detail=detail,
+            )
 
     def _protocol_error(self, reason: str) -> None:
         _log.info(

@@ -200,6 +200,7 @@ class DataPlaneServer(MultiService):
             session_key=session_key(settings.control_plane_token),
             io_worker=self._io,
             policy_for=config.policies.lookup,
+            answer_limits=settings.answer_limits,
         )
         self._admission = RenewableAdmission(settings.trust_domain, lambda: self.service.deny_list)
         self.factory = DataPlaneFactory(
@@ -212,7 +213,11 @@ class DataPlaneServer(MultiService):
                 idle_timeout=float(settings.idle_timeout_seconds),
                 max_connections=settings.max_connections,
                 max_connections_per_agent=settings.max_connections_per_agent,
+                max_pending_connections=settings.max_pending_connections,
+                max_pending_per_address=settings.max_pending_per_address,
+                handshake_timeout=float(settings.handshake_timeout_seconds),
             ),
+            metrics=self.metrics,
         )
         self.certificate = self._certificate_component()
         self.certificate.setServiceParent(self)  # type: ignore[no-untyped-call]

@@ -152,7 +152,7 @@ class AdmissionTests(SynchronousTestCase):
         self.assertEqual(conn.transport.value(), b"")
         self.assertTrue(conn.transport.disconnected)
         self.assertEqual(conn.service.handlers, [])
-        self.assertTrue(any("refused" in e["log_format"] for e in events))
+        self.assertTrue(any(e.get("reason") == "admission" for e in events))
         conn.lose()
         self.assertEqual(conn.service.handlers, [])
 
