@@ -70,11 +70,12 @@ class ServerConnection:
         admission: object = admit,
         admitted: bool = True,
         raw_buffers: BufferPool | None = None,
+        transport: StringTransport | None = None,
     ) -> None:
         self.clock = Clock()
         self.service = ScriptedDataPlaneService()
         self.limits = limits or ServerLimits()
-        self.transport = StringTransport()
+        self.transport = transport or StringTransport()
         self.protocol = DataPlaneServerProtocol(
             service=self.service,
             admission=admission,  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
 from svc.dataplane.admission import AdmittedAgent
+from svc.dataplane.answer_budget import AnswerLimits
 from svc.dataplane.connection import AgentConnection
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.service import DataPlaneService
@@ -184,6 +185,7 @@ class ServiceFixture:
         root: Path | None = None,
         io_worker: IWorker | None = None,
         db_worker: IWorker | None = None,
+        answer_limits: AnswerLimits | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -210,6 +212,7 @@ class ServiceFixture:
             session_key=KEY,
             io_worker=ImmediateWorker(),
             policy_for=lambda tenant, agent: self.policies.get((tenant, agent)),
+            answer_limits=answer_limits,
         )
 
     def agent(self, who: AgentIdentity | None = None, connection_id: str | None = None) -> Agent:
