@@ -13,8 +13,11 @@ connection work; every operation is the service's (L{IConnectionHandler}):
     here, once (L{error_for_failure}).
  3. Limits: C{max_in_flight} (excess requests get EAGAIN, unexecuted), a
     per-request timeout (ETIMEDOUT), an idle timeout (GOAWAY idle_timeout),
-    back-pressure (reading stops while too much is unanswered or the
-    transport's write buffer is full).
+    back-pressure: reading stops while too much is unanswered or the
+    transport's write buffer is full, requests already read wait to start
+    while it is, and frames go out through an L{AnswerWriter}, large ones
+    in slices only as the transport takes them (a reply's C{sent} runs
+    after its last slice).
  4. Going away (server stop, idle, deny-list, the client's C{close} op): send
     GOAWAY, execute nothing read afterwards, answer everything read before
     (or ETIMEDOUT it after the drain timeout), then close. So an unanswered
@@ -86,7 +89,8 @@ class ConnectionTracker(TypingProtocol):
     def connection_started(self, connection: DataPlaneServerProtocol) -> bool:
         """
         A transport was connected (handshake not yet done); whether there
-        is room for it (if not it is closed at once).
+        is room for it among the connections not yet admitted (if not it is
+        closed at once).
         """
 
     def room_for(self, identity: AgentIdentity) -> bool:
@@ -180,8 +184,10 @@ class DataPlaneServerProtocol(Protocol):
 
     Its transport is Twisted's TLS transport. As the push producer registered
     on it, it learns when the transport's write buffer is full and then
-    stops reading requests, which bounds what one connection can make the
-    server hold to about C{max_in_flight} answers.
+    stops writing large answers, starting requests and reading, until it
+    drains: a peer that does not read makes the server hold the answers of
+    the requests already started (bulk ones within the answer budgets,
+    L{svc.dataplane.answer_budget}) plus about one slice in the transport.
 
     @ivar identity: the admitted peer, once admitted.
     @ivar connection_id: this connection's id, once admitted.
