@@ -49,6 +49,9 @@ class LentBuffer(mmap.mmap):
     shown = -1
     """How many bytes from the start the loan's view shows (-1 before it exists)."""
 
+    idle_at_trim = False
+    """Whether it was already idle at its pool's last L{BufferPool.trim}."""
+
 
 def is_immutable(view: memoryview) -> bool:
     """
@@ -173,6 +176,23 @@ class BufferPool:
         with self._lock:
             return len(self._idle)
 
+    def trim(self) -> int:
+        """
+        Free the idle buffers that were idle already at the previous call
+        and were not lent since; how many were freed. Called every few
+        seconds, it keeps the buffers a steady load reuses and gives a
+        burst's memory back to the system two calls after it ends (an
+        idle buffer still holds the pages of the largest chunk it carried).
+        """
+        with self._lock:
+            stale = [buffer for buffer in self._idle if buffer.idle_at_trim]
+            self._idle = [buffer for buffer in self._idle if not buffer.idle_at_trim]
+            for buffer in self._idle:
+                buffer.idle_at_trim = True
+        for buffer in stale:
+            buffer.close()
+        return len(stale)
+
     def lend(self) -> Loan:
         """A buffer of L{size} bytes: an idle one, else a new one."""
         with self._lock:
@@ -189,6 +209,7 @@ class BufferPool:
         except BufferError:
             return
         buffer.shown = -1
+        buffer.idle_at_trim = False
         with self._lock:
             if len(self._idle) < self._keep:
                 self._idle.append(buffer)

@@ -85,6 +85,8 @@ BATCH_RESULTS: Mapping[str, tuple[str, ...]] = {
 
 FORGERY_REASONS = ("bad_format", "bad_hex", "unknown_or_wrong_holder", "fenced")
 
+"""C{svc_session_forgery_rejected_total} reasons."""
+
 REQUEST_REFUSAL_REASONS = (
     "not_a_map",
     "no_op",
@@ -94,7 +96,19 @@ REQUEST_REFUSAL_REASONS = (
     "malformed",
 )
 """Why a request was refused before its map was decoded (L{svc.wire.contract.RequestRefused})."""
-"""C{svc_session_forgery_rejected_total} reasons."""
+
+CONNECTION_REFUSAL_REASONS = (
+    "pending_limit",
+    "address_limit",
+    "handshake_timeout",
+    "admission",
+    "connection_limit",
+    "agent_limit",
+)
+"""
+C{svc_dataplane_connections_refused_total} reasons (a decision: the
+family is not in the specification, C{docs/specifications/metrics.md}).
+"""
 
 
 def op_label(op: Op) -> str:
@@ -235,6 +249,12 @@ class DataPlaneMetrics:
             ["reason"],
             registry=inner,
         )
+        self.connections_refused = Counter(
+            "svc_dataplane_connections_refused_total",
+            "Data-plane connections dropped before admission or refused at it, by reason.",
+            ["reason"],
+            registry=inner,
+        )
         self._preset()
         registry.register(_WithoutCreated(inner))
 
@@ -252,6 +272,8 @@ class DataPlaneMetrics:
             self.session_forgery_rejected.labels(reason)
         for reason in REQUEST_REFUSAL_REASONS:
             self.requests_refused.labels(reason)
+        for reason in CONNECTION_REFUSAL_REASONS:
+            self.connections_refused.labels(reason)
 
     def _series_for(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
         """The series of C{key}: made (its label values checked) the first time only."""
@@ -341,6 +363,10 @@ class DataPlaneMetrics:
     def count_request_refused(self, reason: str) -> None:
         """A request was refused before its map was decoded, for C{reason}."""
         self.requests_refused.labels(_check(reason, REQUEST_REFUSAL_REASONS, "reason")).inc()
+
+    def count_connection_refused(self, reason: str) -> None:
+        """A data-plane connection was dropped or refused for C{reason}."""
+        self.connections_refused.labels(_check(reason, CONNECTION_REFUSAL_REASONS, "reason")).inc()
 
     def count_path_denied(self, op: str) -> None:
         """One C{allowed: false} path-confinement line was written for C{op}."""

@@ -32,6 +32,9 @@ class Call:
     inline_stored: list[Deferred[Exception | None]] = attrs.field(factory=list)
     """A C{manifest_put}'s inline chunks being stored: each fires with the
     error that refused it, or L{None} once stored."""
+    answer_reserved: bool = False
+    """The answer's bytes are reserved already (a C{manifest_get}'s inline
+    chunk: the whole reply reserved them, L{svc.dataplane.answer_budget})."""
 
 
 @attrs.frozen

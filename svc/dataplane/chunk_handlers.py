@@ -7,11 +7,14 @@ exactly as an absent one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from svc.dataplane.answer_budget import Reservation
 from svc.dataplane.calls import Call, Outcome, Release, payload_size
 from svc.dataplane.errors import BadValue, chunk_not_present
 from svc.dataplane.interfaces import OpReply
+from svc.store.chunks import MAX_CHUNK_SIZE
 from svc.store.errors import NotFound
 from svc.wire.contract import answer_map
 from svc.wire.messages import (
@@ -30,23 +33,60 @@ if TYPE_CHECKING:
 async def chunk_get(
     conn: AgentConnection, call: Call, raw: memoryview, release: Release
 ) -> Outcome:
-    """C{chunk_get}: the bytes of a visible chunk in the raw segment; ENOENT otherwise."""
+    """
+    C{chunk_get}: the bytes of a visible chunk in the raw segment; ENOENT
+    otherwise. Before the chunk is read, its answer reserves the largest
+    chunk size from the connection's answer budgets (waiting for room:
+    L{svc.dataplane.answer_budget}), then keeps only the chunk's size until
+    the answer has been sent.
+    """
     request = call.request
     assert isinstance(request, ChunkGetRequest)
     storage = await conn.storage()
     if request.hash not in await conn.visible_of(storage, [request.hash]):
         raise chunk_not_present(request.hash)
+    reservation = None if call.answer_reserved else await conn.answers.reserve(MAX_CHUNK_SIZE)
     try:
         chunk = await storage.chunk_get(request.hash)
     except NotFound:
+        _release(reservation)
         raise chunk_not_present(request.hash) from None
+    except BaseException:
+        _release(reservation)
+        raise
     size = len(chunk.data)
+    if reservation is not None:
+        reservation.shrink(size)
     metrics = conn.metrics
     metrics.count_chunk("fetched")
     metrics.count_bytes("out", Op.CHUNK_GET.value, size)
-    # The bytes are lent by the store: released once the reply is written.
-    reply = OpReply(answer_map(ChunkReply(request.hash, size)), chunk.data, sent=chunk.release)
+    # The bytes are lent by the store: released once the reply is written,
+    # and the reservation given back with them.
+    reply = OpReply(
+        answer_map(ChunkReply(request.hash, size)),
+        chunk.data,
+        sent=_sent(chunk.release, reservation),
+    )
     return Outcome(reply, size=size, extra={"hash": request.hash})
+
+
+def _release(reservation: Reservation | None) -> None:
+    if reservation is not None:
+        reservation.release()
+
+
+def _sent(release: Callable[[], None], reservation: Reservation | None) -> Callable[[], None]:
+    """What a C{chunk_get} answer does once sent: give back the chunk, then its reservation."""
+    if reservation is None:
+        return release
+
+    def both() -> None:
+        try:
+            release()
+        finally:
+            reservation.release()
+
+    return both
 
 
 async def chunk_put(

@@ -39,10 +39,11 @@ from typing import Protocol, cast
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from svc.audit.events import AuditEvent, CertFields
+from svc.dataplane.answer_budget import AnswerBudgets, ConnectionBudget, Reservation
 from svc.dataplane.calls import Call, Outcome, inline_segments
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
@@ -57,7 +58,7 @@ from svc.dataplane.connection_audit import ConnectionAudit
 from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
 from svc.dataplane.interfaces import IConnectionSink, OpReply
-from svc.dataplane.refusals import RefusalCount
+from svc.dataplane.rate_limited_log import RateLimitedLog
 from svc.dataplane.request_order import RequestOrder, Running, Turn
 from svc.dataplane.request_paths import first_path, path_uses, session_of
 from svc.dataplane.session_epochs import SessionEpochs
@@ -74,6 +75,7 @@ from svc.wire.commands import COMMANDS, Command
 from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.errno import WireErrno
 from svc.wire.messages import (
+    MAX_INLINE_BYTES,
     ChunkGetRequest,
     ChunkHasRequest,
     ChunkPutRequest,
@@ -113,8 +115,10 @@ class ConnectionContext:
     draining: Callable[[AgentConnection, Deferred[None]], None]
     visible_memory: int
     announce: Callable[[ChangeNotice], None]
-    refusals: RefusalCount = attrs.field(factory=RefusalCount)
-    """Requests refused before decoding, for logging them at a bounded rate."""
+    refusals: RateLimitedLog
+    """Where refusals a peer can cause are logged, at a bounded rate."""
+    answer_budgets: AnswerBudgets = attrs.field(factory=AnswerBudgets)
+    """Where bulk answers reserve their bytes (L{svc.dataplane.answer_budget})."""
 
 
 class _Upload:
@@ -177,6 +181,10 @@ class AgentConnection:
         self.visible = VisibleChunks(context.visible_memory)
         self.session_id: str | None = None
         self.closing = False
+        self.answers: ConnectionBudget = context.answer_budgets.connection(
+            (identity.tenant_id, identity.agent_id)
+        )
+        """This connection's answer budget: bulk answers reserve their bytes here."""
         # Session ids presented here that passed the tag check.
         self._seen_sessions: dict[str, MountSession] = {}
         self._disk: DiskHandle | None = None
@@ -265,15 +273,14 @@ class AgentConnection:
         must not flood the audit log).
         """
         self.metrics.count_request_refused(error.reason)
-        if self._context.refusals.due():
-            self._log.warn(
-                "refused a request from {agent} of {tenant}: {message}"
-                " ({count} refused by this server so far)",
-                agent=self.agent_id,
-                tenant=self.identity.tenant_id,
-                message=error.message,
-                count=self._context.refusals.count,
-            )
+        self._context.refusals.emit(
+            "request",
+            LogLevel.warn,
+            "refused a request from {agent} of {tenant}: {message} ({suppressed} more not logged)",
+            agent=self.agent_id,
+            tenant=self.identity.tenant_id,
+            message=error.message,
+        )
 
     def closed(self, reason: str) -> Deferred[None]:
         """
@@ -281,6 +288,7 @@ class AgentConnection:
         it; refused lease requests afterwards.
         """
         self.closing = True
+        self.answers.close()
         self._context.forget(self)
         # The requests already received still run (their answers go nowhere);
         # the agent's next connection waits for them (DrainFences).
@@ -392,6 +400,8 @@ class AgentConnection:
         request: object,
         raw: memoryview,
         running: Running | None = None,
+        *,
+        answer_reserved: bool = False,
     ) -> OpReply:
         if op is Op.CHUNK_PUT:
             self.metrics.count_bytes("in", op.value, len(raw))
@@ -400,7 +410,12 @@ class AgentConnection:
         except OpFailed:
             self.audit.failed(op, first_path(request), None)
             raise
-        call = Call(op, request, inline_stored=self._store_inline(request, segments))
+        call = Call(
+            op,
+            request,
+            inline_stored=self._store_inline(request, segments),
+            answer_reserved=answer_reserved,
+        )
         upload = self._begin_upload(request)
         turn = self._order.enter(op)
         if running is not None:
@@ -453,21 +468,38 @@ class AgentConnection:
         checks, audit line, metrics), then named in C{inline} and
         concatenated in the raw segment. If one cannot be read, the reply
         carries none (the client asks for them and meets the error itself).
+
+        The bytes are reserved once, before any is read, from the answer
+        budgets (the reads do not reserve their own): C{MAX_INLINE_BYTES},
+        the most an inline file has (its size equals its chunks' sum), then
+        only what the reply carries, until it is sent.
         """
+        reservation = await self.answers.reserve(MAX_INLINE_BYTES)
         fetching = [
-            Deferred.fromCoroutine(self._run(Op.CHUNK_GET, ChunkGetRequest(name), _NO_RAW))
+            Deferred.fromCoroutine(
+                self._run(Op.CHUNK_GET, ChunkGetRequest(name), _NO_RAW, answer_reserved=True)
+            )
             for name in hashes
         ]
         try:
             fetched = await gatherResults(fetching, consumeErrors=True)
         except FirstError:
+            reservation.release()
             for settled in fetching:
                 settled.addBoth(_released)
             return reply
         raw = b"".join(answer.raw for answer in fetched)
         for answer in fetched:
             _released(answer)
-        return OpReply({**reply.payload, "inline": list(hashes)}, raw, sent=reply.sent)
+        if len(raw) > reservation.size:
+            reservation.release()
+            return reply
+        reservation.shrink(len(raw))
+        return OpReply(
+            {**reply.payload, "inline": list(hashes)},
+            raw,
+            sent=_then_release(reply.sent, reservation),
+        )
 
     async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
         uses = path_uses(call.op, call.request, writes=COMMANDS[call.op].writes)
@@ -536,6 +568,19 @@ def _pass_on(result: object, answer: Deferred[OpReply]) -> None:
         answer.errback(result)
     else:
         answer.callback(cast(OpReply, result))
+
+
+def _then_release(sent: Callable[[], None] | None, reservation: Reservation) -> Callable[[], None]:
+    """C{sent} (if any), then give back C{reservation}."""
+
+    def both() -> None:
+        try:
+            if sent is not None:
+                sent()
+        finally:
+            reservation.release()
+
+    return both
 
 
 def _released(answer: object) -> None:

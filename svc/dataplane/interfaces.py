@@ -35,10 +35,11 @@ class OpReply:
     A successful answer: the RESPONSE frame's payload map and raw segment.
 
     C{sent}, when given, is called once the protocol has handed the reply to
-    the transport or dropped it (the request had timed out, the connection
-    is closing); C{raw} is not used after it. A chunk lent by the store is
-    released then (a reply that never reaches the protocol simply leaves its
-    buffer to the garbage collector).
+    the transport, its last slice written (L{svc.dataplane.answer_writer}),
+    or dropped it (the request had timed out, the connection closed); C{raw}
+    is not used after it. A chunk lent by the store is released then, and
+    the answer's reservation given back (a reply that never reaches the
+    protocol simply leaves its buffer to the garbage collector).
     """
 
     payload: Mapping[str, object] = attrs.field(factory=dict)

@@ -13,8 +13,11 @@ connection work; every operation is the service's (L{IConnectionHandler}):
     here, once (L{error_for_failure}).
  3. Limits: C{max_in_flight} (excess requests get EAGAIN, unexecuted), a
     per-request timeout (ETIMEDOUT), an idle timeout (GOAWAY idle_timeout),
-    back-pressure (reading stops while too much is unanswered or the
-    transport's write buffer is full).
+    back-pressure: reading stops while too much is unanswered or the
+    transport's write buffer is full, requests already read wait to start
+    while it is, and frames go out through an L{AnswerWriter}, large ones
+    in slices only as the transport takes them (a reply's C{sent} runs
+    after its last slice).
  4. Going away (server stop, idle, deny-list, the client's C{close} op): send
     GOAWAY, execute nothing read afterwards, answer everything read before
     (or ETIMEDOUT it after the drain timeout), then close. So an unanswered
@@ -41,6 +44,7 @@ from zope.interface import implementer  # type: ignore[import-untyped]
 
 from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission
+from svc.dataplane.answer_writer import AnswerWriter
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
 from svc.frame_tls import no_delay, write_frame
 from svc.pki.errors import AdmissionRefused
@@ -101,11 +105,19 @@ class ConnectionTracker(TypingProtocol):
     def connection_started(self, connection: DataPlaneServerProtocol) -> bool:
         """
         A transport was connected (handshake not yet done); whether there
-        is room for it (if not it is closed at once).
+        is room for it among the connections not yet admitted (if not it is
+        closed at once).
         """
 
     def room_for(self, identity: AgentIdentity) -> bool:
-        """Whether C{identity}'s agent may have one more admitted connection."""
+        """Whether one more connection may be admitted for C{identity}'s agent."""
+
+    def not_admitted(self, connection: DataPlaneServerProtocol, reason: str, detail: str) -> None:
+        """
+        C{connection} ends before admission: C{reason} C{handshake_timeout},
+        C{admission} (refused credentials) or C{lost} (the peer left); the
+        tracker counts and logs it (at a bounded rate: peers cause these).
+        """
 
     def connection_admitted(self, connection: DataPlaneServerProtocol) -> None:
         """The peer was admitted and sent HELLO."""
@@ -198,8 +210,10 @@ class DataPlaneServerProtocol(Protocol):
 
     Its transport is Twisted's TLS transport. As the push producer registered
     on it, it learns when the transport's write buffer is full and then
-    stops reading requests, which bounds what one connection can make the
-    server hold to about C{max_in_flight} answers.
+    stops writing large answers, starting requests and reading, until it
+    drains: a peer that does not read makes the server hold the answers of
+    the requests already started (bulk ones within the answer budgets,
+    L{svc.dataplane.answer_budget}) plus about one slice in the transport.
 
     @ivar identity: the admitted peer, once admitted.
     @ivar connection_id: this connection's id, once admitted.
@@ -258,6 +272,10 @@ class DataPlaneServerProtocol(Protocol):
         self._timers: dict[str, Timer] = {}
         self._lost_waiters: list[Deferred[None]] = []
         self._gone = False
+        self.peer_host: str | None = None
+        """The peer's address (set by the factory), for per-address limits."""
+        self._writer = AnswerWriter(self._write_piece)
+        # Requests read while the transport was paused: not started yet.
 
     # -- life cycle ---------------------------------------------------------
 
@@ -278,11 +296,7 @@ class DataPlaneServerProtocol(Protocol):
         try:
             identity = self._admission(self._tls)
         except AdmissionRefused as refusal:
-            _log.info(
-                "data-plane connection from {peer} refused: {reason}",
-                peer=self._peer(),
-                reason=str(refusal),
-            )
+            self._not_admitted("admission", f"refused: {refusal}")
             self._abort("admission refused")
             return
         except Exception:
@@ -326,11 +340,8 @@ class DataPlaneServerProtocol(Protocol):
             return
         admitted = self._handler is not None
         if not admitted and self.state is ConnectionState.HANDSHAKING:
-            _log.info(
-                "data-plane connection from {peer} lost before admission: {why}",
-                peer=self._peer(),
-                why=reason.getErrorMessage() if reason is not None else "unknown",
-            )
+            why = reason.getErrorMessage() if reason is not None else "unknown"
+            self._not_admitted("lost", f"lost before admission: {why}")
         self.state = ConnectionState.CLOSED
         for name in list(self._timers):
             self._cancel_timer(name)
@@ -340,6 +351,7 @@ class DataPlaneServerProtocol(Protocol):
         # are not run once it is told the connection closed (dataplane-ops.md
         # section 7).
         self._abandon_requests(cancel=False)
+        self._writer.discard()
         closed: Deferred[None] = succeed(None)
         if self._handler is not None:
             closed = maybeDeferred(self._handler.closed, self._close_reason)
@@ -462,7 +474,7 @@ class DataPlaneServerProtocol(Protocol):
         self._timers.pop("turn", None)
         budget = self._limits.frames_per_turn
         payload_budget = self._limits.payload_bytes_per_turn
-        while budget > 0 and payload_budget > 0 and not self._writing_blocked:
+        while budget > 0 and payload_budget > 0 and not self._backlogged():
             if self._decoding:
                 return  # the frame being decoded aside goes first
             if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
@@ -490,7 +502,7 @@ class DataPlaneServerProtocol(Protocol):
         """Take another turn soon if received frames wait and may be started."""
         if (
             self._decoder.pending
-            and not self._writing_blocked
+            and not self._backlogged()
             and not self._decoding
             and "turn" not in self._timers
             and self.state in (ConnectionState.OPEN, ConnectionState.DRAINING)
@@ -625,6 +637,14 @@ class DataPlaneServerProtocol(Protocol):
         if command.op is Op.CLOSE:
             self.go_away(GoAwayReason.SHUTDOWN, "closed at the client's request")
 
+    def _backlogged(self) -> bool:
+        """
+        Whether received requests wait before they start: while the
+        transport is paused (the peer is not taking what it was sent) or the
+        answers queued hold more than C{max_payload} bytes of payload.
+        """
+        return self._writing_blocked or self._writer.queued_payload_bytes > self._limits.max_payload
+
     # -- answers out --------------------------------------------------------
 
     def _take(self, request: _Request) -> bool:
@@ -642,6 +662,9 @@ class DataPlaneServerProtocol(Protocol):
         return True
 
     def _answered(self, reply: OpReply, request: _Request) -> None:
+        # Runs once the answer is handed on (its last slice written) or
+        # dropped: the writer calls it, or this method if no frame is written.
+        sent = reply.sent
         try:
             if not self._take(request):
                 return
@@ -653,11 +676,12 @@ class DataPlaneServerProtocol(Protocol):
                 _log.failure("unencodable reply to data-plane op {op}", op=request.op)
                 self._send(error_frame(request.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE))
             else:
-                self._write(buffers)
+                sent = None
+                self._write(buffers, reply.sent)
                 del buffers
         finally:
-            if reply.sent is not None:
-                reply.sent()
+            if sent is not None:
+                sent()
         self._after_answer()
 
     def _failed(self, failure: Failure, request: _Request) -> None:
@@ -684,6 +708,7 @@ class DataPlaneServerProtocol(Protocol):
         self._after_answer()
 
     def _after_answer(self) -> None:
+        self._schedule_turn()
         if self._requests:
             self._update_reading()
         elif self.state is ConnectionState.DRAINING:
@@ -695,13 +720,21 @@ class DataPlaneServerProtocol(Protocol):
     # -- back-pressure (IPushProducer, called by the transport) -------------
 
     def pauseProducing(self) -> None:
-        """The transport's write buffer is full: stop taking requests."""
+        """
+        The transport's write buffer is full: stop writing large answers,
+        starting requests and reading.
+        """
         self._writing_blocked = True
+        self._writer.pause()
         self._update_reading()
 
     def resumeProducing(self) -> None:
-        """The transport's write buffer drained: take requests again."""
+        """
+        The transport's write buffer drained: start the requests that
+        waited (their reads overlap the writing), write on, read again.
+        """
         self._writing_blocked = False
+        self._writer.resume()
         self._schedule_turn()
         self._update_reading()
 
@@ -756,8 +789,19 @@ class DataPlaneServerProtocol(Protocol):
 
     def _handshake_timed_out(self) -> None:
         self._timers.pop("handshake", None)
-        _log.info("data-plane connection from {peer}: handshake timed out", peer=self._peer())
+        self._not_admitted("handshake_timeout", "handshake timed out")
         self._abort("handshake timeout")
+
+    def _not_admitted(self, reason: str, detail: str) -> None:
+        if self._tracker is not None:
+            self._tracker.not_admitted(self, reason, detail)
+        else:
+            _log.info(
+                "data-plane connection from {peer} not admitted ({reason}): {detail}",
+                peer=self._peer(),
+                reason=reason,
+                detail=detail,
+            )
 
     def _protocol_error(self, reason: str) -> None:
         _log.info(
@@ -779,13 +823,20 @@ class DataPlaneServerProtocol(Protocol):
         for name in list(self._timers):
             self._cancel_timer(name)
         self._abandon_requests()
+        # What was answered goes out first (at the peer's pace, within the
+        # close timeout), then the TLS close.
+        self._start_timer("close", self._limits.close_timeout, self._close_timed_out)
+        self._writer.when_idle(self._close_tls)
+
+    def _close_tls(self) -> None:
+        if self.state is not ConnectionState.CLOSING:
+            return
         self._tls.unregisterProducer()
         if self._reading_paused:
             # The peer's TLS close_notify must be read for the close to finish.
             self._reading_paused = False
             self._tls.resumeProducing()
         self._tls.loseConnection()
-        self._start_timer("close", self._limits.close_timeout, self._close_timed_out)
 
     def _close_timed_out(self) -> None:
         self._timers.pop("close", None)
@@ -814,10 +865,20 @@ class DataPlaneServerProtocol(Protocol):
     def _send(self, frame: Frame) -> None:
         self._write(encode_frame(frame))
 
-    def _write(self, buffers: list[Buffer]) -> None:
+    def _write(self, buffers: list[Buffer], then: Callable[[], None] | None = None) -> None:
+        """
+        Write one encoded frame through the L{AnswerWriter}; C{then} runs
+        once it is handed on or dropped (nothing new is written once the
+        connection is closing).
+        """
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            if then is not None:
+                then()
             return
-        write_frame(self._tls, buffers)
+        self._writer.write(buffers, then)
+
+    def _write_piece(self, piece: memoryview) -> None:
+        write_frame(self._tls, [piece])
 
     def _arm_idle_timer(self) -> None:
         self._start_timer("idle", self._limits.idle_timeout, self._idle_timed_out)

@@ -25,12 +25,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, DeferredLock
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 
 from svc.audit.events import AuditEvent
 from svc.audit.server_events import lease_line
-from svc.control.rate_limit import SlidingWindowLimiter
 from svc.dataplane.admission import Lapse, Standing, expiry, standing
+from svc.dataplane.answer_budget import AnswerBudgets, AnswerLimits
 from svc.dataplane.change_notices import (
     MANY_CONNECTIONS,
     AgentConnections,
@@ -44,6 +44,7 @@ from svc.dataplane.drain_fences import DrainFences
 from svc.dataplane.errors import NotPlaced, OpFailed, PlacementUnconfirmed
 from svc.dataplane.interfaces import IConnectionSink
 from svc.dataplane.placements import Placements, Verdict
+from svc.dataplane.rate_limited_log import RateLimitedLog
 from svc.dataplane.replies import lease_revoke_push
 from svc.dataplane.session_epochs import SESSIONS_FILE, SessionEpochs
 from svc.metrics import DataPlaneMetrics
@@ -151,6 +152,7 @@ class DataPlaneService:
         deny_list: DenyList | None = None,
         visible_memory: int = DEFAULT_MEMORY,
         placements: Placements | None = None,
+        answer_limits: AnswerLimits | None = None,
     ) -> None:
         """
         @param placements: the identities placed on this server; an agent
@@ -158,7 +160,14 @@ class DataPlaneService:
             its storage, and its connections are closed. L{None}: every
             admitted identity is served (unit tests, benchmarks, and a
             static-certificate server started with C{SVC_PLACEMENT_CHECK=off}).
+        @param answer_limits: the answer budgets (L{AnswerLimits}() by default).
         """
+        self.answer_budgets = AnswerBudgets(answer_limits)
+        # Refusals a peer can cause (unplaced identities, requests refused
+        # before decoding) are logged at a bounded rate.
+        self._refusal_log = RateLimitedLog(
+            clock.seconds, self._log, burst=REFUSAL_LOG_LINES, interval=REFUSAL_LOG_WINDOW
+        )
         self._context = ConnectionContext(
             clock=clock,
             metrics=metrics,
@@ -170,6 +179,8 @@ class DataPlaneService:
             draining=self._draining,
             visible_memory=visible_memory,
             announce=self.announce,
+            refusals=self._refusal_log,
+            answer_budgets=self.answer_budgets,
         )
         self._clock = clock
         self._metrics = metrics
@@ -184,8 +195,6 @@ class DataPlaneService:
         self._epochs_lock = DeferredLock()
         self._fences = DrainFences(clock)
         self._placements = placements
-        self._refusal_log = SlidingWindowLimiter(REFUSAL_LOG_LINES, REFUSAL_LOG_WINDOW, 1)
-        self._refusals_unlogged = 0
         self.engine = engine_factory(self.on_lease_revoke, self.on_lease_event)
 
     # IDataPlaneService
@@ -391,7 +400,8 @@ class DataPlaneService:
         """
         Close (GOAWAY C{credentials_expired}) every live connection of an
         identity that is not placed here; log it, at most
-        L{REFUSAL_LOG_LINES} lines per L{REFUSAL_LOG_WINDOW} seconds.
+        L{REFUSAL_LOG_LINES} lines per L{REFUSAL_LOG_WINDOW} seconds
+        (L{RateLimitedLog}).
         """
         closing = [
             c
@@ -403,20 +413,17 @@ class DataPlaneService:
         for connection in closing:
             self._dismissed.add(connection.connection_id)
             connection.sink.disconnect(DENIED_GOAWAY_REASON)
-        if not self._refusal_log.attempt("unplaced", self._clock.seconds()).allowed:
-            self._refusals_unlogged += 1
-            return
-        unlogged, self._refusals_unlogged = self._refusals_unlogged, 0
-        self._log.warn(
+        self._refusal_log.emit(
+            "unplaced",
+            LogLevel.warn,
             "refused owner {owner} tenant {tenant_id} agent {agent_id} (leaf {leaf_serial}):"
             " not placed on this server; closed {count} connection(s)"
-            " ({unlogged} earlier refusals not logged)",
+            " ({suppressed} earlier refusals not logged)",
             owner=location.owner,
             tenant_id=identity.tenant_id,
             agent_id=identity.agent_id,
             leaf_serial=identity.serial,
             count=len(closing),
-            unlogged=unlogged,
         )
 
     async def _session_epochs(self, location: TenantLocation) -> SessionEpochs:

@@ -24,7 +24,14 @@ from twisted.internet.testing import MemoryReactor
 
 from svc.audit.sink import DEFAULT_AUDIT_LOG
 from svc.config import ConfigError, env_int, env_optional, env_path, env_str
-from svc.dataplane.factory import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_AGENT
+from svc.dataplane.answer_budget import MIB, AnswerLimits
+from svc.dataplane.factory import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_AGENT,
+    DEFAULT_MAX_PENDING_CONNECTIONS,
+    DEFAULT_MAX_PENDING_PER_ADDRESS,
+)
 from svc.dataplane.gc_loop import DEFAULT_GC_INTERVAL
 from svc.dataplane.servercert import (
     Registration,
@@ -37,6 +44,7 @@ from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
 from svc.pki.pem import certs_from_pem
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
+from svc.store.chunks import MAX_CHUNK_SIZE
 from svc.store.lease_values import LeaseTimings
 from svc.store.tenant import RetentionPolicy
 
@@ -56,6 +64,8 @@ DEFAULT_CONTROL_QUERY_TIMEOUT_SECONDS = 10
 MAX_CONTROL_QUERY_TIMEOUT_SECONDS = 300
 DEFAULT_PLACEMENT_MISS_TTL_SECONDS = 10
 MAX_PLACEMENT_MISS_TTL_SECONDS = 3600
+MAX_HANDSHAKE_TIMEOUT_SECONDS = 300
+MAX_ANSWER_MEMORY_MIB = 1 << 20
 
 MINIMUM_SERVICE_TOKEN_LENGTH = 32
 """The control plane's rule for the shared service token (the same token
@@ -110,6 +120,10 @@ class DataPlaneSettings:
     """Serve only identities placed on this server (off: static certificates only)."""
     placement_miss_ttl_seconds: int = DEFAULT_PLACEMENT_MISS_TTL_SECONDS
     """How long a "not placed" (or unanswered) placement look-up is remembered."""
+    max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
+    max_pending_per_address: int = DEFAULT_MAX_PENDING_PER_ADDRESS
+    handshake_timeout_seconds: int = int(DEFAULT_HANDSHAKE_TIMEOUT)
+    answer_limits: AnswerLimits = attrs.field(factory=AnswerLimits)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -211,6 +225,28 @@ class DataPlaneSettings:
                 minimum=1,
                 maximum=MAX_PLACEMENT_MISS_TTL_SECONDS,
             ),
+            max_pending_connections=env_int(
+                environ,
+                "SVC_MAX_PENDING_CONNECTIONS",
+                DEFAULT_MAX_PENDING_CONNECTIONS,
+                minimum=1,
+                maximum=MAX_CONNECTION_LIMIT,
+            ),
+            max_pending_per_address=env_int(
+                environ,
+                "SVC_MAX_PENDING_PER_ADDRESS",
+                DEFAULT_MAX_PENDING_PER_ADDRESS,
+                minimum=1,
+                maximum=MAX_CONNECTION_LIMIT,
+            ),
+            handshake_timeout_seconds=env_int(
+                environ,
+                "SVC_HANDSHAKE_TIMEOUT_SECONDS",
+                int(DEFAULT_HANDSHAKE_TIMEOUT),
+                minimum=1,
+                maximum=MAX_HANDSHAKE_TIMEOUT_SECONDS,
+            ),
+            answer_limits=_answer_limits(environ),
         )
 
 
@@ -278,6 +314,34 @@ class TapConfig:
             except PolicyError as e:
                 raise ConfigError("SVC_POLICY_DIR", str(e)) from None
         return cls(settings, listen, http_listen, static, registration, policies)
+
+
+_ANSWER_VARIABLES = (
+    ("SVC_ANSWER_MEMORY_PER_CONNECTION_MIB", AnswerLimits().per_connection),
+    ("SVC_ANSWER_MEMORY_PER_AGENT_MIB", AnswerLimits().per_agent),
+    ("SVC_ANSWER_MEMORY_MIB", AnswerLimits().server),
+)
+
+
+def _answer_limits(environ: Mapping[str, str]) -> AnswerLimits:
+    """
+    The answer budgets (L{svc.dataplane.answer_budget}), in MiB: each at
+    least one largest chunk (16), each level at least the one below (an
+    unset one defaults to that when it is larger than its own default).
+    """
+    values = []
+    below = MAX_CHUNK_SIZE // MIB
+    for variable, default in _ANSWER_VARIABLES:
+        value = env_int(
+            environ,
+            variable,
+            max(default // MIB, below),
+            minimum=below,
+            maximum=MAX_ANSWER_MEMORY_MIB,
+        )
+        values.append(value * MIB)
+        below = value
+    return AnswerLimits(*values)
 
 
 def _stream_endpoint(description: str, option: str) -> str:

@@ -21,7 +21,9 @@ its SIGHUP reopen), the server-certificate component; once that has
 installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
 the control plane's current set: L{svc.dataplane.revocations}), the frame
 listener and the HTTPS listener, then the GC loop. A failure to start is
-logged and ends the process with status 1.
+logged and ends the process with status 1. While it runs, the large buffers
+kept for reuse (chunk reads, request bodies) that stayed unused for
+L{BUFFER_TRIM_INTERVAL} seconds are freed.
 Stopping (SIGTERM/SIGINT) closes both listeners, sends GOAWAY to every
 connection and waits for them to drain, stops the GC loop and the
 certificate component, closes the storage engine and flushes the audit log
@@ -43,6 +45,7 @@ from twisted.application.service import IService, MultiService, Service
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import ITransport
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
@@ -79,6 +82,13 @@ from svc.worker import IWorker, ThreadWorker
 
 HELLO_SERVER_NAME = "svc-dataplane"
 START_FAILED_STATUS = 1
+
+BUFFER_TRIM_INTERVAL = 2.0
+"""
+Seconds between trims of the reused chunk and request buffers: one idle
+through a whole interval is freed, so the memory of a burst goes back to
+the system two to four seconds after it.
+"""
 
 _log = Logger()
 
@@ -200,6 +210,7 @@ class DataPlaneServer(MultiService):
             io_worker=self._io,
             policy_for=config.policies.lookup,
             placements=self.placements,
+            answer_limits=settings.answer_limits,
         )
         self._admission = RenewableAdmission(settings.trust_domain, lambda: self.service.deny_list)
         self.revocations = Revocations(
@@ -215,8 +226,12 @@ class DataPlaneServer(MultiService):
                 idle_timeout=float(settings.idle_timeout_seconds),
                 max_connections=settings.max_connections,
                 max_connections_per_agent=settings.max_connections_per_agent,
+                max_pending_connections=settings.max_pending_connections,
+                max_pending_per_address=settings.max_pending_per_address,
+                handshake_timeout=float(settings.handshake_timeout_seconds),
             ),
             decode_worker=self._decode,
+            metrics=self.metrics,
         )
         self.certificate = self._certificate_component()
         self.certificate.setServiceParent(self)  # type: ignore[no-untyped-call]
@@ -232,6 +247,8 @@ class DataPlaneServer(MultiService):
         self._frame_tls: SwappableServerTLS | None = None
         self._http_tls: SwappableServerTLS | None = None
         self._ports: list[Any] = []
+        self._trim = LoopingCall(self.trim_buffers)
+        self._trim.clock = reactor
         self.started: Deferred[None] | None = None
         """Fires once both listeners are open (with C{exit_on_failure} off,
         fails if the start failed)."""
@@ -394,7 +411,14 @@ class DataPlaneServer(MultiService):
         endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
         self._listened(await endpoint.listen(https), "HTTPS")
         self.gc.startService()
+        self._trim.start(BUFFER_TRIM_INTERVAL, now=False)
         _log.info("svc-dataplane ready", svc_dataplane_ready=True)
+
+    def trim_buffers(self) -> None:
+        """Free the reused buffers idle since the previous trim (L{BUFFER_TRIM_INTERVAL})."""
+        freed = self.factory.trim_buffers() + self.service.engine.read_buffers.trim()
+        if freed:
+            _log.debug("freed {count} idle buffers", count=freed)
 
     def _listened(self, port: Any, what: str) -> None:
         self._ports.append(port)
@@ -424,6 +448,8 @@ class DataPlaneServer(MultiService):
     async def _stop(self) -> None:
         if self.started is not None and not self.started.called:
             self.started.cancel()
+        if self._trim.running:
+            self._trim.stop()
         ports, self._ports = self._ports, []
         await DeferredList([port.stopListening() for port in ports], consumeErrors=True)
         steps: list[tuple[str, Callable[[], object]]] = [

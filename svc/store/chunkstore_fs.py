@@ -67,6 +67,18 @@ DIR_MODE = 0o700
 READ_BUFFERS = 8
 """Idle read buffers a store keeps by default: two per I/O thread of a busy server."""
 
+
+def read_buffer_pool(keep: int = READ_BUFFERS) -> BufferPool:
+    """
+    A pool of chunk read buffers (one byte past the largest chunk, rounded
+    to a block, shows a file that is too long), to share between the
+    stores of one process: each idle buffer holds the pages of the largest
+    chunk it read, so one pool per store would keep up to C{keep} of them
+    per tenant. Trim it now and then (L{BufferPool.trim}).
+    """
+    return BufferPool(MAX_CHUNK_SIZE + ALIGNMENT, keep=keep)
+
+
 _OPEN_FLAGS_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 _OPEN_FLAGS_TEMP = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -159,22 +171,23 @@ class FilesystemChunkStore:
         *,
         writer: DirectWriter | None = None,
         reader: DirectReader | None = None,
-        read_buffers: int = READ_BUFFERS,
+        read_buffers: int | BufferPool = READ_BUFFERS,
     ) -> None:
         """
         @param writer: how chunk files are written; by default with
             C{O_DIRECT} where the filesystem allows it (L{svc.direct_io}).
         @param reader: how they are read, likewise.
-        @param read_buffers: how many idle read buffers to keep for reuse
-            (each holds the pages of the largest chunk it has read).
+        @param read_buffers: the pool chunks are read into
+            (L{read_buffer_pool}, shared), or how many idle buffers a pool
+            of this store's own keeps.
         """
         self._dir = os.path.abspath(os.fspath(objects_dir))
         self._worker = worker
         self._writer = DirectWriter() if writer is None else writer
         self._reader = DirectReader() if reader is None else reader
-        # One byte past the largest chunk, rounded to a block, shows a file
-        # that is too long.
-        self._read_buffers = BufferPool(MAX_CHUNK_SIZE + ALIGNMENT, keep=read_buffers)
+        self._read_buffers = (
+            read_buffers if isinstance(read_buffers, BufferPool) else read_buffer_pool(read_buffers)
+        )
         self._lock = threading.Lock()
         self._total = 0
         self._durable_shards: set[str] = set()
@@ -561,11 +574,11 @@ class FilesystemChunkStore:
 
 
 def open_filesystem_chunk_store(
-    objects_dir: Path, worker: IWorker
+    objects_dir: Path, worker: IWorker, *, read_buffers: int | BufferPool = READ_BUFFERS
 ) -> Deferred[FilesystemChunkStore]:
     """
     Build a L{FilesystemChunkStore} and fire with it once L{open
     <FilesystemChunkStore.open>} has finished.
     """
-    store = FilesystemChunkStore(objects_dir, worker)
+    store = FilesystemChunkStore(objects_dir, worker, read_buffers=read_buffers)
     return store.open().addCallback(lambda _: store)

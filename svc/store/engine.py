@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from svc.durable import make_directories
 from svc.store.chunks import IChunkStore
-from svc.store.chunkstore_fs import open_filesystem_chunk_store
+from svc.store.chunkstore_fs import open_filesystem_chunk_store, read_buffer_pool
 from svc.store.gc import SweepReport
 from svc.store.layout import (
     TenantLocation,
@@ -145,6 +145,8 @@ class StorageEngine:
         self._accounts: dict[str, OwnerAccount] = {}
         self._chunk_stores: dict[TenantLocation, IChunkStore] = {}
         self._tenants: dict[TenantLocation, TenantStorage] = {}
+        self.read_buffers = read_buffer_pool()
+        """The chunk read buffers every tenant's store shares (trim it now and then)."""
 
     def opened(self) -> list[TenantStorage]:
         """
@@ -188,7 +190,9 @@ class StorageEngine:
         if store is None:
             objects = chunk_objects_dir(self.roots.tenants_root, location)
             await self._io.submit(lambda: make_directories(objects))
-            store = await open_filesystem_chunk_store(objects, self._io)
+            store = await open_filesystem_chunk_store(
+                objects, self._io, read_buffers=self.read_buffers
+            )
             self._chunk_stores[location] = store
             account.add_store(store)
         return store

@@ -103,6 +103,23 @@ class BufferPoolTests(SynchronousTestCase):
         self.assertEqual(pool.idle, 1)
         self.assertTrue(loans[1].buffer.closed)
 
+    def test_trim_frees_buffers_idle_since_the_previous_trim(self) -> None:
+        """A buffer idle through two trims is unmapped; one lent in between is kept."""
+        pool = BufferPool(4096, keep=4)
+        loans = [pool.lend(), pool.lend()]
+        for loan in loans:
+            loan.give_back()
+        self.assertEqual(pool.trim(), 0)
+        reused = pool.lend()
+        reused.give_back()
+        self.assertEqual(pool.trim(), 1)
+        self.assertEqual(pool.idle, 1)
+        self.assertTrue(loans[0].buffer.closed or loans[1].buffer.closed)
+        self.assertFalse(reused.buffer.closed)
+        self.assertEqual(pool.trim(), 1)
+        self.assertEqual(pool.idle, 0)
+        self.assertTrue(reused.buffer.closed)
+
     def test_give_back_is_idempotent(self) -> None:
         """Giving a loan back twice returns its buffer once."""
         pool = BufferPool(4096, keep=4)

@@ -35,6 +35,8 @@ SPEC_FAMILIES: dict[str, tuple[str, frozenset[str]]] = {
     "svc_agent_path_denied_total": ("counter", frozenset({"op"})),
     # Added by this project (docs/specifications/metrics.md, decisions).
     "svc_dataplane_requests_refused_total": ("counter", frozenset({"reason"})),
+    # Not in the specification: this project's decision (docs/specifications/metrics.md).
+    "svc_dataplane_connections_refused_total": ("counter", frozenset({"reason"})),
 }
 
 # The specification's op values, then statfs (added by this project, docs/decisions.md).
@@ -170,6 +172,16 @@ class ExpositionTests(SynchronousTestCase):
             registry.get_sample_value("svc_journal_rows_total", {"allocation_id": "alloc-1"}), 12
         )
         self.assertEqual(registry.get_sample_value("svc_chunks_total", {"state": "fetched"}), 0)
+
+    def test_connection_refusals(self) -> None:
+        """Refusals count by reason; every reason's series exists at zero; others are refused."""
+        metrics, registry = exercised()
+        name = "svc_dataplane_connections_refused_total"
+        self.assertEqual(registry.get_sample_value(name, {"reason": "pending_limit"}), 0)
+        metrics.count_connection_refused("address_limit")
+        metrics.count_connection_refused("address_limit")
+        self.assertEqual(registry.get_sample_value(name, {"reason": "address_limit"}), 2)
+        self.assertRaises(ValueError, metrics.count_connection_refused, "bored")
 
     def test_evicted_never_emitted(self) -> None:
         """The reserved chunk state evicted is refused and never exposed."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import attrs
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.internet.protocol import Factory, Protocol
@@ -24,6 +25,7 @@ from svc.dataplane.factory import DataPlaneFactory, ServerLimits, tls_server_fac
 from svc.dataplane.interfaces import IConnectionSink, OpReply
 from svc.dataplane.protocol import DataPlaneServerProtocol
 from svc.dataplane_client.client import DataPlaneClientProtocol, client_tls_factory
+from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.testing.pki import TestPKI, shared_test_pki
 from svc.wire.commands import BY_NAME, Command, declare
@@ -189,6 +191,7 @@ class TLSHarness:
         self,
         limits: ServerLimits | None = None,
         pki: TestPKI | None = None,
+        metrics: DataPlaneMetrics | None = None,
     ) -> None:
         self.pki = pki or shared_test_pki()
         self.clock = Clock()
@@ -204,12 +207,15 @@ class TLSHarness:
             limits,
             new_connection_id=lambda: f"conn-{next(ids)}",
             commands=FAKE_OPS,
+            metrics=metrics,
         )
         self.server_tls = tls_server_factory(self.factory, self.tls, self.clock)
 
-    def _connect(self, client_tls: TLSMemoryBIOFactory) -> tuple[DataPlaneServerProtocol, IOPump]:
+    def _connect(
+        self, client_tls: Any, address: Any = None
+    ) -> tuple[DataPlaneServerProtocol, IOPump]:
         _client, server, pump = connectedServerAndClient(
-            lambda: self.server_tls.buildProtocol(None),
+            lambda: self.server_tls.buildProtocol(address),
             lambda: client_tls.buildProtocol(None),
             greet=False,
             clock=self.clock,
@@ -217,6 +223,13 @@ class TLSHarness:
         protocol = server.wrappedProtocol  # the TLS layer forgets it once closed
         pump.flush()
         return protocol, pump
+
+    def connect_bare(self, host: str) -> tuple[DataPlaneServerProtocol, IOPump]:
+        """
+        A TCP peer from C{host} that never starts TLS: the server protocol
+        (still handshaking, or already closed) and the pump.
+        """
+        return self._connect(Factory.forProtocol(Protocol), IPv4Address("TCP", host, 40000))
 
     def connect_raw(
         self, creator: IOpenSSLClientConnectionCreator
@@ -234,9 +247,14 @@ class TLSHarness:
     def connect_client(
         self, creator: IOpenSSLClientConnectionCreator, **options: Any
     ) -> tuple[DataPlaneClientProtocol, IOPump]:
-        """Connect a L{DataPlaneClientProtocol}; returns it and the pump."""
+        """
+        Connect a L{DataPlaneClientProtocol} (from the address C{host=} if
+        given); returns it and the pump.
+        """
+        host = options.pop("host", None)
         protocol = DataPlaneClientProtocol(self.clock, **options)
-        _server, pump = self._connect(client_tls_factory(protocol, creator, self.clock))
+        address = None if host is None else IPv4Address("TCP", host, 40001)
+        _server, pump = self._connect(client_tls_factory(protocol, creator, self.clock), address)
         return protocol, pump
 
     def agent(self, tenant: str = "tenant-a", agent: str = "agent-1") -> Any:

@@ -70,11 +70,12 @@ class ServerConnection:
         admission: object = admit,
         admitted: bool = True,
         raw_buffers: BufferPool | None = None,
+        transport: StringTransport | None = None,
     ) -> None:
         self.clock = Clock()
         self.service = ScriptedDataPlaneService()
         self.limits = limits or ServerLimits()
-        self.transport = StringTransport()
+        self.transport = transport or StringTransport()
         self.protocol = DataPlaneServerProtocol(
             service=self.service,
             admission=admission,  # type: ignore[arg-type]
@@ -152,7 +153,7 @@ class AdmissionTests(SynchronousTestCase):
         self.assertEqual(conn.transport.value(), b"")
         self.assertTrue(conn.transport.disconnected)
         self.assertEqual(conn.service.handlers, [])
-        self.assertTrue(any("refused" in e["log_format"] for e in events))
+        self.assertTrue(any(e.get("reason") == "admission" for e in events))
         conn.lose()
         self.assertEqual(conn.service.handlers, [])
 

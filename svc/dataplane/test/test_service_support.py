@@ -24,6 +24,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
 from svc.dataplane.admission import AdmittedAgent
+from svc.dataplane.answer_budget import AnswerLimits
 from svc.dataplane.connection import AgentConnection
 from svc.dataplane.errors import OpFailed
 from svc.dataplane.interfaces import OpReply
@@ -208,6 +209,7 @@ class ServiceFixture:
         io_worker: IWorker | None = None,
         db_worker: IWorker | None = None,
         placements: Placements | None = None,
+        answer_limits: AnswerLimits | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -235,6 +237,7 @@ class ServiceFixture:
             io_worker=ImmediateWorker(),
             policy_for=lambda tenant, agent: self.policies.get((tenant, agent)),
             placements=placements,
+            answer_limits=answer_limits,
         )
 
     def agent(self, who: AgentIdentity | None = None, connection_id: str | None = None) -> Agent:

@@ -14,6 +14,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python.usage import UsageError
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.dataplane.answer_budget import MIB, AnswerLimits
 from svc.dataplane.settings import (
     DEFAULT_HTTP_LISTEN,
     DEFAULT_IO_THREADS,
@@ -108,6 +109,12 @@ class OptionsTests(SynchronousTestCase):
             "SVC_IDLE_TIMEOUT_SECONDS": "45",
             "SVC_MAX_CONNECTIONS": "100",
             "SVC_MAX_CONNECTIONS_PER_AGENT": "3",
+            "SVC_MAX_PENDING_CONNECTIONS": "50",
+            "SVC_MAX_PENDING_PER_ADDRESS": "4",
+            "SVC_HANDSHAKE_TIMEOUT_SECONDS": "7",
+            "SVC_ANSWER_MEMORY_PER_CONNECTION_MIB": "16",
+            "SVC_ANSWER_MEMORY_PER_AGENT_MIB": "48",
+            "SVC_ANSWER_MEMORY_MIB": "256",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "2",
             "SVC_ADVERTISE_ADDR": "dp1.example.com:443",
             "SVC_HTTP_ADVERTISE_ADDR": "[2001:db8::1]:7444",
@@ -124,8 +131,32 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(settings.io_threads, 8)
         self.assertEqual(settings.idle_timeout_seconds, 45)
         self.assertEqual((settings.max_connections, settings.max_connections_per_agent), (100, 3))
+        self.assertEqual(
+            (
+                settings.max_pending_connections,
+                settings.max_pending_per_address,
+                settings.handshake_timeout_seconds,
+            ),
+            (50, 4, 7),
+        )
+        self.assertEqual(settings.answer_limits, AnswerLimits(16 * MIB, 48 * MIB, 256 * MIB))
         self.assertEqual(settings.lease_timings.revoke_timeout, 2.0)
         self.assertEqual(settings.control_url, "https://control.example:8443")
+
+    def test_answer_budgets_follow_the_level_below(self) -> None:
+        """An unset answer budget smaller than the level below it defaults to that level."""
+        environ = {**CONTROL, "SVC_ANSWER_MEMORY_PER_CONNECTION_MIB": "100"}
+        self.assertEqual(
+            parse(environ).settings.answer_limits,
+            AnswerLimits(100 * MIB, 100 * MIB, 512 * MIB),
+        )
+        environ = {
+            **CONTROL,
+            "SVC_ANSWER_MEMORY_PER_AGENT_MIB": "100",
+            "SVC_ANSWER_MEMORY_MIB": "64",
+        }
+        error = self.assertRaises(UsageError, parse, environ)
+        self.assertTrue(str(error).startswith("SVC_ANSWER_MEMORY_MIB"), str(error))
 
     def test_registration_from_listeners(self) -> None:
         """Without the files, the registration's addresses come from the listen options."""
@@ -217,6 +248,11 @@ class RefusalTests(SynchronousTestCase):
             "SVC_IDLE_TIMEOUT_SECONDS": "0",
             "SVC_MAX_CONNECTIONS": "0",
             "SVC_MAX_CONNECTIONS_PER_AGENT": "-1",
+            "SVC_MAX_PENDING_CONNECTIONS": "0",
+            "SVC_MAX_PENDING_PER_ADDRESS": "0",
+            "SVC_HANDSHAKE_TIMEOUT_SECONDS": "0",
+            "SVC_ANSWER_MEMORY_PER_CONNECTION_MIB": "15",
+            "SVC_ANSWER_MEMORY_MIB": "32",
             "SVC_LEASE_TTL_SECONDS": "0",
             "SVC_LEASE_REVOKE_TIMEOUT_SECONDS": "100",
         }
@@ -315,6 +351,27 @@ class ServerTests(SynchronousTestCase):
         server.install_credentials(renewed.cert, renewed.key, pki.root.cert)
         self.assertNotEqual(first[0], server.frame_tls.current)
         self.assertNotEqual(first[1], server.http_tls.current)
+
+    def test_limits_reach_the_factory_and_service(self) -> None:
+        """The connection limits and answer budgets of the settings are the server's."""
+        files = StaticFiles(self)
+        environ = {
+            **BASE,
+            "SVC_TENANTS_ROOT": self.mktemp(),
+            "SVC_MAX_PENDING_CONNECTIONS": "9",
+            "SVC_MAX_PENDING_PER_ADDRESS": "2",
+            "SVC_HANDSHAKE_TIMEOUT_SECONDS": "3",
+            "SVC_ANSWER_MEMORY_PER_AGENT_MIB": "40",
+        }
+        reactor: Any = MemoryReactorClock()
+        server = DataPlaneServer(parse(environ, files.args()), reactor, install_signal=None)
+        limits = server.factory.limits
+        self.assertEqual(
+            (limits.max_pending_connections, limits.max_pending_per_address),
+            (9, 2),
+        )
+        self.assertEqual(limits.handshake_timeout, 3.0)
+        self.assertEqual(server.service.answer_budgets.limits.per_agent, 40 * MIB)
 
     def test_metrics_registered(self) -> None:
         """The server's registry carries the data-plane families from the start."""
