@@ -224,7 +224,7 @@ class StorageEngine:
             account,
             grants,
             self._retention,
-            self._clock.seconds,
+            self._clock,
         )
         self._tenants[location] = storage
         self._log.info("opened tenant storage {name}", name=name)
@@ -241,7 +241,7 @@ class StorageEngine:
             storage = await self.tenant(location)
             meta = metadata_dir(self.roots.metadata_root, location)
             await self._io.submit(lambda: write_grant(meta, agent_id, grant_bytes))
-            storage.set_grant(agent_id, grant_bytes)
+            await storage.set_grant(agent_id, grant_bytes)
 
         return _defer(setting())
 

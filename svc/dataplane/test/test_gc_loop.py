@@ -35,7 +35,7 @@ class EngineSweepTests(SynchronousTestCase):
         acme = self.store.tenant(ACME)
         self.store.tenant(LABS)
         self.garbage_hash, data = blob("orphan", 700)
-        self.store.ok(acme.chunk_put(self.garbage_hash, data))
+        self.store.ok(acme.chunk_put("a1", self.garbage_hash, data))
         self.acme = acme
 
     def loop(self, dry_run: bool = False) -> GarbageCollectionLoop:
