@@ -27,6 +27,7 @@ from svc.store.errors import (
     StaleVersion,
     WriteLeaseHeld,
 )
+from svc.store.footprint import FootprintPolicy
 from svc.store.gc import SweepReport
 from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
@@ -55,7 +56,11 @@ class EngineFixture:
     """
 
     def __init__(
-        self, case: SynchronousTestCase, root: Path | None = None, db_worker: Any = None
+        self,
+        case: SynchronousTestCase,
+        root: Path | None = None,
+        db_worker: Any = None,
+        footprint: FootprintPolicy | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -70,7 +75,11 @@ class EngineFixture:
             ImmediateWorker(),
             lambda loc, revoke: self.revokes.append((loc, revoke)),
             lambda loc, event: self.events.append((loc, event)),
-            RetentionPolicy(chunk_grace_seconds=GRACE, journal_retention_seconds=RETENTION),
+            RetentionPolicy(
+                chunk_grace_seconds=GRACE,
+                journal_retention_seconds=RETENTION,
+                footprint=footprint or FootprintPolicy(),
+            ),
         )
 
     def tenant(self, location: TenantLocation = ACME) -> TenantStorage:
