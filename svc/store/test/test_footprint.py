@@ -276,10 +276,8 @@ class RetainedTests(StoreTestCase):
         self.assertEqual(collectable, [None])
         self.assertNotIn(first, self.rows())
         self.assertNotIn(second, self.rows())
-        self.assertEqual(
-            sorted(self.ok(self.store.collectable_chunks(10))),
-            sorted([(chunk(1).hash, 1000), (chunk(2).hash, 1000)]),
-        )
+        pruned: list[tuple[str, int]] = self.ok(self.store.collectable_chunks(10))
+        self.assertEqual(sorted(pruned), sorted([(chunk(1).hash, 1000), (chunk(2).hash, 1000)]))
         self.assert_consistent()
 
     def test_prune_keeps_what_others_hold(self) -> None:
