@@ -37,6 +37,12 @@ from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
 from svc.pki.pem import certs_from_pem
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
+from svc.store.footprint import (
+    DEFAULT_RETENTION_FACTOR,
+    DEFAULT_UNGRANTED_BYTES,
+    FootprintPolicy,
+    parse_factor,
+)
 from svc.store.lease_values import LeaseTimings
 from svc.store.tenant import RetentionPolicy
 
@@ -52,6 +58,7 @@ MAX_CONNECTION_LIMIT = 1_000_000
 DEFAULT_CHUNK_GRACE_SECONDS = int(RetentionPolicy().chunk_grace_seconds)
 DEFAULT_JOURNAL_RETENTION_SECONDS = int(RetentionPolicy().journal_retention_seconds)
 MAX_SECONDS = 10 * 365 * 24 * 3600
+MAX_BYTES = 2**62
 
 MINIMUM_SERVICE_TOKEN_LENGTH = 32
 """The control plane's rule for the shared service token (the same token
@@ -159,6 +166,7 @@ class DataPlaneSettings:
                         maximum=MAX_SECONDS,
                     )
                 ),
+                footprint=_footprint_policy(environ),
             ),
             lease_timings=LeaseTimings.from_environ(environ),
             io_threads=env_int(
@@ -353,6 +361,25 @@ def _address(environ: Mapping[str, str], variable: str) -> str | None:
     if _ADDRESS.fullmatch(raw) is None or not 1 <= int(raw.rsplit(":", 1)[1]) <= 65535:
         raise ConfigError(variable, f"must be host:port (IPv6 in brackets), got {raw!r}")
     return raw
+
+
+def _footprint_policy(environ: Mapping[str, str]) -> FootprintPolicy:
+    """C{SVC_RETENTION_FACTOR} and C{SVC_UNGRANTED_FOOTPRINT_BYTES} (storage-engine.md)."""
+    factor = DEFAULT_RETENTION_FACTOR
+    raw = env_optional(environ, "SVC_RETENTION_FACTOR")
+    if raw is not None:
+        try:
+            factor = parse_factor(raw)
+        except ValueError as e:
+            raise ConfigError("SVC_RETENTION_FACTOR", str(e)) from None
+    ungranted = env_int(
+        environ,
+        "SVC_UNGRANTED_FOOTPRINT_BYTES",
+        DEFAULT_UNGRANTED_BYTES,
+        minimum=0,
+        maximum=MAX_BYTES,
+    )
+    return FootprintPolicy(retention_factor=factor, ungranted_bytes=ungranted)
 
 
 def _boolean(environ: Mapping[str, str], variable: str) -> bool:
