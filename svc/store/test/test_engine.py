@@ -31,6 +31,7 @@ from svc.store.footprint import FootprintPolicy
 from svc.store.gc import SweepReport
 from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
+from svc.store.manifest_paths import top_of
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.tenant import OwnerAccount, RetentionPolicy, TenantStorage
 from svc.testing.worker import ImmediateWorker, ManualWorker
@@ -97,7 +98,7 @@ class EngineFixture:
         writer: Writer = WRITER,
     ) -> Any:
         for chunk_hash, data in parts:
-            self.ok(storage.chunk_put("a1", chunk_hash, data))
+            self.ok(storage.chunk_put(top_of(path), chunk_hash, data))
         return storage.manifest_put(
             path,
             expected_version=expected_version,
