@@ -260,6 +260,29 @@ class SameTenantIsolationTests(SynchronousTestCase):
             self.alice.ok("chunk_put", self.content, hash=self.hash)["size"], len(self.content)
         )
 
+    def test_grant_does_not_reveal(self) -> None:
+        """
+        An upload is charged to the uploading agent's grant in full, whoever
+        else holds the content: past the grant another agent's content is
+        refused like fresh bytes, and within it costs the same room.
+        """
+        engine = self.fixture.service.engine
+        location = TenantLocation("user-1", "tenant-a")
+        size = len(self.content)
+        self.successResultOf(engine.set_agent_grant(location, "agent-2", size - 1))
+        fresh, data = blob("fresh bytes", size)
+        self.assertEqual(
+            self.bob.errno("chunk_put", self.content, hash=self.hash), WireErrno.EDQUOT
+        )
+        self.assertEqual(self.bob.errno("chunk_put", data, hash=fresh), WireErrno.EDQUOT)
+        self.successResultOf(engine.set_agent_grant(location, "agent-2", 2 * size))
+        self.bob.ok("chunk_put", self.content, hash=self.hash)
+        self.assertEqual(self.bob.ok("statfs")["available_bytes"], size)
+        self.bob.ok("chunk_put", data, hash=fresh)
+        self.assertEqual(self.bob.ok("statfs")["available_bytes"], 0)
+        one, byte = blob("one more", 1)
+        self.assertEqual(self.bob.errno("chunk_put", byte, hash=one), WireErrno.EDQUOT)
+
     def test_statfs_own_usage(self) -> None:
         """statfs tells each agent its own usage and grant, whatever the request names."""
         engine = self.fixture.service.engine
