@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -60,6 +60,11 @@ class WallClock(Protocol):
     def seconds(self) -> float:
         """The current time in seconds since the epoch."""
 
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule a call (the commit of early work, L{TransactionQueue})."""
+
 
 class ManifestStore:
     """
@@ -69,7 +74,7 @@ class ManifestStore:
     _log = Logger()
 
     def __init__(self, connection: sqlite3.Connection, worker: IWorker, clock: WallClock):
-        self._queue = TransactionQueue(connection, worker)
+        self._queue = TransactionQueue(connection, worker, clock=clock)
         self._clock = clock
         self._collectable_listener: Callable[[], object] | None = None
 
@@ -455,7 +460,10 @@ class ManifestStore:
         """
         Charge an upload of ``chunk`` to ``/<top>`` (see
         L{footprint_rows.charge_upload}); fires with whether this call
-        recorded it, once durable.
+        recorded it as soon as that is decided, before its transaction
+        commits (the upload's bytes are written meanwhile: a crash that
+        loses the charge leaves a chunk no row names, which a GC sweep
+        deletes once the chunk grace has passed).
         """
         at_ms = self._now() // _NS_PER_MS
         return self._queue.submit(
@@ -463,6 +471,7 @@ class ManifestStore:
                 c, top, chunk, at_ms, grant_bytes=grant_bytes, backlog_bytes=backlog_bytes
             ),
             writes=True,
+            early=True,
         )
 
     def uncharge_upload(self, top: str, chunk_hash: str) -> Deferred[None]:

@@ -36,6 +36,7 @@ class EngineSweepTests(SynchronousTestCase):
         self.store.tenant(LABS)
         self.garbage_hash, data = blob("orphan", 700)
         self.store.ok(acme.chunk_put("a1", self.garbage_hash, data))
+        self.store.clock.advance(1)  # the upload's charge committed
         self.acme = acme
 
     def loop(self, dry_run: bool = False) -> GarbageCollectionLoop:
