@@ -139,7 +139,7 @@ class Collection:
             self._recent.forget(chunk_hash)
         await self._manifests.forget_collectable([*result.deleted, *result.missing])
         if result.deleted:
-            self._log.info(
+            self._log.debug(
                 "reclaimed {count} chunk(s), {bytes_freed} bytes in {tenant}",
                 count=len(result.deleted),
                 bytes_freed=result.bytes_freed,
@@ -148,7 +148,7 @@ class Collection:
         return ReclaimOutcome(
             deleted=result.deleted,
             bytes_freed=result.bytes_freed,
-            young=len(result.kept),
+            kept=len(result.kept) + len(result.errors),
             more=len(rows) == RECLAIM_BATCH,
         )
 
@@ -204,7 +204,7 @@ class Collection:
                 spared.difference_update(reclaimed.deleted)
                 if not reclaimed.more:
                     break
-            if reclaimed.young:
+            if reclaimed.kept:
                 self.schedule.request(max(self._margin, MIN_RETRY_SECONDS))
             return SweepReport(self.tenant_id, count, freed, False, len(spared))
 

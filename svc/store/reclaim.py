@@ -7,7 +7,8 @@ L{ReclaimSchedule} runs an injected pass (in production
 L{svc.store.collection.Collection.reclaim_pass}) on the next reactor turn
 after L{ReclaimSchedule.request}, never two at once; requests made while a
 pass runs are served by one more pass after it. A pass that leaves chunks it
-may not delete yet (written or touched within the safety margin) runs again
+may not delete yet (written or touched within the safety margin, or whose
+deletion failed) runs again
 after C{retry_seconds}, doubling up to C{max_retry_seconds} while passes
 delete nothing. L{ReclaimSchedule.next_pass} lets an upload held back by its
 agent's backlog wait for a pass that starts after it asked.
@@ -41,14 +42,14 @@ MAX_RETRY_SECONDS = 60.0
 class ReclaimOutcome:
     """
     What one pass did: the ``deleted`` chunks, freeing ``bytes_freed``;
-    ``young`` chunks kept because they were written or touched within the
-    safety margin; ``more`` when the batch was full (another pass follows at
-    once).
+    ``kept`` chunks left for a later pass (written or touched within the
+    safety margin, or that could not be deleted); ``more`` when the batch
+    was full (another pass follows at once).
     """
 
     deleted: tuple[str, ...] = ()
     bytes_freed: int = 0
-    young: int = 0
+    kept: int = 0
     more: bool = False
 
 
@@ -168,8 +169,9 @@ class ReclaimSchedule:
             self._backoff = self._retry_seconds
         if outcome.more or self._again:
             self.request()
-        elif outcome.young:
-            # Waiters wait for the chunks to age past the margin.
+        elif outcome.kept:
+            # Waiters wait for the chunks to age past the margin (or for
+            # the disk to let them go), longer while nothing goes.
             self.request(self._backoff)
             self._backoff = min(self._backoff * 2, self._max_retry_seconds)
         elif self._waiting:
