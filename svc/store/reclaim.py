@@ -8,10 +8,10 @@ L{svc.store.collection.Collection.reclaim_pass}) on the next reactor turn
 after L{ReclaimSchedule.request}, never two at once; requests made while a
 pass runs are served by one more pass after it. A pass that leaves chunks it
 may not delete yet (written or touched within the safety margin, or whose
-deletion failed) runs again
-after C{retry_seconds}, doubling up to C{max_retry_seconds} while passes
-delete nothing. L{ReclaimSchedule.next_pass} lets an upload held back by its
-agent's backlog wait for a pass that starts after it asked.
+deletion failed) runs again after C{retry_seconds}, doubling up to
+C{max_retry_seconds} while passes delete nothing.
+L{ReclaimSchedule.next_pass} lets an upload held back by its agent's backlog
+wait for a pass that starts after it asked.
 """
 
 from __future__ import annotations
