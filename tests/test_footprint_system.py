@@ -150,7 +150,7 @@ class FootprintSystemTests(TestCase):
         self.assertEqual(self.on_disk(owner), GRANT)
         self.assertEqual(self.footprint(owner)["uncommitted_bytes"], GRANT)
         statfs = (await client.call("statfs", {})).payload
-        self.assertEqual((statfs["used_bytes"], statfs["available_bytes"]), (0, 0))
+        self.assertEqual((statfs["used_bytes"], statfs["grant_bytes"]), (0, GRANT))
         await client.close()
         # A restarted server, which no agent uses, still reclaims them.
         self.server.stop()

@@ -128,12 +128,12 @@ class QuotaUsage:
     @property
     def available_bytes(self) -> int | None:
         """
-        See L{available_bytes}: the room under the grant is what files and
-        uploads not yet committed leave.
+        See L{available_bytes}: the room under the grant is what the files
+        leave. Uploads not yet committed take room too (the grant bounds
+        them with the files) but are not subtracted: a client writing a file
+        counts its own uploads already (the mount's write-time check), and
+        may subtract C{uncommitted_bytes} itself.
         """
         return available_bytes(
-            self.used_bytes + self.uncommitted_bytes,
-            self.grant_bytes,
-            self.account_used_bytes,
-            self.budget_bytes,
+            self.used_bytes, self.grant_bytes, self.account_used_bytes, self.budget_bytes
         )
