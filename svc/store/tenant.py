@@ -351,8 +351,12 @@ class TenantStorage:
         takes its charge back (L{UploadsInFlight}).
         """
 
-        async def put() -> ChunkPutResult:
+        try:
             chunk = ChunkRef(chunk_hash, len(data))
+        except InvalidArgument:
+            return fail()
+
+        async def put() -> ChunkPutResult:
             self._uploading.started(agent_id, chunk_hash)
             try:
                 recorded = await self._charge(agent_id, chunk)
@@ -370,10 +374,6 @@ class TenantStorage:
             self._recent.stored(result.hash)
             return result
 
-        try:
-            ChunkRef(chunk_hash, len(data))
-        except InvalidArgument:
-            return fail()
         return _defer(put())
 
     async def _charge(self, agent_id: str, chunk: ChunkRef) -> bool:
