@@ -20,6 +20,11 @@ The rules they keep (checked by the tests' recomputation):
 3. C{collectable(hash)} exists only while no C{chunk_refs},
    C{retained_chunks} or C{uploads} row names the hash.
 4. C{footprint} holds, per top, the sums of those three tables' sizes.
+
+The schema's triggers keep rules 1, 3 and 4 as rows come and go (a live
+reference deletes the top's upload and retained rows and the collectable
+row; an upload deletes the collectable row; every row moves its top's
+total); these functions keep rule 2 and decide what becomes collectable.
 """
 
 from __future__ import annotations
@@ -30,35 +35,6 @@ from collections.abc import Iterable, Mapping
 from svc.store.errors import QuotaExceeded
 from svc.store.footprint import CollectionBacklog, Footprint, FootprintPolicy
 from svc.store.manifest_values import ChunkRef
-
-_COLUMNS = ("uncommitted_bytes", "retained_bytes", "collectable_bytes")
-
-
-def _add(
-    connection: sqlite3.Connection,
-    top: str,
-    *,
-    uncommitted: int = 0,
-    retained: int = 0,
-    collectable: int = 0,
-) -> None:
-    """Move the top's running totals by the given deltas."""
-    if not (uncommitted or retained or collectable):
-        return
-    # Not an upsert: SQLite checks the CHECK constraints of the row to
-    # insert (possibly negative deltas) before resolving a conflict.
-    cursor = connection.execute(
-        "UPDATE footprint SET uncommitted_bytes = uncommitted_bytes + ?,"
-        " retained_bytes = retained_bytes + ?, collectable_bytes = collectable_bytes + ?"
-        " WHERE top = ?",
-        (uncommitted, retained, collectable, top),
-    )
-    if cursor.rowcount == 0:
-        connection.execute(
-            "INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)"
-            " VALUES (?, ?, ?, ?)",
-            (top, uncommitted, retained, collectable),
-        )
 
 
 def read(connection: sqlite3.Connection, top: str) -> Footprint:
@@ -90,24 +66,23 @@ def read_all(connection: sqlite3.Connection) -> dict[str, Footprint]:
     return found
 
 
+# Whether any top names a chunk (live, retained or uploaded): one probe by
+# primary key per top that has rows of the kind, rather than an index by hash
+# that every put and upload would have to keep (a random page written per
+# chunk). Asked only when chunks are released (pruning, expiry).
+_HELD = (
+    "SELECT EXISTS (SELECT 1 FROM subtree_usage s CROSS JOIN chunk_refs c"
+    " WHERE s.chunks > 0 AND c.top = s.top AND c.hash = ?1)"
+    " OR EXISTS (SELECT 1 FROM footprint f CROSS JOIN retained_chunks r"
+    " WHERE f.retained_bytes > 0 AND r.top = f.top AND r.hash = ?1)"
+    " OR EXISTS (SELECT 1 FROM footprint f CROSS JOIN uploads u"
+    " WHERE f.uncommitted_bytes > 0 AND u.top = f.top AND u.hash = ?1)"
+)
+
+
 def _held(connection: sqlite3.Connection, digest: bytes) -> bool:
     """Whether any top names the chunk: live, retained or uploaded."""
-    row = connection.execute(
-        "SELECT EXISTS (SELECT 1 FROM chunk_refs WHERE hash = ?1)"
-        " OR EXISTS (SELECT 1 FROM retained_chunks WHERE hash = ?1)"
-        " OR EXISTS (SELECT 1 FROM uploads WHERE hash = ?1)",
-        (digest,),
-    ).fetchone()
-    return bool(row[0])
-
-
-def _unmark_collectable(connection: sqlite3.Connection, digest: bytes) -> None:
-    """The chunk is named again: it is no longer collectable."""
-    gone = connection.execute(
-        "DELETE FROM collectable WHERE hash = ? RETURNING top, size", (digest,)
-    ).fetchone()
-    if gone is not None:
-        _add(connection, gone[0], collectable=-int(gone[1]))
+    return bool(connection.execute(_HELD, (digest,)).fetchone()[0])
 
 
 def _orphan(
@@ -128,7 +103,6 @@ def _orphan(
         )
         if cursor.rowcount:
             added += size
-    _add(connection, top, collectable=added)
     return added
 
 
@@ -175,8 +149,6 @@ def charge_upload(
         "INSERT INTO uploads (top, hash, size, at_ms) VALUES (?, ?, ?, ?)",
         (top, digest, chunk.size, at_ms),
     )
-    _add(connection, top, uncommitted=chunk.size)
-    _unmark_collectable(connection, digest)
     return True
 
 
@@ -185,12 +157,9 @@ def uncharge_upload(connection: sqlite3.Connection, top: str, chunk_hash: str) -
     Forget the upload of C{chunk_hash} by C{/<top>} (it failed and stored
     nothing).
     """
-    gone = connection.execute(
-        "DELETE FROM uploads WHERE top = ? AND hash = ? RETURNING size",
-        (top, bytes.fromhex(chunk_hash)),
-    ).fetchone()
-    if gone is not None:
-        _add(connection, top, uncommitted=-int(gone[0]))
+    connection.execute(
+        "DELETE FROM uploads WHERE top = ? AND hash = ?", (top, bytes.fromhex(chunk_hash))
+    )
 
 
 def upload_hashes(connection: sqlite3.Connection, since_ms: int | None = None) -> frozenset[str]:
@@ -217,33 +186,11 @@ def expire_uploads(connection: sqlite3.Connection, before_ms: int, at_ms: int) -
     for top, digest, size in expired:
         by_top.setdefault(top, []).append((digest, int(size)))
     for top, chunks in by_top.items():
-        _add(connection, top, uncommitted=-sum(size for _, size in chunks))
         _orphan(connection, top, chunks, at_ms)
     return len(expired)
 
 
 # Live references and releases
-
-
-def referenced(connection: sqlite3.Connection, top: str, chunk: ChunkRef) -> None:
-    """
-    A live file of C{/<top>} names C{chunk} where none did: it is no longer
-    uncommitted, retained or collectable (rule 1, 2, 3).
-    """
-    digest = bytes.fromhex(chunk.hash)
-    upload = connection.execute(
-        "DELETE FROM uploads WHERE top = ? AND hash = ? RETURNING size", (top, digest)
-    ).fetchone()
-    kept = connection.execute(
-        "DELETE FROM retained_chunks WHERE top = ? AND hash = ? RETURNING size", (top, digest)
-    ).fetchone()
-    _add(
-        connection,
-        top,
-        uncommitted=0 if upload is None else -int(upload[0]),
-        retained=0 if kept is None else -int(kept[0]),
-    )
-    _unmark_collectable(connection, digest)
 
 
 def released(
@@ -256,24 +203,12 @@ def released(
     replaced a file by one of another kind with the same chunk) is live, not
     retained.
     """
-    added = 0
-    for chunk in chunks:
-        digest = bytes.fromhex(chunk.hash)
-        if connection.execute(
-            "SELECT 1 FROM chunk_refs WHERE top = ? AND hash = ?", (top, digest)
-        ).fetchone():
-            continue
-        if connection.execute(
-            "UPDATE retained_chunks SET last_seq = ? WHERE top = ? AND hash = ?",
-            (seq, top, digest),
-        ).rowcount:
-            continue
-        connection.execute(
-            "INSERT INTO retained_chunks (top, hash, size, last_seq) VALUES (?, ?, ?, ?)",
-            (top, digest, chunk.size, seq),
-        )
-        added += chunk.size
-    _add(connection, top, retained=added)
+    connection.executemany(
+        "INSERT INTO retained_chunks (top, hash, size, last_seq) SELECT ?1, ?2, ?3, ?4"
+        " WHERE NOT EXISTS (SELECT 1 FROM chunk_refs WHERE top = ?1 AND hash = ?2)"
+        " ON CONFLICT (top, hash) DO UPDATE SET last_seq = excluded.last_seq",
+        [(top, bytes.fromhex(chunk.hash), chunk.size, seq) for chunk in chunks],
+    )
 
 
 def released_refs(hashes: Iterable[str], chunks: Iterable[ChunkRef]) -> list[ChunkRef]:
@@ -299,7 +234,10 @@ def prune_to_cap(connection: sqlite3.Connection, top: str, cap: int, at_ms: int)
     (possibly the change just made). The chunks they alone kept become
     collectable; returns the bytes that did.
     """
-    retained = read(connection, top).retained_bytes
+    row = connection.execute(
+        "SELECT retained_bytes FROM footprint WHERE top = ?", (top,)
+    ).fetchone()
+    retained = 0 if row is None else int(row[0])
     if retained <= cap:
         return 0
     excess = retained - cap
@@ -361,11 +299,7 @@ def _release_retained(
     by_top: dict[str, list[tuple[bytes, int]]] = {}
     for top, digest, size in rows:
         by_top.setdefault(top, []).append((digest, int(size)))
-    added = 0
-    for top, chunks in by_top.items():
-        _add(connection, top, retained=-sum(size for _, size in chunks))
-        added += _orphan(connection, top, chunks, at_ms)
-    return added
+    return sum(_orphan(connection, top, chunks, at_ms) for top, chunks in by_top.items())
 
 
 # Collection
@@ -387,8 +321,9 @@ def forget_collectable(connection: sqlite3.Connection, hashes: Iterable[str]) ->
     """
     The chunks C{hashes} left the chunk store: stop charging them.
     """
-    for chunk_hash in hashes:
-        _unmark_collectable(connection, bytes.fromhex(chunk_hash))
+    connection.executemany(
+        "DELETE FROM collectable WHERE hash = ?", [(bytes.fromhex(h),) for h in hashes]
+    )
 
 
 def purge(connection: sqlite3.Connection, top: str) -> frozenset[str]:

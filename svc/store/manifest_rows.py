@@ -15,7 +15,6 @@ from collections import Counter
 
 import attrs
 
-from svc.store import footprint_rows
 from svc.store.errors import (
     AlreadyExists,
     InvalidArgument,
@@ -284,7 +283,8 @@ def adjust_refs(
     Move the chunk references of one inode under ``/<top>`` from ``old`` to
     ``new``, keeping C{subtree_usage} in step, and return the hashes whose
     last reference in the top went away. A chunk the top starts to reference
-    stops being charged as uploaded or retained (L{footprint_rows.referenced}).
+    stops being charged as uploaded, retained or collectable (the schema's
+    C{chunk_named} trigger).
 
     @raise InvalidArgument: a new chunk's size disagrees with the size
         already recorded for its hash in this top.
@@ -324,7 +324,6 @@ def adjust_refs(
             bytes_delta += chunk.size
             chunks_delta += 1
             released.discard(chunk.hash)
-            footprint_rows.referenced(connection, top, chunk)
     if bytes_delta or chunks_delta:
         # Not an upsert: SQLite checks the CHECK constraints of the row to
         # insert (here possibly negative deltas) before resolving a conflict.

@@ -188,7 +188,6 @@ _SCHEMA_2 = (
         PRIMARY KEY (top, hash)
     ) STRICT, WITHOUT ROWID
     """,
-    "CREATE INDEX uploads_by_hash ON uploads (hash)",
     "CREATE INDEX uploads_by_time ON uploads (at_ms)",
     # Chunks kept only for a top's journal: no live file of the top names
     # the hash and a journal row of the top does. `last_seq` is the newest
@@ -203,7 +202,6 @@ _SCHEMA_2 = (
         PRIMARY KEY (top, hash)
     ) STRICT, WITHOUT ROWID
     """,
-    "CREATE INDEX retained_by_hash ON retained_chunks (hash)",
     "CREATE INDEX retained_by_release ON retained_chunks (top, last_seq)",
     # Chunks released by a top's pruned journal rows or expired uploads
     # that no top names (no chunk_refs, retained_chunks or uploads row):
@@ -226,8 +224,59 @@ _SCHEMA_2 = (
         collectable_bytes INTEGER NOT NULL CHECK (collectable_bytes >= 0)
     ) STRICT, WITHOUT ROWID
     """,
-    # Whether any top names a hash, when a chunk is released.
-    "CREATE INDEX chunk_refs_by_hash ON chunk_refs (hash)",
+    # The running totals follow the three tables, inside SQLite (no
+    # statement of the caller's per row). A row is inserted with a positive
+    # size, so the upsert never meets the CHECK with a negative value; a
+    # delete finds the top's row, made by the insert.
+    """
+    CREATE TRIGGER uploads_added AFTER INSERT ON uploads BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, NEW.size, 0, 0)
+        ON CONFLICT (top) DO UPDATE SET uncommitted_bytes = uncommitted_bytes + NEW.size;
+        DELETE FROM collectable WHERE hash = NEW.hash;
+    END
+    """,
+    """
+    CREATE TRIGGER uploads_removed AFTER DELETE ON uploads BEGIN
+        UPDATE footprint SET uncommitted_bytes = uncommitted_bytes - OLD.size
+        WHERE top = OLD.top;
+    END
+    """,
+    """
+    CREATE TRIGGER retained_added AFTER INSERT ON retained_chunks BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, 0, NEW.size, 0)
+        ON CONFLICT (top) DO UPDATE SET retained_bytes = retained_bytes + NEW.size;
+    END
+    """,
+    """
+    CREATE TRIGGER retained_removed AFTER DELETE ON retained_chunks BEGIN
+        UPDATE footprint SET retained_bytes = retained_bytes - OLD.size WHERE top = OLD.top;
+    END
+    """,
+    """
+    CREATE TRIGGER collectable_added AFTER INSERT ON collectable BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, 0, 0, NEW.size)
+        ON CONFLICT (top) DO UPDATE SET collectable_bytes = collectable_bytes + NEW.size;
+    END
+    """,
+    """
+    CREATE TRIGGER collectable_removed AFTER DELETE ON collectable BEGIN
+        UPDATE footprint SET collectable_bytes = collectable_bytes - OLD.size
+        WHERE top = OLD.top;
+    END
+    """,
+    # A live file of a top starts to name a chunk (a chunk_refs row is
+    # made; an existing row only counting more references is an update): it
+    # is no longer uploaded, retained or collectable for anyone's sake.
+    """
+    CREATE TRIGGER chunk_named AFTER INSERT ON chunk_refs BEGIN
+        DELETE FROM uploads WHERE top = NEW.top AND hash = NEW.hash;
+        DELETE FROM retained_chunks WHERE top = NEW.top AND hash = NEW.hash;
+        DELETE FROM collectable WHERE hash = NEW.hash;
+    END
+    """,
     # The top of the row's path (every row of a change lies in one top), so
     # a top's oldest rows are found without a scan.
     "ALTER TABLE journal ADD COLUMN top TEXT NOT NULL DEFAULT ''",
@@ -262,21 +311,11 @@ def _retain_journaled_chunks(connection: sqlite3.Connection) -> None:
                 digest = bytes(records[start : start + 32])
                 size = int.from_bytes(records[start + 32 : start + 40], "big")
                 newest[(top, digest)] = (seq, size)
-    totals: dict[str, int] = {}
-    for (top, digest), (seq, size) in newest.items():
-        if connection.execute(
-            "SELECT 1 FROM chunk_refs WHERE top = ? AND hash = ?", (top, digest)
-        ).fetchone():
-            continue
-        connection.execute(
-            "INSERT INTO retained_chunks (top, hash, size, last_seq) VALUES (?, ?, ?, ?)",
-            (top, digest, size, seq),
-        )
-        totals[top] = totals.get(top, 0) + size
+    # The triggers keep the footprint totals.
     connection.executemany(
-        "INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)"
-        " VALUES (?, 0, ?, 0)",
-        sorted(totals.items()),
+        "INSERT INTO retained_chunks (top, hash, size, last_seq) SELECT ?1, ?2, ?3, ?4"
+        " WHERE NOT EXISTS (SELECT 1 FROM chunk_refs WHERE top = ?1 AND hash = ?2)",
+        [(top, digest, size, seq) for (top, digest), (seq, size) in newest.items()],
     )
 
 
