@@ -191,7 +191,11 @@ class RecentChunks:
         return [h for h in hashes if h not in self._stored]
 
     def forget(self, chunk_hash: str) -> None:
-        """C{chunk_hash} may be gone (withdrawn as corrupt)."""
+        """
+        C{chunk_hash} may be gone (withdrawn as corrupt, or deleted by a
+        reclaim pass: it deletes only chunks nothing names, holding the
+        commit gate, so the others it leaves are still stored).
+        """
         self._stored.pop(chunk_hash, None)
 
     def deleted(self) -> None:
