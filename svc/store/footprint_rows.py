@@ -7,8 +7,10 @@ L{svc.store.footprint} for the rules).
 These functions run on the store's worker thread inside a transaction
 opened by L{svc.store.routes_queue}. None scans on the paths of a
 C{chunk_put} or a manifest change: each touches the rows of the chunks it
-names, found by primary key or index. Hashes are 64-hex strings in the API
-and 32-byte BLOBs in the tables.
+names, found by primary key or index; only a change that prunes past the
+cap asks, for each chunk it releases, one probe per agent of the tenant
+whether another still names it (L{_held}). Hashes are 64-hex strings in the
+API and 32-byte BLOBs in the tables.
 
 The rules they keep (checked by the tests' recomputation):
 
