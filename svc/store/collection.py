@@ -63,6 +63,8 @@ class Collection:
     @param margin_seconds: a collectable chunk written or touched less than
         this long ago is left for a later pass (a concurrent upload of the
         same content touches it: see L{reclaim_pass}).
+    @param batch: the most chunks one reclaim pass deletes
+        (L{RECLAIM_BATCH}).
     """
 
     _log = Logger()
@@ -82,6 +84,7 @@ class Collection:
         chunk_grace_seconds: float,
         journal_retention_seconds: float,
         margin_seconds: float,
+        batch: int = RECLAIM_BATCH,
     ) -> None:
         self.tenant_id = tenant_id
         self._chunks = chunks
@@ -94,6 +97,7 @@ class Collection:
         self._grace = chunk_grace_seconds
         self._retention = journal_retention_seconds
         self._margin = margin_seconds
+        self._batch = batch
         self.schedule = ReclaimSchedule(
             self._gated_reclaim, clock, retry_seconds=max(margin_seconds, MIN_RETRY_SECONDS)
         )
@@ -118,9 +122,9 @@ class Collection:
 
     async def reclaim_pass(self) -> ReclaimOutcome:
         """
-        Delete up to L{RECLAIM_BATCH} collectable chunks, oldest first, each
-        unless its file was written or touched since C{margin_seconds} before
-        the pass began; stop charging those gone. The caller holds the
+        Delete up to C{batch} collectable chunks, oldest first, each unless
+        its file was written or touched since C{margin_seconds} before the
+        pass began; stop charging those gone. The caller holds the
         commit gate exclusively.
 
         Why the margin is safe: a collectable chunk is named by nothing, and
@@ -131,7 +135,7 @@ class Collection:
         """
         started = self._seconds()
         cutoff_ns = round((started - self._margin) * _NS_PER_SECOND)
-        rows = await self._manifests.collectable_chunks(RECLAIM_BATCH)
+        rows = await self._manifests.collectable_chunks(self._batch)
         if not rows:
             return ReclaimOutcome()
         result = await self._chunks.delete([h for h, _ in rows], modified_before_ns=cutoff_ns)
@@ -149,7 +153,9 @@ class Collection:
             deleted=result.deleted,
             bytes_freed=result.bytes_freed,
             kept=len(result.kept) + len(result.errors),
-            more=len(rows) == RECLAIM_BATCH,
+            # Another full batch may wait, unless this one moved nothing
+            # (it would read the same rows again at once).
+            more=len(rows) == self._batch and bool(result.deleted or result.missing),
         )
 
     # Sweep

@@ -18,12 +18,14 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.store.chunks import ChunkHashMismatch, ChunkPutResult
+from svc.store.collection import Collection
+from svc.store.commit_gate import CommitGate
 from svc.store.errors import QuotaExceeded
 from svc.store.footprint import Footprint, FootprintPolicy
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.quota import QuotaUsage
-from svc.store.tenant import TenantStorage
-from svc.store.test.test_engine import ACME, GRACE, WRITER, EngineFixture, blob
+from svc.store.tenant import RecentChunks, TenantStorage
+from svc.store.test.test_engine import ACME, GRACE, RETENTION, WRITER, EngineFixture, blob
 
 KIB = 1024
 GRANT = 64 * KIB
@@ -236,6 +238,45 @@ class RetainedFootprintTests(SynchronousTestCase):
         self.successResultOf(held)
         self.assertEqual(agent.footprint(), Footprint(0, 10, 0, 0))
         self.assertEqual(agent.on_disk(), 10)
+
+    def test_reclaim_batches_make_progress(self) -> None:
+        """
+        A full batch of chunks too young to delete ends the pass (no pass
+        reads the same rows again at once); once they are old enough, full
+        batches follow each other until none is left.
+        """
+        agent = _Agent(self)
+        storage = agent.storage
+        agent.f.ok(storage.collection.close())  # its own passes would interfere
+        for name in ("f", "g", "h"):
+            agent.write(name, 100)
+            agent.f.ok(storage.manifest_delete(f"/a1/{name}", writer=WRITER))
+        collection = Collection(
+            "acme",
+            storage.chunks,
+            storage.manifests,
+            CommitGate(),
+            RecentChunks(),
+            agent.f.clock,
+            agent.f.clock.seconds,
+            dict,
+            FootprintPolicy(),
+            chunk_grace_seconds=GRACE,
+            journal_retention_seconds=RETENTION,
+            margin_seconds=5.0,
+            batch=2,
+        )
+        agent.f.ok(collection.close())  # passes run by hand here
+        agent.f.ok(agent.f.engine.set_agent_grant(ACME, "a1", 0))
+        self.assertEqual(agent.footprint().collectable_bytes, 300)
+        young = agent.f.ok(Deferred.fromCoroutine(collection.reclaim_pass()))
+        self.assertEqual((young.deleted, young.kept, young.more), ((), 2, False))
+        agent.f.clock.advance(10)
+        first = agent.f.ok(Deferred.fromCoroutine(collection.reclaim_pass()))
+        second = agent.f.ok(Deferred.fromCoroutine(collection.reclaim_pass()))
+        self.assertEqual((len(first.deleted), first.more), (2, True))
+        self.assertEqual((len(second.deleted), second.more), (1, False))
+        self.assertEqual(agent.footprint().collectable_bytes, 0)
 
     def test_without_a_grant_the_default_applies(self) -> None:
         """An agent without a grant retains at most the server's default."""
