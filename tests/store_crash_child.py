@@ -53,7 +53,7 @@ async def run(reactor: Any, root: str, log_path: str, seed: int) -> None:
             counter += 1
             data = blake3(f"{seed}:{counter}".encode()).digest(length=rng.randint(1, 256 * 1024))
             parts.append((blake3(data).hexdigest(), data))
-        await gatherResults([storage.chunk_put(h, d) for h, d in parts])
+        await gatherResults([storage.chunk_put("a1", h, d) for h, d in parts])
         try:
             version = (await storage.manifest_get(path)).attributes.version
         except NotFound:

@@ -103,7 +103,7 @@ async def chunk_put(
         # already holds it: EDQUOT must not reveal another agent's content.
         await storage.account.reserve(len(raw))
         storage.account.release(len(raw))
-    result = await storage.chunk_put(request.hash, raw)
+    result = await storage.chunk_put(conn.agent_id, request.hash, raw)
     conn.visible.add([request.hash])
     conn.metrics.count_chunk("deduped" if result.deduped else "cached")
     reply = OpReply(answer_map(ChunkReply(result.hash, result.size)))

@@ -1,8 +1,10 @@
 """
 The data-plane server's periodic garbage collection.
 
-L{GarbageCollectionLoop} sweeps every tenant the storage engine has opened,
-every C{interval} seconds of an injected clock. Sweeps never overlap: the
+L{GarbageCollectionLoop} sweeps every tenant with storage on this server
+(those the engine has opened and those on disk it opens for the purpose, so
+a restarted server collects tenants no agent has used since), every
+C{interval} seconds of an injected clock. Sweeps never overlap: the
 next one is scheduled only after the previous finished (a slow sweep delays
 the next rather than piling up). Each tenant's sweep writes one
 C{gc_swept_chunks} audit line (C{tenant_id}, C{count}, C{bytes_freed},
@@ -13,7 +15,7 @@ the loop carries on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from twisted.application.service import Service
@@ -44,8 +46,8 @@ class SweepsTenant(Protocol):
 class OpensTenants(Protocol):
     """What the loop needs of the engine (L{svc.store.engine.StorageEngine})."""
 
-    def opened(self) -> Sequence[SweepsTenant]:
-        """The tenants opened so far."""
+    def sweepable(self) -> Awaitable[Sequence[SweepsTenant]]:
+        """Every tenant with storage on this server, opened."""
 
 
 class SweepClock(Protocol):
@@ -62,8 +64,8 @@ class SweepClock(Protocol):
 
 class GarbageCollectionLoop(Service):
     """
-    Sweeps C{engine}'s opened tenants every C{interval} seconds (the first
-    sweep one interval after start), emitting one audit line per tenant.
+    Sweeps C{engine}'s tenants every C{interval} seconds (the first sweep
+    one interval after start), emitting one audit line per tenant.
 
     @param dry_run: count what would be deleted without deleting it.
     """
@@ -139,7 +141,7 @@ class GarbageCollectionLoop(Service):
 
     async def _sweep(self) -> list[SweepReport]:
         reports: list[SweepReport] = []
-        for tenant in list(self._engine.opened()):
+        for tenant in list(await self._engine.sweepable()):
             try:
                 report = await tenant.sweep(dry_run=self.dry_run)
             except Exception:

@@ -197,25 +197,50 @@ def parse_usage_owner(args: Mapping[bytes, Sequence[bytes]]) -> str:
     return owner
 
 
+#: The parts of an agent's footprint in C{GET /control/usage}, in order.
+FOOTPRINT_KEYS = ("used_bytes", "uncommitted_bytes", "retained_bytes", "collectable_bytes")
+
+
 async def owner_usage(engine: StorageEngine, io: IWorker, owner: str) -> dict[str, JsonValue]:
     """
-    C{{"owner", "used_bytes", "agents"}}: the account usage and, for every
-    tenant of C{owner} with a chunk store on this server, the usage of each
-    agent directory holding chunks. An agent id found in several tenants of
-    the owner is reported once with the sum (their chunk stores are
-    separate).
+    C{{"owner", "used_bytes", "agents", "footprint"}}: the account usage
+    and, for every tenant of C{owner} with a chunk store on this server, the
+    usage of each agent directory holding chunks (C{agents}) and each
+    agent's footprint by part (C{footprint}: C{used_bytes},
+    C{uncommitted_bytes}, C{retained_bytes}, C{collectable_bytes}). An
+    agent id found in several tenants of the owner is reported once with
+    the sums (their chunk stores are separate).
     """
     used = await engine.account_usage(owner)
     root = engine.roots.tenants_root
     locations = await io.submit(lambda: scan_owner_tenants(root, owner))
-    agents: dict[str, JsonValue] = {}
+    agents: dict[str, int] = {}
+    parts: dict[str, list[int]] = {}
     for location in locations:
         storage = await engine.tenant(location)
         for agent_id, size in (await storage.manifests.usage_by_top()).items():
-            previous = agents.get(agent_id, 0)
-            assert isinstance(previous, int)
-            agents[agent_id] = previous + size
-    return {"owner": owner, "used_bytes": used, "agents": agents}
+            agents[agent_id] = agents.get(agent_id, 0) + size
+        for agent_id, footprint in (await storage.manifests.footprints()).items():
+            sums = parts.setdefault(agent_id, [0, 0, 0, 0])
+            for index, value in enumerate(
+                (
+                    footprint.live_bytes,
+                    footprint.uncommitted_bytes,
+                    footprint.retained_bytes,
+                    footprint.collectable_bytes,
+                )
+            ):
+                sums[index] += value
+    footprints: dict[str, JsonValue] = {
+        agent_id: dict(zip(FOOTPRINT_KEYS, sums, strict=True))
+        for agent_id, sums in sorted(parts.items())
+    }
+    return {
+        "owner": owner,
+        "used_bytes": used,
+        "agents": dict(agents),
+        "footprint": footprints,
+    }
 
 
 async def purge_agent(engine: StorageEngine, io: IWorker, request: PurgeRequest) -> PurgeReport:

@@ -133,6 +133,11 @@ def statfs_map(usage: QuotaUsage) -> Reply:
             budget_bytes=usage.budget_bytes,
             account_used_bytes=usage.account_used_bytes,
             available_bytes=usage.available_bytes,
+            uncommitted_bytes=usage.uncommitted_bytes,
+            retained_bytes=usage.retained_bytes,
+            collectable_bytes=usage.collectable_bytes,
+            retained_cap_bytes=usage.retained_cap_bytes,
+            footprint_bound_bytes=usage.footprint_bound_bytes,
         )
     )
 

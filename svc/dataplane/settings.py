@@ -45,6 +45,12 @@ from svc.pki.errors import InvalidName, PKIError
 from svc.pki.pem import certs_from_pem
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
 from svc.store.chunks import MAX_CHUNK_SIZE
+from svc.store.footprint import (
+    DEFAULT_RETENTION_FACTOR,
+    DEFAULT_UNGRANTED_BYTES,
+    FootprintPolicy,
+    parse_factor,
+)
 from svc.store.lease_values import LeaseTimings
 from svc.store.tenant import RetentionPolicy
 
@@ -66,6 +72,7 @@ DEFAULT_PLACEMENT_MISS_TTL_SECONDS = 10
 MAX_PLACEMENT_MISS_TTL_SECONDS = 3600
 MAX_HANDSHAKE_TIMEOUT_SECONDS = 300
 MAX_ANSWER_MEMORY_MIB = 1 << 20
+MAX_BYTES = 2**62
 
 MINIMUM_SERVICE_TOKEN_LENGTH = 32
 """The control plane's rule for the shared service token (the same token
@@ -184,6 +191,7 @@ class DataPlaneSettings:
                         maximum=MAX_SECONDS,
                     )
                 ),
+                footprint=_footprint_policy(environ),
             ),
             lease_timings=LeaseTimings.from_environ(environ),
             io_threads=env_int(
@@ -449,6 +457,25 @@ def _address(environ: Mapping[str, str], variable: str) -> str | None:
     if _ADDRESS.fullmatch(raw) is None or not 1 <= int(raw.rsplit(":", 1)[1]) <= 65535:
         raise ConfigError(variable, f"must be host:port (IPv6 in brackets), got {raw!r}")
     return raw
+
+
+def _footprint_policy(environ: Mapping[str, str]) -> FootprintPolicy:
+    """C{SVC_RETENTION_FACTOR} and C{SVC_UNGRANTED_FOOTPRINT_BYTES} (storage-engine.md)."""
+    factor = DEFAULT_RETENTION_FACTOR
+    raw = env_optional(environ, "SVC_RETENTION_FACTOR")
+    if raw is not None:
+        try:
+            factor = parse_factor(raw)
+        except ValueError as e:
+            raise ConfigError("SVC_RETENTION_FACTOR", str(e)) from None
+    ungranted = env_int(
+        environ,
+        "SVC_UNGRANTED_FOOTPRINT_BYTES",
+        DEFAULT_UNGRANTED_BYTES,
+        minimum=0,
+        maximum=MAX_BYTES,
+    )
+    return FootprintPolicy(retention_factor=factor, ungranted_bytes=ungranted)
 
 
 def _boolean(environ: Mapping[str, str], variable: str, default: bool = False) -> bool:

@@ -115,6 +115,20 @@ def scan_owner_tenants(tenants_root: Path, owner: str) -> list[TenantLocation]:
     return found
 
 
+def scan_tenants(tenants_root: Path) -> list[TenantLocation]:
+    """
+    Every tenant of every owner that has a chunk store under
+    ``tenants_root`` (blocking).
+    """
+    if not tenants_root.is_dir():
+        return []
+    found: list[TenantLocation] = []
+    for entry in sorted(tenants_root.iterdir()):
+        if entry.is_dir() and is_valid_id(entry.name):
+            found.extend(scan_owner_tenants(tenants_root, entry.name))
+    return found
+
+
 class StorageEngine:
     """
     Opens and holds L{TenantStorage} per tenant location.
@@ -228,7 +242,7 @@ class StorageEngine:
             account,
             grants,
             self._retention,
-            self._clock.seconds,
+            self._clock,
         )
         self._tenants[location] = storage
         self._log.info("opened tenant storage {name}", name=name)
@@ -245,7 +259,7 @@ class StorageEngine:
             storage = await self.tenant(location)
             meta = metadata_dir(self.roots.metadata_root, location)
             await self._io.submit(lambda: write_grant(meta, agent_id, grant_bytes))
-            storage.set_grant(agent_id, grant_bytes)
+            await storage.set_grant(agent_id, grant_bytes)
 
         return _defer(setting())
 
@@ -272,6 +286,32 @@ class StorageEngine:
             return await account.used_bytes()
 
         return _defer(usage())
+
+    def sweepable(self) -> Deferred[list[TenantStorage]]:
+        """
+        Every tenant with a chunk store on this server, opened (a tenant no
+        agent has used since the server started is opened now, so garbage
+        collection reaches it too). A tenant that cannot be opened is
+        logged and left out.
+        """
+
+        async def opening() -> list[TenantStorage]:
+            root = self.roots.tenants_root
+            locations = await self._io.submit(lambda: scan_tenants(root))
+            tenants = {storage.location: storage for storage in self.opened()}
+            for location in locations:
+                if location in tenants:
+                    continue
+                try:
+                    tenants[location] = await self.tenant(location)
+                except Exception:
+                    self._log.failure(
+                        "cannot open tenant {name} for garbage collection",
+                        name="/".join(location.components),
+                    )
+            return list(tenants.values())
+
+        return _defer(opening())
 
     def sweep_all(self, *, dry_run: bool = False) -> Deferred[list[SweepReport]]:
         """

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from svc.store import footprint_rows
 from svc.store.errors import ChunksCollected, InvalidArgument, NotFound
 from svc.store.journal_rows import (
     ENTRY_COLUMNS,
@@ -206,12 +207,20 @@ def _restore(
         raise InvalidArgument("cannot revert the root")
     current = lookup(connection, path)
     released: frozenset[str] = frozenset()
+    current_chunks = () if current is None else current.chunk_list()
     if before is None:
         if current is None:
             return RevertResult(path, seq, None, None, released)
         released = remove_entry(connection, stamp, path, current).released_hashes
         new_seq = append_entry(
-            connection, stamp, "revert", path, old=snapshot_of(current), new=None, reverts_seq=seq
+            connection,
+            stamp,
+            "revert",
+            path,
+            old=snapshot_of(current),
+            new=None,
+            reverts_seq=seq,
+            released=footprint_rows.released_refs(released, current_chunks),
         )
         return RevertResult(path, seq, new_seq, None, released)
     parent = require_parent_directory(connection, path)
@@ -227,7 +236,14 @@ def _restore(
     after = lookup(connection, path)
     assert after is not None and after.id == inode
     new_seq = append_entry(
-        connection, stamp, "revert", path, old=old, new=snapshot_of(after), reverts_seq=seq
+        connection,
+        stamp,
+        "revert",
+        path,
+        old=old,
+        new=snapshot_of(after),
+        reverts_seq=seq,
+        released=footprint_rows.released_refs(released, current_chunks),
     )
     return RevertResult(path, seq, new_seq, after.manifest(path), released)
 
@@ -313,12 +329,20 @@ def hashes_since(connection: sqlite3.Connection, cutoff_ms: int) -> frozenset[st
     return frozenset(found)
 
 
-def prune(connection: sqlite3.Connection, before_ms: int) -> int:
+def prune(connection: sqlite3.Connection, before_ms: int, at_ms: int) -> int:
     """
-    Delete the rows written before ``before_ms`` and return how many went.
-    Their seqs are never handed out again.
+    Delete the rows up to the newest one written before ``before_ms`` (by
+    seq, so a clock set back cannot leave an older row behind a pruned one)
+    and return how many went; the chunks only they kept become collectable
+    (L{footprint_rows.prune_journal_through}, at ``at_ms``). Their seqs are
+    never handed out again.
     """
-    return connection.execute("DELETE FROM journal WHERE at_ms < ?", (before_ms,)).rowcount
+    (through,) = connection.execute(
+        "SELECT max(seq) FROM journal WHERE at_ms < ?", (before_ms,)
+    ).fetchone()
+    if through is None:
+        return 0
+    return footprint_rows.prune_journal_through(connection, int(through), at_ms)
 
 
 def row_count(connection: sqlite3.Connection) -> int:

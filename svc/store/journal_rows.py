@@ -13,11 +13,14 @@ not exist.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import msgpack
 
+from svc.store import footprint_rows
+from svc.store.manifest_paths import top_of
 from svc.store.manifest_rows import InodeRow, Stamp
 from svc.store.manifest_values import ChunkRef, FileKind, decode_chunks, encode_chunks
 
@@ -196,14 +199,19 @@ def append_entry(
     to_path: str | None = None,
     replaced: Snapshot | None = None,
     reverts_seq: int | None = None,
+    released: Iterable[ChunkRef] = (),
 ) -> int:
     """
     Append a journal row in the current transaction and return its seq.
+    ``released`` are the chunks the change released (no live file of the
+    path's top names them any more): the row retains them
+    (L{footprint_rows.released}).
     """
+    top = top_of(path)
     cursor = connection.execute(
         "INSERT INTO journal (at_ms, agent_id, session_id, op, path, to_path, old_version,"
-        " new_version, old_state, new_state, replaced_state, reverts_seq)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " new_version, old_state, new_state, replaced_state, reverts_seq, top)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             stamp.at_ms,
             stamp.writer.agent_id,
@@ -217,8 +225,10 @@ def append_entry(
             encode_snapshot(new),
             encode_snapshot(replaced),
             reverts_seq,
+            top,
         ),
     )
     seq = cursor.lastrowid
     assert seq is not None
+    footprint_rows.released(connection, top, seq, released)
     return seq

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from svc.store import footprint_rows
 from svc.store.errors import (
     CrossSubtree,
     InvalidArgument,
@@ -115,7 +116,15 @@ def delete(connection: sqlite3.Connection, stamp: Stamp, path: str) -> RemoveRes
     if row.is_directory:
         raise IsADirectory(path)
     result = remove_entry(connection, stamp, path, row)
-    seq = append_entry(connection, stamp, "delete", path, old=snapshot_of(row), new=None)
+    seq = append_entry(
+        connection,
+        stamp,
+        "delete",
+        path,
+        old=snapshot_of(row),
+        new=None,
+        released=footprint_rows.released_refs(result.released_hashes, row.chunk_list()),
+    )
     return _with_seq(result, seq)
 
 
@@ -345,6 +354,9 @@ def rename(
         new=state,
         to_path=destination,
         replaced=replaced_state,
+        released=()
+        if replaced is None or replaced_state is None
+        else footprint_rows.released_refs(replaced.released_hashes, replaced_state.chunks),
     )
     return RenameResult(
         source,
@@ -385,7 +397,8 @@ def _move_names(
 def purge_subtree(connection: sqlite3.Connection, stamp: Stamp, top: str) -> PurgeResult:
     """
     Erase the agent disk ``/<top>``: every name and inode in it, its chunk
-    references and usage, and every journal row whose C{path} or C{to_path}
+    references and usage, its footprint rows (uploads, retained and
+    collectable chunks), and every journal row whose C{path} or C{to_path}
     lies in it. Not journaled (it is the erasure of that history). The root
     directory's times, version and link count follow.
 
@@ -400,7 +413,7 @@ def purge_subtree(connection: sqlite3.Connection, stamp: Stamp, top: str) -> Pur
     hashes = frozenset(
         digest.hex()
         for (digest,) in connection.execute("SELECT hash FROM chunk_refs WHERE top = ?", (top,))
-    )
+    ) | footprint_rows.purge(connection, top)
     head = lookup(connection, path)
     inodes = [
         (inode,)

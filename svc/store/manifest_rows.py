@@ -282,7 +282,9 @@ def adjust_refs(
     """
     Move the chunk references of one inode under ``/<top>`` from ``old`` to
     ``new``, keeping C{subtree_usage} in step, and return the hashes whose
-    last reference in the top went away.
+    last reference in the top went away. A chunk the top starts to reference
+    stops being charged as uploaded, retained or collectable (the schema's
+    C{chunk_named} trigger).
 
     @raise InvalidArgument: a new chunk's size disagrees with the size
         already recorded for its hash in this top.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from svc.store import footprint_rows
 from svc.store.errors import (
     InvalidArgument,
     IsADirectory,
@@ -66,7 +67,8 @@ def put(
     ``expected_version`` with version + 1. ``size`` must be the sum of the
     chunk sizes (holes are materialised as zero chunks by the client).
     With ``quota_bytes``, a write that raises the unique chunk bytes of the
-    path's top-level directory above it is refused. ``atime_ns``, when
+    path's top-level directory and its uploads not yet committed (the
+    chunks the write names stop counting as uploads) above it is refused. ``atime_ns``, when
     given, is the file's new atime (else a new file's is its mtime and a
     replaced file keeps its own).
 
@@ -91,7 +93,7 @@ def put(
     if path == ROOT:
         raise IsADirectory(path)
     top = top_of(path)
-    usage_before = subtree_usage(connection, top) if quota_bytes is not None else 0
+    charged_before = _charged(connection, top) if quota_bytes is not None else 0
     row = lookup(connection, path)
     blob = encode_chunks(new_chunks)
     if row is None:
@@ -146,10 +148,14 @@ def put(
             ),
         )
         old = snapshot_of(row)
-    adjust_refs(connection, top, old_chunks, new_chunks)
+    released = adjust_refs(connection, top, old_chunks, new_chunks)
     usage_after = subtree_usage(connection, top)
-    if quota_bytes is not None and usage_after > max(quota_bytes, usage_before):
-        raise QuotaExceeded(f"{top}: {usage_after} bytes would exceed {quota_bytes}")
+    if quota_bytes is not None:
+        charged_after = _charged(connection, top)
+        if charged_after > max(quota_bytes, charged_before):
+            raise QuotaExceeded(
+                f"agent grant {quota_bytes} bytes: the change needs {charged_after} in files"
+            )
     new = Snapshot(
         kind=FileKind.FILE,
         mode=mode,
@@ -163,7 +169,15 @@ def put(
         symlink_target=None,
         chunks=new_chunks,
     )
-    seq = append_entry(connection, stamp, "put", path, old=old, new=new)
+    seq = append_entry(
+        connection,
+        stamp,
+        "put",
+        path,
+        old=old,
+        new=new,
+        released=footprint_rows.released_refs(released, old_chunks),
+    )
     return PutResult(
         path=path,
         inode=inode,
@@ -176,6 +190,11 @@ def put(
         journal_seq=seq,
         ctime_ns=stamp.now_ns,
     )
+
+
+def _charged(connection: sqlite3.Connection, top: str) -> int:
+    """What the grant bounds at a commit: the top's live bytes (uploads are bounded apart)."""
+    return footprint_rows.read(connection, top).live_bytes
 
 
 def set_attributes(
@@ -235,6 +254,12 @@ def set_attributes(
     )
     after = lookup_inode(connection, row.id)
     seq = append_entry(
-        connection, stamp, "setattr", path, old=snapshot_of(row), new=snapshot_of(after)
+        connection,
+        stamp,
+        "setattr",
+        path,
+        old=snapshot_of(row),
+        new=snapshot_of(after),
+        released=footprint_rows.released_refs(released, row.chunk_list()),
     )
     return SetattrResult(path, after.attributes(), released, seq)

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.store import journal, manifest_names, manifest_reads, manifest_writes
+from svc.store import footprint_rows, journal, manifest_names, manifest_reads, manifest_writes
+from svc.store.footprint import Footprint, FootprintPolicy
 from svc.store.journal import JournalPage, JournalQuery, MissingChunks, RevertResult
 from svc.store.journal_rows import JournalEntry
+from svc.store.manifest_paths import top_of
 from svc.store.manifest_rows import Stamp, subtree_usage
 from svc.store.manifest_values import (
     ChunkRef,
@@ -46,6 +48,7 @@ __all__ = ["ManifestStore", "StoreClosed", "WallClock"]
 T = TypeVar("T")
 
 _NS_PER_SECOND = 1_000_000_000
+_NS_PER_MS = 1_000_000
 
 
 class WallClock(Protocol):
@@ -57,6 +60,11 @@ class WallClock(Protocol):
     def seconds(self) -> float:
         """The current time in seconds since the epoch."""
 
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule a call (the commit of early work, L{TransactionQueue})."""
+
 
 class ManifestStore:
     """
@@ -66,8 +74,16 @@ class ManifestStore:
     _log = Logger()
 
     def __init__(self, connection: sqlite3.Connection, worker: IWorker, clock: WallClock):
-        self._queue = TransactionQueue(connection, worker)
+        self._queue = TransactionQueue(connection, worker, clock=clock)
         self._clock = clock
+        self._collectable_listener: Callable[[], object] | None = None
+
+    def notify_collectable(self, listener: Callable[[], object]) -> None:
+        """
+        Call ``listener`` (on the reactor, after the commit) whenever a
+        change or a pruning leaves chunks collectable.
+        """
+        self._collectable_listener = listener
 
     @classmethod
     def open(
@@ -112,11 +128,50 @@ class ManifestStore:
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> Deferred[T]:
         return self._queue.submit(work, writes=False)
 
-    def _write(self, writer: Writer, work: Callable[[sqlite3.Connection, Stamp], T]) -> Deferred[T]:
-        def stamped(connection: sqlite3.Connection) -> T:
-            return work(connection, Stamp(round(self._clock.seconds() * _NS_PER_SECOND), writer))
+    def _now(self) -> int:
+        return round(self._clock.seconds() * _NS_PER_SECOND)
 
-        return self._queue.submit(stamped, writes=True)
+    def _write(
+        self,
+        writer: Writer,
+        work: Callable[[sqlite3.Connection, Stamp], T],
+        retained_cap: tuple[str, int | None] = ("", None),
+    ) -> Deferred[T]:
+        """
+        Run the mutation ``work``; then, when ``retained_cap`` gives a top
+        and a cap, prune that top's oldest journal rows to bring its
+        retained bytes within the cap, in the same savepoint.
+        """
+        top, cap = retained_cap
+
+        def stamped(connection: sqlite3.Connection) -> tuple[T, int]:
+            stamp = Stamp(self._now(), writer)
+            result = work(connection, stamp)
+            grew = (
+                0 if cap is None else footprint_rows.prune_to_cap(connection, top, cap, stamp.at_ms)
+            )
+            return result, grew
+
+        return self._queue.submit(stamped, writes=True).addCallback(self._collectable)
+
+    def _collectable(self, outcome: tuple[T, int]) -> T:
+        result, grew = outcome
+        if grew and self._collectable_listener is not None:
+            self._collectable_listener()
+        return result
+
+    def _maintain(self, work: Callable[[sqlite3.Connection, int], int]) -> Deferred[int]:
+        """
+        Run footprint upkeep ``work`` (given the time in ms) that returns
+        the bytes it made collectable; tell the listener if any.
+        """
+        at_ms = self._now() // _NS_PER_MS
+
+        def run(connection: sqlite3.Connection) -> tuple[int, int]:
+            grew = work(connection, at_ms)
+            return grew, grew
+
+        return self._queue.submit(run, writes=True).addCallback(self._collectable)
 
     # Reads
 
@@ -182,11 +237,14 @@ class ManifestStore:
         writer: Writer,
         quota_bytes: int | None = None,
         atime_ns: int | None = None,
+        retained_cap: int | None = None,
     ) -> Deferred[PutResult]:
         """
         Compare-and-swap the content of file ``path`` (see
         L{svc.store.manifest_writes.put}): ``expected_version`` 0 creates; a mismatch
-        fails with L{svc.store.errors.StaleVersion} (ESTALE).
+        fails with L{svc.store.errors.StaleVersion} (ESTALE). With
+        ``retained_cap``, the bytes the path's top keeps only for its
+        journal are then brought within it (L{footprint_rows.prune_to_cap}).
         """
         return self._write(
             writer,
@@ -204,13 +262,18 @@ class ManifestStore:
                 quota_bytes=quota_bytes,
                 atime_ns=atime_ns,
             ),
+            (top_of(path), retained_cap),
         )
 
-    def delete(self, path: str, *, writer: Writer) -> Deferred[RemoveResult]:
+    def delete(
+        self, path: str, *, writer: Writer, retained_cap: int | None = None
+    ) -> Deferred[RemoveResult]:
         """
-        Unlink the non-directory ``path``.
+        Unlink the non-directory ``path`` (``retained_cap`` as for L{put}).
         """
-        return self._write(writer, lambda c, s: manifest_names.delete(c, s, path))
+        return self._write(
+            writer, lambda c, s: manifest_names.delete(c, s, path), (top_of(path), retained_cap)
+        )
 
     def mkdir(
         self, path: str, *, mode: int, uid: int, gid: int, writer: Writer
@@ -235,15 +298,17 @@ class ManifestStore:
         *,
         writer: Writer,
         subtree_check: manifest_names.SubtreeMoveCheck | None = None,
+        retained_cap: int | None = None,
     ) -> Deferred[RenameResult]:
         """
         Move ``source`` (with its subtree) to ``destination`` atomically;
         ``subtree_check`` (run on the worker) may refuse a directory's move
-        (L{manifest_names.rename}).
+        (L{manifest_names.rename}); ``retained_cap`` as for L{put}.
         """
         return self._write(
             writer,
             lambda c, s: manifest_names.rename(c, s, source, destination, subtree_check),
+            (top_of(source), retained_cap),
         )
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
@@ -295,9 +360,11 @@ class ManifestStore:
         size: int | None = None,
         mtime_ns: int | None = None,
         atime_ns: int | None = None,
+        retained_cap: int | None = None,
     ) -> Deferred[SetattrResult]:
         """
-        Change attributes of ``path``; ``size`` only to 0 (or unchanged).
+        Change attributes of ``path``; ``size`` only to 0 (or unchanged)
+        (``retained_cap`` as for L{put}).
         """
         return self._write(
             writer,
@@ -312,6 +379,7 @@ class ManifestStore:
                 mtime_ns=mtime_ns,
                 atime_ns=atime_ns,
             ),
+            (top_of(path), retained_cap),
         )
 
     def purge_subtree(self, top: str) -> Deferred[PurgeResult]:
@@ -339,14 +407,25 @@ class ManifestStore:
         return self._read(lambda c: journal.query(c, journal_query))
 
     def journal_revert(
-        self, path: str, seq: int, *, writer: Writer, missing_chunks: MissingChunks
+        self,
+        path: str,
+        seq: int,
+        *,
+        writer: Writer,
+        missing_chunks: MissingChunks,
+        retained_cap: int | None = None,
     ) -> Deferred[RevertResult]:
         """
         Restore ``path`` to its state just before entry ``seq`` as a new
         journaled change. ``missing_chunks`` runs on the worker thread and
-        returns the hashes (of those given) the chunk store lacks.
+        returns the hashes (of those given) the chunk store lacks
+        (``retained_cap`` as for L{put}).
         """
-        return self._write(writer, lambda c, s: journal.revert(c, s, path, seq, missing_chunks))
+        return self._write(
+            writer,
+            lambda c, s: journal.revert(c, s, path, seq, missing_chunks),
+            (top_of(path), retained_cap),
+        )
 
     def journal_hashes_since(self, cutoff_ms: int) -> Deferred[frozenset[str]]:
         """
@@ -356,9 +435,113 @@ class ManifestStore:
 
     def journal_prune(self, before_ms: int) -> Deferred[int]:
         """
-        Delete journal rows older than ``before_ms``; the count deleted.
+        Delete journal rows older than ``before_ms`` (see L{journal.prune});
+        the count deleted.
         """
-        return self._queue.submit(lambda c: journal.prune(c, before_ms), writes=True)
+        at_ms = self._now() // _NS_PER_MS
+        return self._queue.submit(lambda c: journal.prune(c, before_ms, at_ms), writes=True)
+
+    # Footprint
+
+    def footprint(self, top: str) -> Deferred[Footprint]:
+        """
+        The bytes charged to ``/<top>`` (L{svc.store.footprint}): two
+        primary-key reads, queued behind the writes already submitted.
+        """
+        return self._read(lambda c: footprint_rows.read(c, top))
+
+    def footprints(self) -> Deferred[dict[str, Footprint]]:
+        """
+        L{footprint} of every top with charged bytes.
+        """
+        return self._read(footprint_rows.read_all)
+
+    def charge_upload(
+        self,
+        top: str,
+        chunk: ChunkRef,
+        *,
+        grant_bytes: int | None,
+        backlog_bytes: int | None,
+    ) -> Deferred[bool]:
+        """
+        Charge an upload of ``chunk`` to ``/<top>`` (see
+        L{footprint_rows.charge_upload}); fires with whether this call
+        recorded it as soon as that is decided, before its transaction
+        commits (the upload's bytes are written meanwhile: a crash that
+        loses the charge leaves a chunk no row names, which a GC sweep
+        deletes once the chunk grace has passed).
+        """
+        at_ms = self._now() // _NS_PER_MS
+        return self._queue.submit(
+            lambda c: footprint_rows.charge_upload(
+                c, top, chunk, at_ms, grant_bytes=grant_bytes, backlog_bytes=backlog_bytes
+            ),
+            writes=True,
+            early=True,
+        )
+
+    def uncharge_upload(self, top: str, chunk_hash: str) -> Deferred[None]:
+        """
+        Forget an upload L{charge_upload} recorded that stored nothing.
+        """
+        return self._queue.submit(
+            lambda c: footprint_rows.uncharge_upload(c, top, chunk_hash), writes=True
+        )
+
+    def upload_hashes(self, since_ms: int | None = None) -> Deferred[frozenset[str]]:
+        """
+        Every chunk uploaded and not committed, still charged (only those
+        renewed at or after ``since_ms``, when given).
+        """
+        return self._read(lambda c: footprint_rows.upload_hashes(c, since_ms))
+
+    def enforce_retained_cap(self, top: str, cap: int) -> Deferred[int]:
+        """
+        Bring ``/<top>``'s retained bytes within ``cap`` now (after its grant
+        was lowered); the bytes that became collectable.
+        """
+        return self._maintain(lambda c, at_ms: footprint_rows.prune_to_cap(c, top, cap, at_ms))
+
+    def expire(
+        self,
+        uploads_before_ms: int,
+        journal_before_ms: int,
+        grants: Mapping[str, int],
+        policy: FootprintPolicy,
+    ) -> Deferred[None]:
+        """
+        The collection's upkeep, in one transaction: stop charging uploads
+        renewed before ``uploads_before_ms``, prune journal rows older than
+        ``journal_before_ms``, and bring every top's retained bytes within
+        its cap under ``grants`` and ``policy``. What they release becomes
+        collectable; the caller (a GC sweep) collects it next, so the
+        listener is not told.
+        """
+        at_ms = self._now() // _NS_PER_MS
+        caps = dict(grants)
+
+        def expiring(connection: sqlite3.Connection) -> None:
+            footprint_rows.expire_uploads(connection, uploads_before_ms, at_ms)
+            journal.prune(connection, journal_before_ms, at_ms)
+            footprint_rows.prune_all_to_caps(connection, caps, policy, at_ms)
+
+        return self._queue.submit(expiring, writes=True)
+
+    def collectable_chunks(self, limit: int) -> Deferred[list[tuple[str, int]]]:
+        """
+        Up to ``limit`` collectable chunks, oldest first: C{(hash, size)}.
+        """
+        return self._read(lambda c: footprint_rows.collectable_chunks(c, limit))
+
+    def forget_collectable(self, hashes: Sequence[str]) -> Deferred[None]:
+        """
+        The chunks ``hashes`` left the chunk store: stop charging them.
+        """
+        wanted = list(hashes)
+        return self._queue.submit(
+            lambda c: footprint_rows.forget_collectable(c, wanted), writes=True
+        )
 
     def journal_row_count(self) -> Deferred[int]:
         """

@@ -10,7 +10,9 @@ What counts (see ``docs/specifications/storage-engine.md``, "What counts"):
   by the journal's retention window, or uploaded and not yet committed, count
   until garbage collection removes them.
 - B{Agent usage} is the number of bytes of distinct chunks referenced by the
-  live files under the agent's subtree C{/<agent_id>}.
+  live files under the agent's subtree C{/<agent_id>}. The grant bounds it
+  together with the agent's uploads not yet committed; the rest of the
+  agent's footprint is bounded by L{svc.store.footprint}.
 
 A put that would take either past its limit fails with C{EDQUOT}
 (L{QuotaExceeded}) and writes nothing. C{None} means unlimited.
@@ -104,16 +106,34 @@ class QuotaUsage:
     account usage of its owner (every agent's, every tenant's), known only
     when the account has a budget (L{None} otherwise); a limit of C{None} is
     unlimited.
+
+    The rest of the agent's footprint (L{svc.store.footprint}):
+    C{uncommitted_bytes} uploaded and not yet named by its files (the grant
+    bounds them with C{used_bytes}), C{retained_bytes} kept only for its
+    journal (at most C{retained_cap_bytes}), C{collectable_bytes} released
+    and waiting for deletion; C{footprint_bound_bytes} is the most all four
+    parts can reach (L{None} without a grant).
     """
 
     used_bytes: int
     grant_bytes: int | None
     account_used_bytes: int | None
     budget_bytes: int | None
+    uncommitted_bytes: int = 0
+    retained_bytes: int = 0
+    collectable_bytes: int = 0
+    retained_cap_bytes: int | None = None
+    footprint_bound_bytes: int | None = None
 
     @property
     def available_bytes(self) -> int | None:
-        """See L{available_bytes}."""
+        """
+        See L{available_bytes}: the room under the grant is what the files
+        leave. Uploads not yet committed take room too (the grant bounds
+        them with the files) but are not subtracted: a client writing a file
+        counts its own uploads already (the mount's write-time check), and
+        may subtract C{uncommitted_bytes} itself.
+        """
         return available_bytes(
             self.used_bytes, self.grant_bytes, self.account_used_bytes, self.budget_bytes
         )

@@ -1,6 +1,7 @@
 """
 The schema of a tenant's ``routes.db``: the namespace (names and inodes), chunk
-reference counts for garbage collection and quotas, and the write journal.
+reference counts for garbage collection and quotas, the write journal, and
+each agent's footprint (uploads, retained and collectable chunks).
 
 The DDL below is the reference; ``docs/specifications/routes-db.md`` describes
 the same tables, invariants and encodings in prose. The schema version is kept
@@ -24,6 +25,8 @@ Encodings shared by several columns:
 from __future__ import annotations
 
 import sqlite3
+
+import msgpack
 
 from svc.store.sqlite_migrations import (
     Migration,
@@ -171,9 +174,160 @@ _SCHEMA_1 = (
 )
 
 
+_SCHEMA_2 = (
+    # Uploads not yet committed, charged to the agent that made them (its
+    # top) until one of its files names the chunk (the row goes in that
+    # transaction) or GC expires it (`at_ms` older than the chunk grace).
+    # Never both here and in chunk_refs for the same (top, hash).
+    """
+    CREATE TABLE uploads (
+        top   TEXT NOT NULL,
+        hash  BLOB NOT NULL CHECK (length(hash) = 32),
+        size  INTEGER NOT NULL CHECK (size > 0),
+        at_ms INTEGER NOT NULL,               -- the last chunk_put of it by this top
+        PRIMARY KEY (top, hash)
+    ) STRICT, WITHOUT ROWID
+    """,
+    "CREATE INDEX uploads_by_time ON uploads (at_ms)",
+    # Chunks kept only for a top's journal: no live file of the top names
+    # the hash and a journal row of the top does. `last_seq` is the newest
+    # such row (the one that released the chunk last): pruning the rows up
+    # to it frees the chunk as far as this top is concerned.
+    """
+    CREATE TABLE retained_chunks (
+        top      TEXT NOT NULL,
+        hash     BLOB NOT NULL CHECK (length(hash) = 32),
+        size     INTEGER NOT NULL CHECK (size > 0),
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (top, hash)
+    ) STRICT, WITHOUT ROWID
+    """,
+    "CREATE INDEX retained_by_release ON retained_chunks (top, last_seq)",
+    # Chunks released by a top's pruned journal rows or expired uploads
+    # that no top names (no chunk_refs, retained_chunks or uploads row):
+    # charged to that top until the chunk is deleted from the store.
+    """
+    CREATE TABLE collectable (
+        hash     BLOB PRIMARY KEY CHECK (length(hash) = 32),
+        top      TEXT NOT NULL,
+        size     INTEGER NOT NULL CHECK (size > 0),
+        since_ms INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID
+    """,
+    # Running totals per top of uploads, retained_chunks and collectable
+    # (sum(size) of the top's rows in each). Rows may remain at 0.
+    """
+    CREATE TABLE footprint (
+        top               TEXT PRIMARY KEY,
+        uncommitted_bytes INTEGER NOT NULL CHECK (uncommitted_bytes >= 0),
+        retained_bytes    INTEGER NOT NULL CHECK (retained_bytes >= 0),
+        collectable_bytes INTEGER NOT NULL CHECK (collectable_bytes >= 0)
+    ) STRICT, WITHOUT ROWID
+    """,
+    # The running totals follow the three tables, inside SQLite (no
+    # statement of the caller's per row). A row is inserted with a positive
+    # size, so the upsert never meets the CHECK with a negative value; a
+    # delete finds the top's row, made by the insert.
+    """
+    CREATE TRIGGER uploads_added AFTER INSERT ON uploads BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, NEW.size, 0, 0)
+        ON CONFLICT (top) DO UPDATE SET uncommitted_bytes = uncommitted_bytes + NEW.size;
+        DELETE FROM collectable WHERE hash = NEW.hash;
+    END
+    """,
+    """
+    CREATE TRIGGER uploads_removed AFTER DELETE ON uploads BEGIN
+        UPDATE footprint SET uncommitted_bytes = uncommitted_bytes - OLD.size
+        WHERE top = OLD.top;
+    END
+    """,
+    """
+    CREATE TRIGGER retained_added AFTER INSERT ON retained_chunks BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, 0, NEW.size, 0)
+        ON CONFLICT (top) DO UPDATE SET retained_bytes = retained_bytes + NEW.size;
+    END
+    """,
+    """
+    CREATE TRIGGER retained_removed AFTER DELETE ON retained_chunks BEGIN
+        UPDATE footprint SET retained_bytes = retained_bytes - OLD.size WHERE top = OLD.top;
+    END
+    """,
+    """
+    CREATE TRIGGER collectable_added AFTER INSERT ON collectable BEGIN
+        INSERT INTO footprint (top, uncommitted_bytes, retained_bytes, collectable_bytes)
+        VALUES (NEW.top, 0, 0, NEW.size)
+        ON CONFLICT (top) DO UPDATE SET collectable_bytes = collectable_bytes + NEW.size;
+    END
+    """,
+    """
+    CREATE TRIGGER collectable_removed AFTER DELETE ON collectable BEGIN
+        UPDATE footprint SET collectable_bytes = collectable_bytes - OLD.size
+        WHERE top = OLD.top;
+    END
+    """,
+    # A live file of a top starts to name a chunk (a chunk_refs row is
+    # made; an existing row only counting more references is an update): it
+    # is no longer uploaded, retained or collectable for anyone's sake.
+    """
+    CREATE TRIGGER chunk_named AFTER INSERT ON chunk_refs BEGIN
+        DELETE FROM uploads WHERE top = NEW.top AND hash = NEW.hash;
+        DELETE FROM retained_chunks WHERE top = NEW.top AND hash = NEW.hash;
+        DELETE FROM collectable WHERE hash = NEW.hash;
+    END
+    """,
+    # The top of the row's path (every row of a change lies in one top), so
+    # a top's oldest rows are found without a scan.
+    "ALTER TABLE journal ADD COLUMN top TEXT NOT NULL DEFAULT ''",
+    """
+    UPDATE journal SET top = CASE
+        WHEN path = '/' THEN ''
+        WHEN instr(substr(path, 2), '/') = 0 THEN substr(path, 2)
+        ELSE substr(path, 2, instr(substr(path, 2), '/') - 1)
+    END
+    """,
+    "CREATE INDEX journal_by_top ON journal (top, seq)",
+)
+
+
+def _retain_journaled_chunks(connection: sqlite3.Connection) -> None:
+    """
+    Migration 2's backfill: every chunk named by an existing row's old or
+    replaced state that no live file of the row's top names is retained by
+    the newest such row (after its last release, no snapshot of the top can
+    name it); the totals follow.
+    """
+    rows = connection.execute(
+        "SELECT seq, top, old_state, replaced_state FROM journal ORDER BY seq"
+    ).fetchall()
+    newest: dict[tuple[str, bytes], tuple[int, int]] = {}
+    for seq, top, old_state, replaced_state in rows:
+        for blob in (old_state, replaced_state):
+            if blob is None:
+                continue
+            records = msgpack.unpackb(blob, raw=False)["chunks"]
+            for start in range(0, len(records), 40):
+                digest = bytes(records[start : start + 32])
+                size = int.from_bytes(records[start + 32 : start + 40], "big")
+                newest[(top, digest)] = (seq, size)
+    # The triggers keep the footprint totals.
+    connection.executemany(
+        "INSERT INTO retained_chunks (top, hash, size, last_seq) SELECT ?1, ?2, ?3, ?4"
+        " WHERE NOT EXISTS (SELECT 1 FROM chunk_refs WHERE top = ?1 AND hash = ?2)",
+        [(top, digest, size, seq) for (top, digest), (seq, size) in newest.items()],
+    )
+
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "namespace, chunk references, journal", _SCHEMA_1),
+    Migration(
+        2,
+        "footprint: uploads, retained and collectable chunks, journal top",
+        _SCHEMA_2,
+        _retain_journaled_chunks,
+    ),
 )
 
 #: The schema version this code reads and writes.

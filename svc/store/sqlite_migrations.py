@@ -7,6 +7,7 @@ every migration not yet applied runs, in order, inside one transaction.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 import attrs
 
@@ -14,13 +15,15 @@ import attrs
 @attrs.frozen
 class Migration:
     """
-    One numbered step of a schema: after applying ``statements``,
-    ``PRAGMA user_version`` is ``version``.
+    One numbered step of a schema: after applying ``statements`` and then
+    ``backfill`` (a function of the connection, for data SQL cannot derive
+    alone; in the same transaction), ``PRAGMA user_version`` is ``version``.
     """
 
     version: int = attrs.field(validator=attrs.validators.ge(1))
     description: str
     statements: tuple[str, ...]
+    backfill: Callable[[sqlite3.Connection], None] | None = None
 
 
 class SchemaTooNew(Exception):
@@ -59,6 +62,8 @@ def apply_migrations(
                 continue
             for statement in migration.statements:
                 connection.execute(statement)
+            if migration.backfill is not None:
+                migration.backfill(connection)
             connection.execute(f"PRAGMA user_version = {migration.version:d}")
         connection.execute("COMMIT")
     except BaseException:

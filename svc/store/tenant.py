@@ -14,9 +14,14 @@ The rules that need more than one store live here:
   A chunk whose upload this storage completed since the last deletion (GC,
   purge; a chunk withdrawn as corrupt is forgotten) is known to be there
   and is not looked up again (L{RecentChunks}).
-- B{Quotas.} A chunk upload that stores new bytes reserves them against the
-  owner's account budget first (L{OwnerAccount}); a manifest change is
-  checked against the agent's grant inside its transaction.
+- B{Quotas and footprint.} A chunk upload is charged to its agent first
+  (C{routes.db}, L{svc.store.footprint_rows.charge_upload}: refused past
+  the agent's grant, held back while its collectable bytes are past their
+  limit); one that stores new bytes also reserves them against the owner's
+  account budget (L{OwnerAccount}). A manifest change is checked against
+  the agent's grant inside its transaction, and prunes the agent's oldest
+  journal rows past its retained cap in that transaction; what that leaves
+  collectable is deleted soon after (L{svc.store.collection}).
 - B{Journal notification.} Every change that appends a journal row wakes
   the L{TenantStorage.journal_changed} waiters once it has committed (the
   control plane's journal long-poll waits on them).
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredLock, fail, succeed
@@ -46,14 +51,17 @@ from svc.store.chunks import (
     CorruptStoredChunk,
     IChunkStore,
 )
+from svc.store.collection import Collection
 from svc.store.commit_gate import CommitGate
-from svc.store.errors import MissingChunks, NotFound, WriteLeaseHeld
-from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
+from svc.store.errors import InvalidArgument, MissingChunks, NotFound, WriteLeaseHeld
+from svc.store.footprint import CollectionBacklog, FootprintPolicy
+from svc.store.gc import PurgeReport, SweepReport
 from svc.store.journal import JournalPage, JournalQuery, RevertResult
 from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder, PutVerdict
 from svc.store.leases import LeaseTable
 from svc.store.manifest_names import SubtreeMoveCheck
+from svc.store.manifest_paths import top_of
 from svc.store.manifest_values import (
     ChunkRef,
     CreateResult,
@@ -69,11 +77,10 @@ from svc.store.manifest_values import (
 )
 from svc.store.manifests import ManifestStore
 from svc.store.quota import QuotaUsage, check_account
+from svc.store.uploads_in_flight import UploadsInFlight
 
 T = TypeVar("T")
 
-_NS_PER_SECOND = 1_000_000_000
-_MS_PER_SECOND = 1000
 
 RECENT_CHUNKS = 65536
 """Chunks whose completed upload a tenant storage remembers (L{RecentChunks})."""
@@ -81,6 +88,18 @@ RECENT_CHUNKS = 65536
 
 def _defer(coroutine: Coroutine[Any, Any, T]) -> Deferred[T]:
     return Deferred.fromCoroutine(coroutine)
+
+
+class TenantClock(Protocol):
+    """What a tenant storage needs of the reactor's clock."""
+
+    def seconds(self) -> float:
+        """Now, in seconds since the epoch."""
+
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> Any:
+        """Schedule a call."""
 
 
 class OwnerAccount:
@@ -174,7 +193,11 @@ class RecentChunks:
         return [h for h in hashes if h not in self._stored]
 
     def forget(self, chunk_hash: str) -> None:
-        """C{chunk_hash} may be gone (withdrawn as corrupt)."""
+        """
+        C{chunk_hash} may be gone (withdrawn as corrupt, or deleted by a
+        reclaim pass: it deletes only chunks nothing names, holding the
+        commit gate, so the others it leaves are still stored).
+        """
         self._stored.pop(chunk_hash, None)
 
     def deleted(self) -> None:
@@ -185,14 +208,20 @@ class RecentChunks:
 @attrs.frozen
 class RetentionPolicy:
     """
-    How long unreferenced data is kept: chunks younger than
-    ``chunk_grace_seconds`` are never collected (an upload may be about to be
-    committed); journal rows younger than ``journal_retention_seconds`` keep
-    their chunks so the change can be reverted.
+    How long unreferenced data is kept: an upload stays charged to its
+    agent, and its chunk is not collected, for ``chunk_grace_seconds`` after
+    its last C{chunk_put} (it may be about to be committed; an unrecorded
+    chunk younger than that is not swept either); journal rows younger than
+    ``journal_retention_seconds`` keep their chunks so the change can be
+    reverted, within the bytes ``footprint`` lets each agent retain. A
+    collectable chunk written or touched within ``reclaim_margin_seconds``
+    is deleted by a later pass.
     """
 
     chunk_grace_seconds: float = 3600.0
     journal_retention_seconds: float = 7 * 24 * 3600.0
+    footprint: FootprintPolicy = attrs.field(factory=FootprintPolicy)
+    reclaim_margin_seconds: float = 0.5
 
 
 class TenantStorage:
@@ -211,7 +240,7 @@ class TenantStorage:
         account: OwnerAccount,
         grants: dict[str, int],
         retention: RetentionPolicy,
-        clock_seconds: Any,
+        clock: TenantClock,
     ) -> None:
         self.location = location
         self.chunks = chunks
@@ -220,10 +249,26 @@ class TenantStorage:
         self.account = account
         self._grants = grants
         self._retention = retention
-        self._seconds = clock_seconds
+        self._policy = retention.footprint
+        self._seconds = clock.seconds
         self._gate = CommitGate()
         self._journal_waiters: list[Deferred[None]] = []
         self._recent = RecentChunks()
+        self._uploading = UploadsInFlight()
+        self.collection = Collection(
+            location.tenant,
+            chunks,
+            manifests,
+            self._gate,
+            self._recent,
+            clock,
+            clock.seconds,
+            lambda: self._grants,
+            self._policy,
+            chunk_grace_seconds=retention.chunk_grace_seconds,
+            journal_retention_seconds=retention.journal_retention_seconds,
+            margin_seconds=retention.reclaim_margin_seconds,
+        )
 
     @property
     def tenant_id(self) -> str:
@@ -240,14 +285,25 @@ class TenantStorage:
         """
         return self._grants.get(agent_id)
 
-    def set_grant(self, agent_id: str, grant_bytes: int | None) -> None:
+    def set_grant(self, agent_id: str, grant_bytes: int | None) -> Deferred[None]:
         """
-        Change the in-memory grant; the engine persists it.
+        Change the in-memory grant (the engine persists it) and bring the
+        agent's retained bytes within the cap the new grant gives.
         """
         if grant_bytes is None:
             self._grants.pop(agent_id, None)
         else:
             self._grants[agent_id] = grant_bytes
+        return self.manifests.enforce_retained_cap(
+            agent_id, self._policy.retained_cap(grant_bytes)
+        ).addCallback(lambda _: None)
+
+    def retained_cap(self, path: str) -> int:
+        """
+        The bytes the agent whose disk holds ``path`` may keep only for its
+        journal (L{FootprintPolicy.retained_cap}).
+        """
+        return self._policy.retained_cap(self._grants.get(top_of(path)))
 
     def agent_usage(self, agent_id: str) -> Deferred[int]:
         """
@@ -257,56 +313,101 @@ class TenantStorage:
 
     def quota_usage(self, agent_id: str) -> Deferred[QuotaUsage]:
         """
-        The agent's usage and grant with its owner's account usage and
-        budget. Cheap: one primary-key read of C{subtree_usage} in
+        The agent's usage (its footprint, by part) and grant with its
+        owner's account usage and budget. Cheap: two primary-key reads in
         C{routes.db} (queued behind the writes already submitted) and the
         chunk stores' running totals; nothing is scanned.
         """
 
         async def usage() -> QuotaUsage:
-            used = await self.agent_usage(agent_id)
+            footprint = await self.manifests.footprint(agent_id)
             # The account's usage moves when an upload is new to the tenant
             # store and not when it is not: shown without need, it would
             # tell agents what other agents stored (dataplane-ops.md 6).
             budget = self.account.budget_bytes
             account_used = None if budget is None else await self.account.used_bytes()
+            grant = self.grant_for(agent_id)
             return QuotaUsage(
-                used_bytes=used,
-                grant_bytes=self.grant_for(agent_id),
+                used_bytes=footprint.live_bytes,
+                grant_bytes=grant,
                 account_used_bytes=account_used,
                 budget_bytes=budget,
+                uncommitted_bytes=footprint.uncommitted_bytes,
+                retained_bytes=footprint.retained_bytes,
+                collectable_bytes=footprint.collectable_bytes,
+                retained_cap_bytes=self._policy.retained_cap(grant),
+                footprint_bound_bytes=self._policy.bound(grant),
             )
 
         return _defer(usage())
 
     # Chunks
 
-    def chunk_put(self, chunk_hash: str, data: bytes | memoryview) -> Deferred[ChunkPutResult]:
+    def chunk_put(
+        self, agent_id: str, chunk_hash: str, data: bytes | memoryview
+    ) -> Deferred[ChunkPutResult]:
         """
-        Store a chunk, checking the account budget for new bytes. A chunk the
-        store already holds costs nothing and is reported as deduplicated.
+        Store a chunk uploaded by ``agent_id``: charge it to the agent first
+        (L{svc.store.footprint_rows.charge_upload}: L{QuotaExceeded} past
+        its grant; held back while its collectable bytes are past their
+        limit, until a reclaim pass has run), then check the account budget
+        for bytes new to the store. A chunk the store already holds costs
+        the account nothing and is reported as deduplicated; it costs the
+        agent nothing only if its own files name it. An upload that fails
+        takes its charge back (L{UploadsInFlight}).
         """
+
+        try:
+            chunk = ChunkRef(chunk_hash, len(data))
+        except InvalidArgument:
+            return fail()
 
         async def put() -> ChunkPutResult:
-            if self.account.budget_bytes is None:
-                # Unlimited account: nothing to reserve, and the store's own
-                # put deduplicates, so skip the extra round trip.
-                return await self.chunks.put(chunk_hash, data)
-            present = await self.chunks.has([chunk_hash])
-            if present.present:
-                return await self.chunks.put(chunk_hash, data)
-            size = len(data)
-            await self.account.reserve(size)
+            self._uploading.started(agent_id, chunk_hash)
             try:
-                return await self.chunks.put(chunk_hash, data)
-            finally:
-                self.account.release(size)
-
-        def stored(result: ChunkPutResult) -> ChunkPutResult:
+                recorded = await self._charge(agent_id, chunk)
+            except BaseException:
+                self._uploading.failed(agent_id, chunk_hash)
+                raise
+            try:
+                result = await self._store(chunk, data)
+            except BaseException:
+                if self._uploading.failed(agent_id, chunk_hash) and recorded:
+                    # Queued now: an upload starting later charges afresh.
+                    await self.manifests.uncharge_upload(agent_id, chunk_hash)
+                raise
+            self._uploading.stored(agent_id, chunk_hash)
             self._recent.stored(result.hash)
             return result
 
-        return _defer(put()).addCallback(stored)
+        return _defer(put())
+
+    async def _charge(self, agent_id: str, chunk: ChunkRef) -> bool:
+        grant = self._grants.get(agent_id)
+        while True:
+            try:
+                return await self.manifests.charge_upload(
+                    agent_id,
+                    chunk,
+                    grant_bytes=grant,
+                    backlog_bytes=self._policy.backlog_limit(grant),
+                )
+            except CollectionBacklog:
+                await self.collection.schedule.next_pass()
+
+    async def _store(self, chunk: ChunkRef, data: bytes | memoryview) -> ChunkPutResult:
+        if self.account.budget_bytes is None:
+            # Unlimited account: nothing to reserve, and the store's own
+            # put deduplicates, so skip the extra round trip.
+            return await self.chunks.put(chunk.hash, data)
+        present = await self.chunks.has([chunk.hash])
+        if present.present:
+            return await self.chunks.put(chunk.hash, data)
+        await self.account.reserve(chunk.size)
+        try:
+            return await self.chunks.put(chunk.hash, data)
+        finally:
+            self.account.release(chunk.size)
 
     def chunk_get(self, chunk_hash: str) -> Deferred[ChunkData]:
         """
@@ -373,21 +474,6 @@ class TenantStorage:
 
         return _defer(gated())
 
-    def _deleting(self, work: Coroutine[Any, Any, T]) -> Deferred[T]:
-        """
-        Run ``work`` (a GC sweep or a purge) holding the commit gate alone:
-        no change naming chunks is between its check and its commit.
-        """
-
-        async def gated() -> T:
-            await self._gate.acquire_exclusive()
-            try:
-                return await work
-            finally:
-                self._gate.release_exclusive()
-
-        return _defer(gated())
-
     def manifest_put(
         self,
         path: str,
@@ -438,6 +524,7 @@ class TenantStorage:
                 writer=writer,
                 quota_bytes=self._grants.get(top),
                 atime_ns=atime_ns,
+                retained_cap=self._policy.retained_cap(self._grants.get(top)),
             )
             if queued is not None:
                 queued()
@@ -455,7 +542,9 @@ class TenantStorage:
             self._check_lease(path, holder)
         except WriteLeaseHeld:
             return fail()
-        return self._journaling(self.manifests.delete(path, writer=writer))
+        return self._journaling(
+            self.manifests.delete(path, writer=writer, retained_cap=self.retained_cap(path))
+        )
 
     def dir_create(
         self, path: str, *, mode: int, uid: int, gid: int, writer: Writer
@@ -488,7 +577,13 @@ class TenantStorage:
         may refuse the move (L{svc.store.errors.SubtreeMoveRefused}).
         """
         return self._journaling(
-            self.manifests.rename(source, destination, writer=writer, subtree_check=subtree_check)
+            self.manifests.rename(
+                source,
+                destination,
+                writer=writer,
+                subtree_check=subtree_check,
+                retained_cap=self.retained_cap(source),
+            )
         )
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
@@ -525,7 +620,11 @@ class TenantStorage:
         """
         Change attributes of ``path`` (mode, uid, gid, size to 0, mtime_ns, atime_ns).
         """
-        return self._journaling(self.manifests.setattr(path, writer=writer, **changes))
+        return self._journaling(
+            self.manifests.setattr(
+                path, writer=writer, retained_cap=self.retained_cap(path), **changes
+            )
+        )
 
     # Journal
 
@@ -559,6 +658,7 @@ class TenantStorage:
                 seq,
                 writer=writer,
                 missing_chunks=lambda hashes: [h for h in hashes if h not in present],
+                retained_cap=self.retained_cap(path),
             )
 
         return self._journaling(self._committing(revert()))
@@ -604,71 +704,24 @@ class TenantStorage:
 
     # Collection
 
-    def _journal_cutoff_ms(self, now: float) -> int:
-        return round((now - self._retention.journal_retention_seconds) * _MS_PER_SECOND)
-
-    async def _referenced(self, journal_cutoff_ms: int) -> frozenset[str]:
-        """
-        Hashes a live file or a retained journal row references.
-        """
-        live = await self.manifests.live_hashes()
-        journaled = await self.manifests.journal_hashes_since(journal_cutoff_ms)
-        return live | journaled
-
     def sweep(self, *, dry_run: bool = False) -> Deferred[SweepReport]:
         """
-        Delete chunks no live file and no retained journal row references and
-        that are older than the grace period; with ``dry_run`` only count them.
+        One GC sweep (L{Collection.sweep}).
         """
-
-        async def sweeping() -> SweepReport:
-            now = self._seconds()
-            grace_cutoff_ns = round((now - self._retention.chunk_grace_seconds) * _NS_PER_SECOND)
-            journal_cutoff_ms = self._journal_cutoff_ms(now)
-            referenced = await self._referenced(journal_cutoff_ms)
-            stored = await self.chunks.list_chunks()
-            old, young = split_by_age(unreferenced(stored, referenced), grace_cutoff_ns)
-            if dry_run:
-                return SweepReport(
-                    self.tenant_id, len(old), sum(c.size for c in old), True, len(young)
-                )
-            try:
-                result = await self.chunks.delete(
-                    [c.hash for c in old], modified_before_ns=grace_cutoff_ns
-                )
-            finally:
-                self._recent.deleted()
-            await self.manifests.journal_prune(journal_cutoff_ms)
-            return SweepReport(
-                self.tenant_id,
-                len(result.deleted),
-                result.bytes_freed,
-                False,
-                len(young) + len(result.kept),
-            )
-
-        return self._deleting(sweeping())
+        return self.collection.sweep(dry_run=dry_run)
 
     def purge_agent(self, agent_id: str) -> Deferred[PurgeReport]:
         """
-        Erase the agent's whole subtree, its journal rows, and the chunks no
-        longer referenced anywhere in the tenant.
+        Erase the agent's whole subtree, its journal rows, its footprint and
+        the chunks no longer referenced anywhere in the tenant; forget its
+        grant.
         """
 
-        async def purging() -> PurgeReport:
-            purged = await self.manifests.purge_subtree(agent_id)
-            referenced = await self._referenced(self._journal_cutoff_ms(self._seconds()))
-            # Only what the subtree held and nothing else references: other
-            # agents' unreferenced uploads in flight are left to the GC's grace.
-            garbage = sorted(purged.hashes - referenced)
-            try:
-                result = await self.chunks.delete(garbage)
-            finally:
-                self._recent.deleted()
+        def purged(report: PurgeReport) -> PurgeReport:
             self._grants.pop(agent_id, None)
-            return PurgeReport(self.tenant_id, agent_id, purged.count, result.bytes_freed)
+            return report
 
-        return self._deleting(purging())
+        return self.collection.purge(agent_id).addCallback(purged)
 
     def close(self) -> Deferred[None]:
         """
@@ -676,6 +729,7 @@ class TenantStorage:
         """
 
         async def closing() -> None:
+            await self.collection.close()
             await self.leases.close()
             await self.manifests.close()
 

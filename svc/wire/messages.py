@@ -417,13 +417,23 @@ class ReadlinkReply:
 
 @attrs.frozen
 class StatfsReply:
-    """C{statfs}: usage and limits in bytes; every key sent, nil where no limit."""
+    """
+    C{statfs}: usage and limits in bytes; every key sent, nil where no
+    limit; then the rest of the agent's footprint (uploads not yet named by
+    its files, bytes kept for its journal and their cap, bytes released and
+    waiting for deletion, and the most all of it may reach).
+    """
 
     used_bytes: int = arg(COUNT)
     grant_bytes: int | None = arg(COUNT, default=None, nil=True)
     budget_bytes: int | None = arg(COUNT, default=None, nil=True)
     account_used_bytes: int | None = arg(COUNT, default=None, nil=True)
     available_bytes: int | None = arg(COUNT, default=None, nil=True)
+    uncommitted_bytes: int = arg(COUNT, default=0)
+    retained_bytes: int = arg(COUNT, default=0)
+    collectable_bytes: int = arg(COUNT, default=0)
+    retained_cap_bytes: int | None = arg(COUNT, default=None)
+    footprint_bound_bytes: int | None = arg(COUNT, default=None, nil=True)
 
 
 @attrs.frozen

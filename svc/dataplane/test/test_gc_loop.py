@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -35,7 +35,8 @@ class EngineSweepTests(SynchronousTestCase):
         acme = self.store.tenant(ACME)
         self.store.tenant(LABS)
         self.garbage_hash, data = blob("orphan", 700)
-        self.store.ok(acme.chunk_put(self.garbage_hash, data))
+        self.store.ok(acme.chunk_put("a1", self.garbage_hash, data))
+        self.store.clock.advance(1)  # the upload's charge committed
         self.acme = acme
 
     def loop(self, dry_run: bool = False) -> GarbageCollectionLoop:
@@ -57,7 +58,7 @@ class EngineSweepTests(SynchronousTestCase):
         }
 
     def test_first_sweep_after_interval(self) -> None:
-        """Nothing is swept at start; one interval later every opened tenant is."""
+        """Nothing is swept at start; one interval later every tenant is."""
         loop = self.loop()
         self.store.clock.advance(INTERVAL - 1)
         self.assertEqual((self.emitted, loop.sweeps), ([], 0))
@@ -80,6 +81,22 @@ class EngineSweepTests(SynchronousTestCase):
         self.assertEqual(self.lines()["acme"], (1, 700, True, ""))
         present = self.store.ok(self.acme.chunk_has([self.garbage_hash])).present
         self.assertEqual(present, (self.garbage_hash,))
+
+    def test_tenants_not_opened_since_start(self) -> None:
+        """After a restart, tenants on disk that no agent opened are swept too."""
+        self.store.close()
+        restarted = EngineFixture(self, root=self.store.root)
+        self.addCleanup(restarted.close)
+        self.assertEqual(restarted.engine.opened(), [])
+        loop = GarbageCollectionLoop(
+            restarted.engine, restarted.clock, self.emitted.append, interval=INTERVAL
+        )
+        loop.startService()
+        self.addCleanup(loop.stopService)
+        restarted.clock.advance(INTERVAL)
+        self.assertEqual(self.lines(), {"acme": (1, 700, False, ""), "labs": (0, 0, False, "")})
+        acme = restarted.tenant(ACME)
+        self.assertEqual(restarted.ok(acme.chunk_has([self.garbage_hash])).present, ())
 
     def test_stop_cancels(self) -> None:
         """After stopping, no sweep is scheduled any more."""
@@ -113,13 +130,13 @@ class FakeTenant:
 
 @attrs.define
 class FakeEngine:
-    """An engine that has opened exactly C{tenants}."""
+    """An engine whose tenants are exactly C{tenants}."""
 
     tenants: list[FakeTenant]
 
-    def opened(self) -> Sequence[SweepsTenant]:
+    def sweepable(self) -> Deferred[Sequence[SweepsTenant]]:
         """The fake tenants."""
-        return self.tenants
+        return succeed(self.tenants)
 
 
 class SchedulingTests(SynchronousTestCase):

@@ -290,15 +290,48 @@ class UsageTests(SynchronousTestCase):
         self.f.store.ok(self.f.store.put_file(acme, "/a1/f", [blob("x", 300)]))
         self.f.store.ok(self.f.store.put_file(labs, "/a2/f", [blob("y", 200)]))
         answer = self.f.call("GET", "/control/usage?owner=acme")
+        self.assertEqual(answer.status, 200)
+        document = answer.json()
         self.assertEqual(
-            (answer.status, answer.json()),
-            (200, {"owner": "acme", "used_bytes": 500, "agents": {"a1": 300, "a2": 200}}),
+            (document["owner"], document["used_bytes"], document["agents"]),
+            ("acme", 500, {"a1": 300, "a2": 200}),
+        )
+
+    def test_footprint(self) -> None:
+        """footprint has every agent's bytes by part, summed over the owner's tenants."""
+        acme = self.f.store.tenant(ACME)
+        labs = self.f.store.tenant(LABS)
+        self.f.store.mkdir(acme, "/a1")
+        self.f.store.mkdir(labs, "/a1")
+        self.f.store.ok(self.f.store.put_file(acme, "/a1/f", [blob("x", 300)]))
+        self.f.store.ok(self.f.store.put_file(acme, "/a1/f", [blob("z", 50)], expected_version=1))
+        self.f.store.ok(labs.chunk_put("a1", *blob("y", 200)))
+        self.f.store.ok(acme.chunk_put("a2", *blob("w", 7)))
+        answer = self.f.call("GET", "/control/usage?owner=acme")
+        self.assertEqual(
+            answer.json()["footprint"],
+            {
+                "a1": {
+                    "used_bytes": 50,
+                    "uncommitted_bytes": 200,
+                    "retained_bytes": 300,
+                    "collectable_bytes": 0,
+                },
+                "a2": {
+                    "used_bytes": 0,
+                    "uncommitted_bytes": 7,
+                    "retained_bytes": 0,
+                    "collectable_bytes": 0,
+                },
+            },
         )
 
     def test_unknown_owner(self) -> None:
         """An owner without data here has zero usage and no agents."""
         answer = self.f.call("GET", "/control/usage?owner=nobody")
-        self.assertEqual(answer.json(), {"owner": "nobody", "used_bytes": 0, "agents": {}})
+        self.assertEqual(
+            answer.json(), {"owner": "nobody", "used_bytes": 0, "agents": {}, "footprint": {}}
+        )
 
     def test_owner_required(self) -> None:
         """A missing, repeated or malformed owner is 400."""

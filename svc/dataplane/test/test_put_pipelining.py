@@ -35,11 +35,22 @@ class PutPipeliningTests(SynchronousTestCase):
         self.database.run()
         self.successResultOf(closed)
 
+    def upload(self, *labels: str) -> None:
+        """
+        Upload the chunks of C{labels} (each upload is charged to the agent
+        in the database first, so they are sent before the puts).
+        """
+        for label in labels:
+            chunk_hash, data = blob(label)
+            uploaded = self.agent.request("chunk_put", data, hash=chunk_hash)
+            self.database.run()
+            self.successResultOf(uploaded)
+
     def put(self, name: str, label: str, **extra: Any) -> Any:
-        """Send the C{manifest_put} creating C{name}, its one chunk inline."""
+        """Send the C{manifest_put} creating C{name} from the chunk of C{label}."""
         chunk_hash, data = blob(label)
-        request = put_request(name, [(chunk_hash, data)], inline=[chunk_hash], **extra)
-        return self.agent.request("manifest_put", data, **request)
+        request = put_request(name, [(chunk_hash, data)], **extra)
+        return self.agent.request("manifest_put", **request)
 
     def test_consecutive_puts_share_a_transaction(self) -> None:
         """
@@ -48,6 +59,7 @@ class PutPipeliningTests(SynchronousTestCase):
         the next transaction. Each is answered only once its own
         transaction has committed.
         """
+        self.upload("c0", "c1", "c2")
         puts = [self.put(f"f{index}", f"c{index}") for index in range(3)]
         self.assertEqual(len(self.database.queued), 1)
         for put in puts:
@@ -70,6 +82,7 @@ class PutPipeliningTests(SynchronousTestCase):
         back alone; the puts beside it commit, and a later put of the
         stream sees the earlier ones (the same path, one version later).
         """
+        self.upload("one", "two", "three")
         first = self.put("f", "one")
         stale = self.put("g", "two", expected_version=5)
         again = self.put("f", "three", expected_version=1)
@@ -88,6 +101,7 @@ class PutPipeliningTests(SynchronousTestCase):
         beside the puts' queue) is not even submitted meanwhile, and a
         listing after it sees every put.
         """
+        self.upload("c0", "c1")
         puts = [self.put(f"f{index}", f"c{index}") for index in range(2)]
         lease = self.agent.request("lease_grant", path="/agent-1/f0", mode="write")
         listed = self.agent.request("list", path=self.agent.root)
@@ -110,6 +124,7 @@ class PutPipeliningTests(SynchronousTestCase):
         runs after it: it finds the file, committed, never a half-made one.
         """
         reader = self.fixture.agent(identity(), "reader")
+        self.upload("c0", "c1")
         first = self.put("f0", "c0")
         second = self.put("f1", "c1")
         self.database.run_one()
@@ -128,6 +143,7 @@ class PutPipeliningTests(SynchronousTestCase):
         previous one's call (that recursion overflowed Python's stack).
         """
         storage = self.successResultOf(self.agent.connection.storage())
+        self.upload(*(f"c{index}" for index in range(400)))
         swept = storage.sweep()  # holds the commit gate while its reads wait
         puts = [self.put(f"f{index}", f"c{index}") for index in range(400)]
         self.database.run()

@@ -7,6 +7,7 @@ option), and the service it builds.
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from svc.dataplane.tap import DataPlaneServer, Options, RenewableAdmission
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import DenyList
 from svc.pki.pem import cert_to_pem, key_to_pem
+from svc.store.footprint import FootprintPolicy
 from svc.testing.pki import shared_test_pki
 from svc.wire.ops import Op
 
@@ -90,6 +92,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertFalse(settings.gc_dry_run)
         self.assertEqual(settings.retention.chunk_grace_seconds, 3600.0)
         self.assertEqual(settings.retention.journal_retention_seconds, 7 * 24 * 3600.0)
+        self.assertEqual(settings.retention.footprint, FootprintPolicy(Fraction(1), 1 << 30))
         self.assertEqual(settings.lease_timings.revoke_timeout, 10.0)
         self.assertIsNone(settings.policy_dir)
 
@@ -105,6 +108,8 @@ class OptionsTests(SynchronousTestCase):
             "SVC_GC_DRY_RUN": "yes",
             "SVC_CHUNK_GRACE_SECONDS": "0",
             "SVC_JOURNAL_RETENTION_SECONDS": "86400",
+            "SVC_RETENTION_FACTOR": "0.25",
+            "SVC_UNGRANTED_FOOTPRINT_BYTES": "0",
             "SVC_IO_THREADS": "8",
             "SVC_IDLE_TIMEOUT_SECONDS": "45",
             "SVC_MAX_CONNECTIONS": "100",
@@ -128,6 +133,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertTrue(settings.gc_dry_run)
         self.assertEqual(settings.retention.chunk_grace_seconds, 0.0)
         self.assertEqual(settings.retention.journal_retention_seconds, 86400.0)
+        self.assertEqual(settings.retention.footprint, FootprintPolicy(Fraction(1, 4), 0))
         self.assertEqual(settings.io_threads, 8)
         self.assertEqual(settings.idle_timeout_seconds, 45)
         self.assertEqual((settings.max_connections, settings.max_connections_per_agent), (100, 3))
@@ -244,6 +250,8 @@ class RefusalTests(SynchronousTestCase):
             "SVC_GC_DRY_RUN": "maybe",
             "SVC_CHUNK_GRACE_SECONDS": "-1",
             "SVC_JOURNAL_RETENTION_SECONDS": "a week",
+            "SVC_RETENTION_FACTOR": "1.0001",
+            "SVC_UNGRANTED_FOOTPRINT_BYTES": "-1",
             "SVC_IO_THREADS": "0",
             "SVC_IDLE_TIMEOUT_SECONDS": "0",
             "SVC_MAX_CONNECTIONS": "0",

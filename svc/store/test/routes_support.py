@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import blake3
+import msgpack
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -153,6 +154,7 @@ def check_consistency(case: SynchronousTestCase, db_path: str) -> None:
                 "SELECT top, bytes, chunks FROM subtree_usage WHERE chunks > 0 OR bytes > 0"
             )
         }
+        footprint = _footprint_tables(connection)
     finally:
         connection.close()
     by_path = {path: inode for path, _, inode in names}
@@ -199,3 +201,77 @@ def check_consistency(case: SynchronousTestCase, db_path: str) -> None:
         used, count = expected_usage.get(top, (0, 0))
         expected_usage[top] = (used + chunk_size, count + 1)
     case.assertEqual(usage, expected_usage)
+    _check_footprint(case, footprint, set(refs))
+
+
+def _footprint_tables(connection: sqlite3.Connection) -> dict[str, Any]:
+    return {
+        "journal": connection.execute(
+            "SELECT seq, path, top, old_state, new_state, replaced_state FROM journal"
+        ).fetchall(),
+        "uploads": {
+            (top, bytes(digest)): size
+            for top, digest, size in connection.execute("SELECT top, hash, size FROM uploads")
+        },
+        "retained": {
+            (top, bytes(digest)): (size, last_seq)
+            for top, digest, size, last_seq in connection.execute(
+                "SELECT top, hash, size, last_seq FROM retained_chunks"
+            )
+        },
+        "collectable": {
+            bytes(digest): (top, size)
+            for digest, top, size in connection.execute("SELECT hash, top, size FROM collectable")
+        },
+        "totals": {
+            top: (uncommitted, retained, collectable)
+            for top, uncommitted, retained, collectable in connection.execute(
+                "SELECT top, uncommitted_bytes, retained_bytes, collectable_bytes FROM footprint"
+                " WHERE uncommitted_bytes > 0 OR retained_bytes > 0 OR collectable_bytes > 0"
+            )
+        },
+    }
+
+
+def _snapshot_chunks(blob: bytes | None) -> list[tuple[bytes, int]]:
+    if blob is None:
+        return []
+    records = msgpack.unpackb(blob, raw=False)["chunks"]
+    return [
+        (bytes(records[i : i + 32]), int.from_bytes(records[i + 32 : i + 40], "big"))
+        for i in range(0, len(records), 40)
+    ]
+
+
+def _check_footprint(
+    case: SynchronousTestCase, tables: dict[str, Any], live: set[tuple[str, bytes]]
+) -> None:
+    """
+    The footprint rules of L{svc.store.footprint_rows}, recomputed: uploads
+    never of a live chunk; a chunk retained exactly when a row of its top
+    names it and no live file of the top does, by the newest such row;
+    collectable chunks named by nothing; the totals their sums.
+    """
+    newest: dict[tuple[str, bytes], tuple[int, int]] = {}
+    for seq, path, top, *states in sorted(tables["journal"]):
+        case.assertEqual(top, path[1:].split("/", 1)[0], f"journal row {seq}: its top")
+        for blob in states:
+            for digest, size in _snapshot_chunks(blob):
+                newest[(top, digest)] = (size, seq)
+    expected_retained = {key: value for key, value in newest.items() if key not in live}
+    case.assertEqual(tables["retained"], expected_retained, "retained chunks")
+    uploads = tables["uploads"]
+    case.assertEqual(set(uploads) & live, set(), "uploads of chunks the top names")
+    named = {digest for _, digest in live | set(uploads) | set(expected_retained)}
+    collectable = tables["collectable"]
+    case.assertEqual(set(collectable) & named, set(), "collectable chunks still named")
+    totals: dict[str, list[int]] = {}
+    for (top, _), size in uploads.items():
+        totals.setdefault(top, [0, 0, 0])[0] += size
+    for (top, _), (size, _) in expected_retained.items():
+        totals.setdefault(top, [0, 0, 0])[1] += size
+    for top, size in collectable.values():
+        totals.setdefault(top, [0, 0, 0])[2] += size
+    case.assertEqual(
+        tables["totals"], {top: tuple(parts) for top, parts in totals.items()}, "footprint totals"
+    )

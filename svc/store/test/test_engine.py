@@ -27,9 +27,11 @@ from svc.store.errors import (
     StaleVersion,
     WriteLeaseHeld,
 )
+from svc.store.footprint import FootprintPolicy
 from svc.store.gc import SweepReport
 from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
+from svc.store.manifest_paths import top_of
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.tenant import OwnerAccount, RetentionPolicy, TenantStorage
 from svc.testing.worker import ImmediateWorker, ManualWorker
@@ -55,7 +57,11 @@ class EngineFixture:
     """
 
     def __init__(
-        self, case: SynchronousTestCase, root: Path | None = None, db_worker: Any = None
+        self,
+        case: SynchronousTestCase,
+        root: Path | None = None,
+        db_worker: Any = None,
+        footprint: FootprintPolicy | None = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -70,7 +76,11 @@ class EngineFixture:
             ImmediateWorker(),
             lambda loc, revoke: self.revokes.append((loc, revoke)),
             lambda loc, event: self.events.append((loc, event)),
-            RetentionPolicy(chunk_grace_seconds=GRACE, journal_retention_seconds=RETENTION),
+            RetentionPolicy(
+                chunk_grace_seconds=GRACE,
+                journal_retention_seconds=RETENTION,
+                footprint=footprint or FootprintPolicy(),
+            ),
         )
 
     def tenant(self, location: TenantLocation = ACME) -> TenantStorage:
@@ -88,7 +98,7 @@ class EngineFixture:
         writer: Writer = WRITER,
     ) -> Any:
         for chunk_hash, data in parts:
-            self.ok(storage.chunk_put(chunk_hash, data))
+            self.ok(storage.chunk_put(top_of(path), chunk_hash, data))
         return storage.manifest_put(
             path,
             expected_version=expected_version,
@@ -124,9 +134,9 @@ class AccountBudgetTests(SynchronousTestCase):
         h1, d1 = blob("one", 600)
         h2, d2 = blob("two", 400)
         h3, d3 = blob("three", 1)
-        self.f.ok(storage.chunk_put(h1, d1))
-        self.f.ok(storage.chunk_put(h2, d2))
-        failure = self.failureResultOf(storage.chunk_put(h3, d3), QuotaExceeded)
+        self.f.ok(storage.chunk_put("a1", h1, d1))
+        self.f.ok(storage.chunk_put("a1", h2, d2))
+        failure = self.failureResultOf(storage.chunk_put("a1", h3, d3), QuotaExceeded)
         self.assertEqual(failure.value.errno, WireErrno.EDQUOT)
         self.assertEqual(self.f.ok(storage.chunk_has([h3])).absent, (h3,))
 
@@ -134,9 +144,9 @@ class AccountBudgetTests(SynchronousTestCase):
         """Re-uploading a stored chunk at a full budget succeeds as deduplicated."""
         storage = self.f.tenant()
         h1, d1 = blob("one", 500)
-        self.f.ok(storage.chunk_put(h1, d1))
+        self.f.ok(storage.chunk_put("a1", h1, d1))
         self.f.ok(self.f.engine.set_account_budget("acme", 500))
-        result = self.f.ok(storage.chunk_put(h1, d1))
+        result = self.f.ok(storage.chunk_put("a1", h1, d1))
         self.assertTrue(result.deduped)
 
     def test_budget_spans_tenants(self) -> None:
@@ -146,8 +156,8 @@ class AccountBudgetTests(SynchronousTestCase):
         labs = self.f.tenant(ACME_LABS)
         h1, d1 = blob("one", 700)
         h2, d2 = blob("two", 301)
-        self.f.ok(own.chunk_put(h1, d1))
-        self.failureResultOf(labs.chunk_put(h2, d2), QuotaExceeded)
+        self.f.ok(own.chunk_put("a1", h1, d1))
+        self.failureResultOf(labs.chunk_put("a1", h2, d2), QuotaExceeded)
         self.assertEqual(self.f.ok(self.f.engine.account_usage("acme")), 700)
 
     def test_budget_persists(self) -> None:
@@ -157,19 +167,19 @@ class AccountBudgetTests(SynchronousTestCase):
         again = EngineFixture(self, self.f.root)
         self.addCleanup(again.close)
         h1, d1 = blob("one", 11)
-        self.failureResultOf(again.tenant().chunk_put(h1, d1), QuotaExceeded)
+        self.failureResultOf(again.tenant().chunk_put("a1", h1, d1), QuotaExceeded)
 
     def test_existing_tenant_counted_after_restart(self) -> None:
         """After a restart, a tenant not yet opened still counts against the account."""
         labs = self.f.tenant(ACME_LABS)
         h1, d1 = blob("one", 700)
-        self.f.ok(labs.chunk_put(h1, d1))
+        self.f.ok(labs.chunk_put("a1", h1, d1))
         self.f.ok(self.f.engine.set_account_budget("acme", 1000))
         self.f.close()
         again = EngineFixture(self, self.f.root)
         self.addCleanup(again.close)
         h2, d2 = blob("two", 301)
-        self.failureResultOf(again.tenant(ACME).chunk_put(h2, d2), QuotaExceeded)
+        self.failureResultOf(again.tenant(ACME).chunk_put("a1", h2, d2), QuotaExceeded)
 
 
 class _SlowTotals:
@@ -219,7 +229,7 @@ class ManifestRulesTests(SynchronousTestCase):
     def test_missing_chunk_refused(self) -> None:
         """A manifest naming a chunk the store lacks fails with the hash and writes nothing."""
         h1, d1 = blob("one", 10)
-        self.f.ok(self.storage.chunk_put(h1, d1))
+        self.f.ok(self.storage.chunk_put("a1", h1, d1))
         h2, _ = blob("two", 10)
         failure = self.failureResultOf(
             self.storage.manifest_put(
@@ -249,7 +259,10 @@ class ManifestRulesTests(SynchronousTestCase):
         self.assertEqual(failure.value.last_writer.agent_id, "a1")
 
     def test_grant_to_the_byte(self) -> None:
-        """An agent may reach its grant exactly; a shared chunk counts once; one byte more fails."""
+        """
+        An agent's files may reach its grant exactly; a shared chunk counts
+        once; a commit of one byte more fails with EDQUOT and changes nothing.
+        """
         self.f.ok(self.f.engine.set_agent_grant(ACME, "a1", 100))
         p60 = blob("sixty", 60)
         p40 = blob("forty", 40)
@@ -260,16 +273,40 @@ class ManifestRulesTests(SynchronousTestCase):
         one = blob("one byte", 1)
         failure = self.failureResultOf(self.f.put_file(self.storage, "/a1/h", [one]), QuotaExceeded)
         self.assertEqual(failure.value.errno, WireErrno.EDQUOT)
-        self.failureResultOf(self.storage.manifest_get("/a1/h"), NotFound)
+        self.assertEqual(self.f.ok(self.storage.agent_usage("a1")), 100)
+
+    def test_uploads_to_the_byte(self) -> None:
+        """
+        Uploads not yet committed may reach the grant exactly (beside full
+        files); the upload of one byte more fails with EDQUOT and stores nothing.
+        """
+        self.f.ok(self.f.engine.set_agent_grant(ACME, "a1", 100))
+        self.f.ok(self.f.put_file(self.storage, "/a1/f", [blob("full", 100)]))
+        self.f.ok(self.storage.chunk_put("a1", *blob("sixty", 60)))
+        self.f.ok(self.storage.chunk_put("a1", *blob("forty", 40)))
+        one = blob("one byte", 1)
+        failure = self.failureResultOf(self.storage.chunk_put("a1", *one), QuotaExceeded)
+        self.assertEqual(failure.value.errno, WireErrno.EDQUOT)
+        self.assertFalse(self.f.ok(self.storage.chunks.has([one[0]])).present)
 
     def test_grant_allows_shrinking(self) -> None:
-        """An agent over a lowered grant can still replace a file with a smaller one."""
+        """
+        An agent over a lowered grant can still truncate and delete files,
+        and once back under it write again; its files cannot grow before.
+        """
         big = blob("big", 100)
         self.f.ok(self.f.put_file(self.storage, "/a1/f", [big]))
-        self.f.ok(self.f.engine.set_agent_grant(ACME, "a1", 10))
+        self.f.ok(self.f.put_file(self.storage, "/a1/g", [blob("other", 30)]))
+        self.f.ok(self.f.engine.set_agent_grant(ACME, "a1", 50))
         small = blob("small", 20)
-        result = self.f.ok(self.f.put_file(self.storage, "/a1/f", [small], expected_version=1))
-        self.assertEqual(result.version, 2)
+        self.failureResultOf(self.f.put_file(self.storage, "/a1/h", [small]), QuotaExceeded)
+        truncated = self.storage.setattr("/a1/f", writer=WRITER, size=0)
+        self.assertEqual(self.f.ok(truncated).attributes.size, 0)
+        # Past the retained cap at once: collectable, reclaimed soon after.
+        self.f.clock.advance(1)
+        result = self.f.ok(self.f.put_file(self.storage, "/a1/f", [small], expected_version=2))
+        self.assertEqual(result.version, 3)
+        self.f.ok(self.storage.manifest_delete("/a1/g", writer=WRITER))
 
     def test_write_lease_contention(self) -> None:
         """A put from a non-holder while another holds the write lease is ESTALE and revokes."""
@@ -278,7 +315,7 @@ class ManifestRulesTests(SynchronousTestCase):
         grant = self.f.ok(self.storage.leases.grant("/a1/f", LeaseMode.WRITE, alice))
         self.assertEqual(grant.mode, LeaseMode.WRITE)
         part = blob("one", 10)
-        self.f.ok(self.storage.chunk_put(*part))
+        self.f.ok(self.storage.chunk_put("a1", *part))
         d = self.storage.manifest_put(
             "/a1/f",
             expected_version=0,
@@ -319,19 +356,25 @@ class CollectionTests(SynchronousTestCase):
         return {c.hash for c in self.f.ok(self.storage.chunks.list_chunks())}
 
     def test_grace_protects_fresh_uploads(self) -> None:
-        """An unreferenced chunk younger than the grace period survives a sweep."""
+        """
+        A chunk uploaded within the grace period survives a sweep (its
+        upload is charged); so does a chunk stored without an upload on
+        record (kept young).
+        """
         h, d = blob("orphan", 10)
-        self.f.ok(self.storage.chunk_put(h, d))
+        self.f.ok(self.storage.chunk_put("a1", h, d))
+        unrecorded = blob("unrecorded", 10)
+        self.f.ok(self.storage.chunks.put(*unrecorded))
         report = self.sweep()
         self.assertEqual((report.count, report.kept_young), (0, 1))
-        self.assertIn(h, self.stored())
+        self.assertEqual({h, unrecorded[0]}, self.stored())
 
     def test_sweep_and_dry_run(self) -> None:
         """Old unreferenced chunks are counted by a dry run, then deleted; referenced ones stay."""
         kept = blob("kept", 10)
         self.f.ok(self.f.put_file(self.storage, "/a1/f", [kept]))
         h, d = blob("orphan", 25)
-        self.f.ok(self.storage.chunk_put(h, d))
+        self.f.ok(self.storage.chunk_put("a1", h, d))
         self.f.clock.advance(GRACE + 1)
         dry = self.sweep(dry_run=True)
         self.assertEqual((dry.count, dry.bytes_freed, dry.dry_run), (1, 25, True))
@@ -428,8 +471,24 @@ class CommitGateRuleTests(SynchronousTestCase):
         self.database.run()
         self.f.ok(closed)
 
+    def upload(self, name: str) -> None:
+        uploaded = self.storage.chunk_put(name, *blob(name, 10))
+        self.database.run()
+        self.f.ok(uploaded)
+
     def put(self, name: str) -> None:
-        done = self.f.put_file(self.storage, f"/{name}/f", [blob(name, 10)])
+        part = blob(name, 10)
+        done = self.storage.manifest_put(
+            f"/{name}/f",
+            expected_version=0,
+            chunks=[ChunkRef(part[0], 10)],
+            size=10,
+            mode=0o644,
+            mtime_ns=0,
+            uid=0,
+            gid=0,
+            writer=Writer(name, None),
+        )
         done.addCallback(lambda _: self.finished.append(name))
 
     def test_commits_share_a_transaction_and_a_sweep_waits_for_them(self) -> None:
@@ -440,6 +499,8 @@ class CommitGateRuleTests(SynchronousTestCase):
         the sweep waits queues behind it (a stream of commits cannot starve
         a sweep).
         """
+        for name in ("a1", "a2", "a3", "a4"):
+            self.upload(name)
         for name in ("a1", "a2", "a3"):
             self.put(name)
         swept = self.storage.sweep()
@@ -490,14 +551,14 @@ class RecentChunksTests(SynchronousTestCase):
     def test_just_uploaded_is_not_asked(self) -> None:
         """A manifest naming a chunk just uploaded commits without asking the chunk store."""
         part = blob("fresh", 10)
-        self.f.ok(self.storage.chunk_put(*part))
+        self.f.ok(self.storage.chunk_put("a1", *part))
         self.f.ok(self.put(part))
         self.assertEqual(self.asked, [])
 
     def test_swept_chunk_is_missing(self) -> None:
         """A chunk a sweep deleted after its upload is asked about and refused."""
         part = blob("swept", 10)
-        self.f.ok(self.storage.chunk_put(*part))
+        self.f.ok(self.storage.chunk_put("a1", *part))
         self.f.clock.advance(GRACE + 1)
         self.assertEqual(self.f.ok(self.storage.sweep()).count, 1)
         failure = self.failureResultOf(self.put(part), MissingChunks)
@@ -528,7 +589,7 @@ class RecentChunksTests(SynchronousTestCase):
     def test_corrupt_chunk_is_asked_again(self) -> None:
         """A chunk withdrawn as corrupt by a read is asked about (and refused) again."""
         part = blob("corrupt", 10)
-        self.f.ok(self.storage.chunk_put(*part))
+        self.f.ok(self.storage.chunk_put("a1", *part))
         store = cast(FilesystemChunkStore, self.storage.chunks)
         chunk_path(store.objects_dir, part[0]).write_bytes(b"x" * 10)
         self.failureResultOf(self.storage.chunk_get(part[0]), CorruptStoredChunk)
@@ -572,7 +633,7 @@ class CollectionPropertyTests(SynchronousTestCase):
                     f.ok(storage.manifest_delete(path, writer=WRITER))
                     del versions[file_no]
                 elif op == "orphan":
-                    f.ok(storage.chunk_put(*blob(f"o{content_no}", 5)))
+                    f.ok(storage.chunk_put("a1", *blob(f"o{content_no}", 5)))
                 elif op == "age":
                     f.clock.advance(GRACE * (content_no + 1) * 20)
             f.clock.advance(GRACE + 1)
