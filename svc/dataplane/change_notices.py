@@ -27,9 +27,10 @@ import attrs
 from svc.dataplane.confinement import disk_root, relative_to_disk
 from svc.policy import PathPolicy
 from svc.store.layout import TenantLocation
+from svc.wire.answers import ChangedPush
 from svc.wire.commands import COMMANDS
 from svc.wire.contract import answer_map
-from svc.wire.messages import ChangedPush, TwoPathRequest
+from svc.wire.messages import TwoPathRequest
 from svc.wire.ops import Op
 
 CHANGING_OPS = frozenset(op for op, command in COMMANDS.items() if command.writes) - {Op.CHUNK_PUT}

@@ -16,14 +16,9 @@ from svc.dataplane.errors import BadValue, chunk_not_present
 from svc.dataplane.interfaces import OpReply
 from svc.store.chunks import MAX_CHUNK_SIZE
 from svc.store.errors import NotFound
+from svc.wire.answers import ChunkHasReply, ChunkReply
 from svc.wire.contract import answer_map
-from svc.wire.messages import (
-    ChunkGetRequest,
-    ChunkHasReply,
-    ChunkHasRequest,
-    ChunkPutRequest,
-    ChunkReply,
-)
+from svc.wire.messages import ChunkGetRequest, ChunkHasRequest, ChunkPutRequest
 from svc.wire.ops import Op
 
 if TYPE_CHECKING:

@@ -74,6 +74,7 @@ from svc.store.tenant import TenantStorage
 from svc.wire.commands import COMMANDS, Command
 from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.errno import WireErrno
+from svc.wire.kinds import FieldRefused
 from svc.wire.messages import (
     MAX_INLINE_BYTES,
     ChunkGetRequest,
@@ -82,7 +83,6 @@ from svc.wire.messages import (
     ManifestPutRequest,
 )
 from svc.wire.ops import Op
-from svc.wire.schema import FieldRefused
 
 
 class Seconds(Protocol):

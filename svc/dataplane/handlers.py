@@ -49,6 +49,7 @@ from svc.store.manifest_values import (
     Manifest,
     RemoveResult,
 )
+from svc.wire.answers import ReadlinkReply, RemoveReply
 from svc.wire.contract import answer_map
 from svc.wire.errno import WireErrno
 from svc.wire.messages import (
@@ -64,8 +65,6 @@ from svc.wire.messages import (
     MknodRequest,
     PathRequest,
     PathWriteRequest,
-    ReadlinkReply,
-    RemoveReply,
     SetattrRequest,
     SymlinkRequest,
     TwoPathRequest,

@@ -23,8 +23,7 @@ from svc.store.manifest_values import (
     RenameResult,
 )
 from svc.store.quota import QuotaUsage
-from svc.wire.contract import answer_map
-from svc.wire.messages import (
+from svc.wire.answers import (
     FileAttributes,
     JournalEntryReply,
     JournalPageReply,
@@ -38,7 +37,8 @@ from svc.wire.messages import (
     RevertReply,
     StatfsReply,
 )
-from svc.wire.schema import ChunkEntry
+from svc.wire.contract import answer_map
+from svc.wire.kinds import ChunkEntry
 
 Reply = dict[str, object]
 

@@ -53,41 +53,44 @@ from svc.mount.remote_values import (
     inline_chunks,
     lease_answer_of,
 )
+from svc.wire.answers import (
+    ChunkHasReply,
+    FileAttributes,
+    ListReply,
+    ManifestReply,
+    PutReply,
+    RemoveReply,
+    RenameReply,
+)
 from svc.wire.commands import COMMANDS
 from svc.wire.contract import decode_answer, decode_push
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
+from svc.wire.kinds import FieldRefused
 from svc.wire.messages import (
     MAX_CHUNK_HAS,
     MAX_INLINE_CHUNKS,
     MAX_LIST_LIMIT,
     MAX_MANIFEST_CHUNKS,
     ChunkGetRequest,
-    ChunkHasReply,
     ChunkHasRequest,
     ChunkPutRequest,
     DirCreateRequest,
     EmptyRequest,
-    FileAttributes,
     LeaseGrantRequest,
     LeaseIdRequest,
-    ListReply,
     ListRequest,
     ManifestGetRequest,
     ManifestPutRequest,
-    ManifestReply,
     MknodRequest,
     PathRequest,
     PathWriteRequest,
-    PutReply,
-    RemoveReply,
-    RenameReply,
     SetattrRequest,
     SymlinkRequest,
     TwoPathRequest,
 )
 from svc.wire.ops import Op
-from svc.wire.schema import FieldRefused, encode_message
+from svc.wire.schema import encode_message
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 
 from svc.mount.attributes import Attributes, FileKind
-from svc.wire.messages import FileAttributes, LeaseReply, StatfsReply
-from svc.wire.schema import ChunkEntry
+from svc.wire.answers import FileAttributes, LeaseReply, StatfsReply
+from svc.wire.kinds import ChunkEntry
 
 __all__ = ["ChunkEntry"]
 

@@ -21,51 +21,54 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from svc.wire.errno import WireErrno
-from svc.wire.messages import (
-    MAX_INLINE_BYTES,
-    PATH,
-    SESSION,
+from svc.wire.answers import (
     ChangedPush,
-    ChunkGetRequest,
     ChunkHasReply,
-    ChunkHasRequest,
-    ChunkPutRequest,
     ChunkReply,
-    DirCreateRequest,
     EmptyReply,
-    EmptyRequest,
     FileAttributes,
     JournalPageReply,
-    JournalQueryRequest,
-    JournalRevertRequest,
-    LeaseGrantRequest,
-    LeaseIdRequest,
     LeaseReply,
     LeaseRevokePush,
     ListReply,
-    ListRequest,
-    ManifestGetRequest,
-    ManifestPutRequest,
     ManifestReply,
     MissingDetails,
-    MknodRequest,
-    PathRequest,
-    PathWriteRequest,
     PutReply,
     ReadlinkReply,
     ReasonDetails,
     RemoveReply,
     RenameReply,
     RevertReply,
-    SetattrRequest,
     StaleDetails,
     StatfsReply,
+)
+from svc.wire.errno import WireErrno
+from svc.wire.kinds import MAX_CHUNK_SIZE, Bound
+from svc.wire.messages import (
+    MAX_INLINE_BYTES,
+    PATH,
+    SESSION,
+    ChunkGetRequest,
+    ChunkHasRequest,
+    ChunkPutRequest,
+    DirCreateRequest,
+    EmptyRequest,
+    JournalQueryRequest,
+    JournalRevertRequest,
+    LeaseGrantRequest,
+    LeaseIdRequest,
+    ListRequest,
+    ManifestGetRequest,
+    ManifestPutRequest,
+    MknodRequest,
+    PathRequest,
+    PathWriteRequest,
+    SetattrRequest,
     SymlinkRequest,
     TwoPathRequest,
 )
 from svc.wire.ops import Op
-from svc.wire.schema import MAX_CHUNK_SIZE, Bound, message_bound, message_fields, wire_keys
+from svc.wire.schema import message_bound, message_fields, wire_keys
 
 E = WireErrno
 

@@ -28,11 +28,12 @@ from typing import Any, NoReturn, TypeVar
 import attrs
 import msgpack
 
+from svc.wire.answers import MissingDetails
 from svc.wire.commands import COMMANDS, PUSHES, Command, command_named
 from svc.wire.errno import WireErrno
-from svc.wire.messages import MissingDetails
+from svc.wire.kinds import FieldRefused
 from svc.wire.ops import Op
-from svc.wire.schema import FieldRefused, decode_message, encode_message
+from svc.wire.schema import decode_message, encode_message
 
 T = TypeVar("T")
 

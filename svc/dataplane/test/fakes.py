@@ -28,12 +28,13 @@ from svc.dataplane_client.client import DataPlaneClientProtocol, client_tls_fact
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.testing.pki import TestPKI, shared_test_pki
+from svc.wire.answers import EmptyReply
 from svc.wire.commands import BY_NAME, Command, declare
 from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.frame import FRAMES_TO_CLIENT, Frame, encode_frame
-from svc.wire.messages import EmptyReply, EmptyRequest
+from svc.wire.messages import EmptyRequest
 from svc.wire.ops import Op
 
 

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.wire.answers import StaleDetails
 from svc.wire.commands import BY_NAME, COMMANDS, PUSHES
 from svc.wire.contract import (
     RequestRefused,
@@ -27,6 +28,19 @@ from svc.wire.contract import (
     request_map,
 )
 from svc.wire.errno import WireErrno
+from svc.wire.kinds import (
+    Bool,
+    Choice,
+    ChunkEntry,
+    ChunkEntryKind,
+    ChunkList,
+    FieldRefused,
+    Hash,
+    Int,
+    Kind,
+    ListOf,
+    Str,
+)
 from svc.wire.messages import (
     MAX_CHUNK_HAS,
     MAX_JOURNAL_LIMIT,
@@ -39,28 +53,10 @@ from svc.wire.messages import (
     ManifestPutRequest,
     MknodRequest,
     SetattrRequest,
-    StaleDetails,
 )
 from svc.wire.ops import PUSH_OPS, REQUEST_OPS, Op
 from svc.wire.payload import pack_payload
-from svc.wire.schema import (
-    Bool,
-    Choice,
-    ChunkEntry,
-    ChunkEntryKind,
-    ChunkList,
-    FieldRefused,
-    Flat,
-    Hash,
-    Int,
-    Kind,
-    ListOf,
-    Nested,
-    Str,
-    decode_message,
-    encode_message,
-    message_fields,
-)
+from svc.wire.schema import Flat, Nested, decode_message, encode_message, message_fields
 
 H1 = "ab" * 32
 H2 = "cd" * 32
