@@ -4,7 +4,7 @@ TLS 1.3 and local-disk references measured in the same run.
 
     .venv/bin/python bench/dataplane.py [--rounds 3] [--chunks 48] [--window 8]
         [--io-threads 4] [--small-ops 1000] [--connections 64] [--duration 5]
-        [--fairness-pings 2000]
+        [--fairness-pings 2000] [--no-memory]
 
 The server runs in a separate process (C{bench/dataplane_server.py}): the real
 L{DataPlaneService} stack over a fresh store in a temporary directory, plus a
@@ -40,6 +40,11 @@ Measured, MB = 10**6 bytes:
    looping C{head_file}/C{manifest_get} on its own file for C{--duration}
    seconds (one request in flight per connection); the reference is the same
    number of raw TLS connections looping the echo.
+5. The memory figures of a hostile agent (C{bench/hostile.py}, section
+   C{answer_memory}, run after this server has stopped, against a real
+   C{twist svc-dataplane}): the server's RSS at base, at the peak of one
+   agent's flood of unread C{chunk_get}s on all its connections, and after
+   they closed (C{--no-memory} skips it).
 
 CPU use of client and server per phase (fraction of one core) is reported
 too: client and server share the machine's cores. Prints one JSON object;
@@ -108,6 +113,7 @@ SMALL_FILE_SIZE = 4096
 ECHO_BODY = b"x" * 128
 TARGET_RATIO = 0.7
 SERVER_SCRIPT = Path(__file__).resolve().parent / "dataplane_server.py"
+HOSTILE_SCRIPT = Path(__file__).resolve().parent / "hostile.py"
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 WARM_UP_CALLS = 50
@@ -643,6 +649,8 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         stopped, server = server.stop(), None
         report = build_report(options, throughput, latencies, concurrent, meter)
         report["fairness"] = fairness
+        if options.memory:
+            report["hostile_memory"] = hostile_memory()
         report["server"] = stopped
         report["elapsed_s"] = round(time.perf_counter() - began, 1)
         print(json.dumps(report))
@@ -654,6 +662,22 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         if server is not None:
             server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def hostile_memory() -> dict[str, Any]:
+    """
+    The memory figures of issue 34, item 4: C{bench/hostile.py}'s
+    C{answer_memory} section, run as its own process against a real
+    C{twist svc-dataplane} (after this benchmark's server has stopped).
+    """
+    done = subprocess.run(
+        [sys.executable, str(HOSTILE_SCRIPT), "--sections", "answer_memory"],
+        capture_output=True,
+        check=True,
+        timeout=900,
+    )
+    report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return report
 
 
 def build_report(
@@ -723,6 +747,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--loop-repeats", type=int, default=2, help="closed loops of each kind")
     parser.add_argument(
         "--fairness-pings", type=int, default=2000, help="victim pings per fairness state"
+    )
+    parser.add_argument(
+        "--no-memory",
+        dest="memory",
+        action="store_false",
+        help="skip the hostile memory figures (bench/hostile.py answer_memory)",
     )
     options = parser.parse_args(argv)
     if min(options.rounds, options.chunks, options.window, options.io_threads) < 1:

@@ -15,8 +15,8 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import DataPlaneClient
+from svc.dataplane_client.errors import RemoteError
 from svc.testing.pki import AgentCredentials
 from svc.wire.errno import WireErrno
 from tests.dataplane_harness import (

@@ -27,7 +27,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client_errors import AdmissionFailed
+from svc.dataplane_client.errors import AdmissionFailed
 from svc.quickstart import Stack, http, start_dataplane, wait_until
 from tests.dataplane_harness import (
     DataPlaneProcess,

@@ -27,8 +27,8 @@ from twisted.internet import reactor
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
-from svc.dataplane.client import DataPlaneClient
-from svc.dataplane.client_errors import RemoteError
+from svc.dataplane_client.client import DataPlaneClient
+from svc.dataplane_client.errors import RemoteError
 from svc.testing.pki import AgentCredentials
 from svc.wire.errno import WireErrno
 from tests.dataplane_harness import async_test, connect_agent, standard_server

@@ -2,8 +2,10 @@
 One admitted connection's view of the data plane: L{AgentConnection}
 implements L{svc.dataplane.interfaces.IConnectionHandler}.
 
-For every request it, in order: resolves the op (ENOSYS), parses the payload
-(L{svc.dataplane.ops}), takes its place in the connection's order, confines
+For every request it, in order: takes the request the protocol decoded
+within its operation's declared limits (L{svc.wire.contract.decode}; a
+refusal of its fields is audited here), takes its place in the connection's
+order, confines
 every path to C{/<agent_id>} (EACCES, a C{list}/C{stat}/... denial line and
 C{svc_agent_path_denied_total}), applies the agent's path policy (EACCES,
 the op's own event with C{allowed: false}), verifies a presented
