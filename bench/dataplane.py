@@ -676,7 +676,7 @@ def hostile_memory() -> dict[str, Any]:
         check=True,
         timeout=900,
     )
-    report: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout)
     return report
 
 

@@ -50,8 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from svc.audit.sink import JsonlAuditSink
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
-from svc.dataplane.factory import DataPlaneFactory, listen_dataplane
+from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_dataplane
 from svc.dataplane.service import DataPlaneService
+from svc.dataplane.tap import SWITCH_INTERVAL
 from svc.frame_tls import frame_tls_factory, write_frame
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
@@ -274,6 +275,8 @@ async def serve(reactor: Any, options: argparse.Namespace) -> None:
         service,
         TLSAdmission(org_root, options.trust_domain, lambda: deny_list),
         reactor,
+        # Every client of the benchmark dials from 127.0.0.1, many at once.
+        ServerLimits(max_pending_per_address=1024),
         decode_worker=ThreadWorker(reactor, "dataplane-decode", threads=1),
     )
     tls = SwappableServerTLS(tls_options)
@@ -323,6 +326,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve on the real reactor until standard input closes."""
     options = parse(sys.argv[1:] if argv is None else argv)
+    sys.setswitchinterval(SWITCH_INTERVAL)  # as twist svc-dataplane runs
     react(lambda reactor: Deferred.fromCoroutine(serve(reactor, options)))
 
 
