@@ -45,13 +45,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from blake3 import blake3
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from svc.dataplane.answer_budget import AnswerLimits
 from tests.dataplane_harness import DataPlaneProcess, standard_server
-from tests.hostile_clients import BlockingClient, Flooder, close_all, rss_bytes
+from tests.hostile_clients import BlockingClient, Flooder, close_all, put_file, rss_bytes
 
 MIB = 1024 * 1024
 
@@ -82,22 +80,6 @@ class Context:
             samples.append(self.rss_mib())
             time.sleep(0.1)
         return min(samples)
-
-
-def put_file(client: BlockingClient, path: str, data: bytes) -> str:
-    """Store C{data} as one chunk, commit it at C{path}; the chunk's hash."""
-    chunk_hash = blake3(data).hexdigest()
-    client.call("chunk_put", data, hash=chunk_hash)
-    client.call(
-        "manifest_put",
-        path=path,
-        expected_version=0,
-        chunks=[[chunk_hash, len(data)]],
-        size=len(data),
-        mode=0o644,
-        mtime_ns=1,
-    )
-    return chunk_hash
 
 
 def latency_summary(samples: Sequence[float]) -> dict[str, float]:

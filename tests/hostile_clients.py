@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Iterable
 
+from blake3 import blake3
+
 from svc.wire.decoder import FrameDecoder
 from svc.wire.frame import FRAMES_TO_CLIENT, Frame, FrameType, encode_frame
 
@@ -94,6 +96,22 @@ class BlockingClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def put_file(client: BlockingClient, path: str, data: bytes) -> str:
+    """Store C{data} as one chunk and commit it at C{path}; the chunk's hash."""
+    chunk_hash = blake3(data).hexdigest()
+    client.call("chunk_put", data, hash=chunk_hash)
+    client.call(
+        "manifest_put",
+        path=path,
+        expected_version=0,
+        chunks=[[chunk_hash, len(data)]],
+        size=len(data),
+        mode=0o644,
+        mtime_ns=1,
+    )
+    return chunk_hash
 
 
 class Flooder:

@@ -18,12 +18,18 @@ from __future__ import annotations
 import os
 import time
 
-from blake3 import blake3
 from twisted.trial.unittest import TestCase
 
 from svc.store.chunks import MAX_CHUNK_SIZE
 from tests.dataplane_harness import DataPlaneProcess, class_server, metric_sample, standard_server
-from tests.hostile_clients import BareConnector, BlockingClient, Flooder, close_all, rss_bytes
+from tests.hostile_clients import (
+    BareConnector,
+    BlockingClient,
+    Flooder,
+    close_all,
+    put_file,
+    rss_bytes,
+)
 
 MIB = 1024 * 1024
 
@@ -46,22 +52,6 @@ RETURN_BOUND = 48 * MIB
 
 SETTLE_SECONDS = 6.0
 """Long enough for the server to free idle buffers (two trims, 2 s apart)."""
-
-
-def put_file(client: BlockingClient, path: str, data: bytes) -> str:
-    """Store C{data} as one chunk and commit it at C{path}; the chunk's hash."""
-    chunk_hash = blake3(data).hexdigest()
-    client.call("chunk_put", data, hash=chunk_hash)
-    client.call(
-        "manifest_put",
-        path=path,
-        expected_version=0,
-        chunks=[[chunk_hash, len(data)]],
-        size=len(data),
-        mode=0o644,
-        mtime_ns=1,
-    )
-    return chunk_hash
 
 
 def settled_rss(pid: int, seconds: float = SETTLE_SECONDS) -> int:

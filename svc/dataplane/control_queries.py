@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-import treq
 from twisted.internet.defer import Deferred
 
 from svc.dataplane.http_control import parse_revocations
 from svc.dataplane.servercert import DEFAULT_REQUEST_TIMEOUT, TimerClock
 from svc.pki.identity import DenyList
 from svc.store.layout import TenantLocation
+from svc.web.clients import AnswerTooLarge, read_bounded
 from svc.web.errors import InvalidRequest
 
 REVOCATIONS_PATH = "/control/cert-revocations"
@@ -120,7 +120,10 @@ class ControlQueries:
             b"Accept": [b"application/json"],
         }
         response = await self._http.get(url, headers=headers)
-        content = await _read_bounded(response, MAX_ANSWER_BYTES)
+        try:
+            content = await read_bounded(response, MAX_ANSWER_BYTES)
+        except AnswerTooLarge as error:
+            raise ControlQueryFailed(str(error)) from None
         if response.code != 200:
             raise ControlQueryFailed(f"{path}: status {response.code}: {_error(content)}")
         try:
@@ -138,21 +141,6 @@ def _no_answer(failure: Any) -> Any:
         return failure
     error = failure.value
     raise ControlQueryFailed(f"no answer: {type(error).__name__}: {error}")
-
-
-async def _read_bounded(response: Any, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-
-    def collect(data: bytes) -> None:
-        nonlocal size
-        size += len(data)
-        if size > limit:
-            raise ControlQueryFailed(f"the answer is larger than {limit} bytes")
-        parts.append(data)
-
-    await treq.collect(response, collect)
-    return b"".join(parts)
 
 
 def _error(content: bytes) -> str:

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
-import treq
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -50,6 +49,7 @@ from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import PKIError
 from svc.pki.pem import cert_from_pem, cert_to_pem, key_from_pem, key_to_pem
+from svc.web.clients import AnswerTooLarge, read_bounded
 from svc.worker import IWorker
 
 SIGN_PATH = "/control/sign-server-cert"
@@ -325,21 +325,6 @@ class TimerClock(Protocol):
         """Schedule a call."""
 
 
-async def _read_bounded(response: Any, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-
-    def collect(data: bytes) -> None:
-        nonlocal size
-        size += len(data)
-        if size > limit:
-            raise SigningFailed("the answer is too large")
-        parts.append(data)
-
-    await treq.collect(response, collect)
-    return b"".join(parts)
-
-
 class SignServerCertCall:
     """
     C{POST <control_url>/control/sign-server-cert} with the service token
@@ -379,7 +364,10 @@ class SignServerCertCall:
         request.addTimeout(self._timeout, self._clock)  # type: ignore[arg-type]
         try:
             response = await request
-            content = await _read_bounded(response, MAX_ANSWER_BYTES)
+            try:
+                content = await read_bounded(response, MAX_ANSWER_BYTES)
+            except AnswerTooLarge:
+                raise SigningFailed("the answer is too large") from None
         except SigningFailed:
             raise
         except CancelledError:

@@ -31,7 +31,6 @@ from typing import Any
 from urllib.parse import quote
 
 import attrs
-import treq
 from twisted.internet import error as neterror
 from twisted.logger import Logger
 from twisted.web.client import (
@@ -42,7 +41,7 @@ from twisted.web.client import (
 from twisted.web.error import SchemeNotSupported
 
 from svc.mount.credentials import AgentCredentials, CredentialsError
-from svc.web.clients import control_plane_http_client
+from svc.web.clients import AnswerTooLarge, control_plane_http_client, read_bounded
 
 __all__ = [
     "AlreadyMounted",
@@ -379,7 +378,12 @@ class MountControlClient:
                 reactor=self._reactor,
                 allow_redirects=False,
             )
-            raw = await _read_bounded(response, MAX_ANSWER_BYTES)
+            try:
+                raw = await read_bounded(response, MAX_ANSWER_BYTES)
+            except AnswerTooLarge:
+                raise InvalidResponse(
+                    response.code, "invalid_response", "the answer is too large"
+                ) from None
         except _TRANSPORT_ERRORS as e:
             _log.info("control plane {method} {path} failed: {e}", method=method, path=path, e=e)
             raise Unreachable(0, "unreachable", str(e) or type(e).__name__) from e
@@ -430,18 +434,3 @@ class MountControlClient:
         ):
             raise InvalidResponse(status, "invalid_response", "not a mount lease")
         return MountLease(allocation_id, session_id, bound_at, expires, ttl, server_addr)
-
-
-async def _read_bounded(response: Any, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-
-    def collect(data: bytes) -> None:
-        nonlocal size
-        size += len(data)
-        if size > limit:
-            raise InvalidResponse(response.code, "invalid_response", "the answer is too large")
-        parts.append(data)
-
-    await treq.collect(response, collect)
-    return b"".join(parts)

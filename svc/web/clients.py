@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import treq
 from OpenSSL import crypto
 from treq.client import HTTPClient
 from twisted.internet.ssl import Certificate, trustRootFromCertificates
@@ -34,3 +35,31 @@ def control_plane_http_client(reactor: Any, ca_file: Path | None) -> Any:
     policy = BrowserLikePolicyForHTTPS(trustRoot=trust)  # type: ignore[no-untyped-call]
     agent = Agent(reactor, contextFactory=policy)  # type: ignore[no-untyped-call]
     return HTTPClient(agent)
+
+
+class AnswerTooLarge(Exception):
+    """An HTTP answer's body was longer than its caller allows."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is larger than {limit} bytes")
+        self.limit = limit
+
+
+async def read_bounded(response: Any, limit: int) -> bytes:
+    """
+    The body of a treq C{response}, read as it arrives and given up past
+    C{limit} bytes (L{AnswerTooLarge}): a peer cannot make the caller hold
+    more.
+    """
+    parts: list[bytes] = []
+    size = 0
+
+    def collect(data: bytes) -> None:
+        nonlocal size
+        size += len(data)
+        if size > limit:
+            raise AnswerTooLarge(limit)
+        parts.append(data)
+
+    await treq.collect(response, collect)
+    return b"".join(parts)
