@@ -46,6 +46,7 @@ from svc.buffer_pool import BufferPool
 from svc.dataplane.admission import Admission
 from svc.dataplane.answer_writer import AnswerWriter
 from svc.dataplane.interfaces import IConnectionHandler, IDataPlaneService, OpReply
+from svc.dataplane.request_intake import RequestIntake, release_raw
 from svc.frame_tls import no_delay, write_frame
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import AgentIdentity
@@ -54,9 +55,6 @@ from svc.wire.commands import BY_NAME, Command
 from svc.wire.contract import (
     DecodedRequest,
     RequestRefused,
-    decode,
-    find_command,
-    unpack_bounded,
 )
 from svc.wire.control import (
     GoAway,
@@ -64,13 +62,10 @@ from svc.wire.control import (
     error_frame,
     goaway_frame,
     hello_frame,
-    read_goaway,
 )
-from svc.wire.decoder import FrameDecoder
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
 from svc.wire.frame import (
-    FRAMES_TO_SERVER,
     HEADER_SIZE,
     Buffer,
     Frame,
@@ -87,10 +82,10 @@ if TYPE_CHECKING:
 _log = Logger()
 
 GENERIC_FAILURE_MESSAGE = "internal server error"
+"""The ERROR message sent for a failure that is a bug (never its text)."""
 
 DROPPED_WHEN_BLOCKED = frozenset({Op.CHANGED})
 """Best-effort pushes not sent while the transport's write buffer is full."""
-"""The ERROR message sent for a failure that is a bug (never its text)."""
 
 
 class ConnectionTracker(TypingProtocol):
@@ -187,22 +182,6 @@ class _Request:
     release_raw: Callable[[], None] | None = None
 
 
-DECODE_ASIDE_FROM = 64 * 1024
-"""
-Request payloads of at least this many bytes are decoded on the decode
-worker, off the reactor (a 12000-chunk C{manifest_put} takes milliseconds).
-"""
-
-GOAWAY_MAX_STRING = 4096
-"""The longest string a client's GOAWAY map may hold (its C{reason} and C{message})."""
-
-
-def _release_raw(frame: Frame | PackedFrame) -> None:
-    """Give back the lent raw segment of a request that will not be executed."""
-    if frame.release_raw is not None:
-        frame.release_raw()
-
-
 @implementer(IHandshakeListener, IPushProducer)
 class DataPlaneServerProtocol(Protocol):
     """
@@ -238,9 +217,9 @@ class DataPlaneServerProtocol(Protocol):
         @param raw_buffers: where the decoder assembles large raw segments
             (L{svc.wire.decoder.FrameDecoder}); each is given back once its
             request is answered or dropped.
-        @param decode_worker: where payloads of L{DECODE_ASIDE_FROM} bytes or
-            more are decoded (a thread, so the reactor serves other
-            connections meanwhile); L{None}: on the reactor.
+        @param decode_worker: where large request payloads are decoded (a
+            thread, so the reactor serves other connections meanwhile:
+            L{svc.dataplane.request_intake}); L{None}: on the reactor.
         """
         self._service = service
         self._admission = admission
@@ -248,15 +227,13 @@ class DataPlaneServerProtocol(Protocol):
         self._limits = limits
         self._new_connection_id = new_connection_id
         self._tracker = tracker
-        self._commands = commands
-        self._decode_worker = decode_worker
-        self._decoding = False
-        self._decoder = FrameDecoder(
-            max_payload=limits.max_payload,
-            max_raw=limits.max_raw,
-            accept=FRAMES_TO_SERVER,
+        self._intake = RequestIntake(
+            self,
+            clock=clock,
+            limits=limits,
+            commands=commands,
             raw_buffers=raw_buffers,
-            packed=FRAMES_TO_SERVER,
+            decode_worker=decode_worker,
         )
         self.state = ConnectionState.HANDSHAKING
         self.identity: AgentIdentity | None = None
@@ -343,6 +320,7 @@ class DataPlaneServerProtocol(Protocol):
             why = reason.getErrorMessage() if reason is not None else "unknown"
             self._not_admitted("lost", f"lost before admission: {why}")
         self.state = ConnectionState.CLOSED
+        self._intake.stop()
         for name in list(self._timers):
             self._cancel_timer(name)
         # Not cancelled: a request the handler is running finishes (cancelling
@@ -443,83 +421,30 @@ class DataPlaneServerProtocol(Protocol):
         large request body; L{svc.wire.decoder.FrameDecoder.receive_target}),
         then calling L{received_into}; else C{None} (use L{dataReceived}).
         """
-        if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
+        if not self.reading():
             return None
-        return self._decoder.receive_target()
+        return self._intake.receive_target()
 
     def received_into(self, count: int) -> None:
         """C{count} bytes of the stream were written into L{receive_target}'s view."""
-        self._decoder.received_into(count)
+        self._intake.received_into(count)
 
     def dataReceived(self, data: bytes) -> None:
-        if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
-            return
-        try:
-            self._decoder.push(data)
-        except CodecError as error:
-            self._protocol_error(error.reason)
-            return
-        if "turn" not in self._timers:
-            self._take_turn()
+        if self.reading():
+            self._intake.feed(data)
 
-    def _take_turn(self) -> None:
-        """
-        Decode and start at most C{frames_per_turn} frames of what was
-        received (fewer once their payloads reach C{payload_bytes_per_turn}:
-        decoding costs by the byte), then let the reactor serve other
-        connections: what is left waits for a later turn (reading stops
-        meanwhile, so it is at most one read). Nothing is started while the
-        peer is not reading our answers.
-        """
-        self._timers.pop("turn", None)
-        budget = self._limits.frames_per_turn
-        payload_budget = self._limits.payload_bytes_per_turn
-        while budget > 0 and payload_budget > 0 and not self._backlogged():
-            if self._decoding:
-                return  # the frame being decoded aside goes first
-            if self.state not in (ConnectionState.OPEN, ConnectionState.DRAINING):
-                return
-            try:
-                frame = self._decoder.next_frame()
-            except CodecError as error:
-                self._protocol_error(error.reason)
-                return
-            if frame is None:
-                break
-            budget -= 1
-            assert isinstance(frame, PackedFrame)
-            payload_budget -= len(frame.payload)
-            if frame.type is FrameType.GOAWAY:
-                self._client_going_away(frame)
-            elif self.state is ConnectionState.OPEN:
-                self._request_received(frame)
-            else:
-                _release_raw(frame)  # read after GOAWAY: never executed
-        self._schedule_turn()
-        self._update_reading()
+    # -- IntakeOwner (the requests the intake hands over) --------------------
 
-    def _schedule_turn(self) -> None:
-        """Take another turn soon if received frames wait and may be started."""
-        if (
-            self._decoder.pending
-            and not self._backlogged()
-            and not self._decoding
-            and "turn" not in self._timers
-            and self.state in (ConnectionState.OPEN, ConnectionState.DRAINING)
-        ):
-            self._timers["turn"] = self._clock.callLater(0, self._take_turn)
+    def reading(self) -> bool:
+        """Whether frames are read at all now (admitted, not closing)."""
+        return self.state in (ConnectionState.OPEN, ConnectionState.DRAINING)
 
-    def _client_going_away(self, frame: PackedFrame) -> None:
-        try:
-            # Decoded within what C{reason}, C{message} and a few unknown
-            # keys can need, like every request.
-            payload = unpack_bounded(
-                frame.payload, containers=4, width=4, keys=8, string=GOAWAY_MAX_STRING, depth=1
-            )
-            goaway = read_goaway(Frame(FrameType.GOAWAY, 0, payload))
-        except (RequestRefused, CodecError) as error:
-            self._protocol_error(f"malformed GOAWAY: {error}")
-            return
+    def executing(self) -> bool:
+        """Whether requests read now run (not after GOAWAY)."""
+        return self.state is ConnectionState.OPEN
+
+    def going_away(self, goaway: GoAway) -> None:
+        """The client sent GOAWAY: answer what was read, run nothing new."""
         _log.info(
             "data-plane client on {connection_id} going away: {reason}",
             connection_id=self.connection_id,
@@ -528,92 +453,37 @@ class DataPlaneServerProtocol(Protocol):
         self._close_reason = f"client going away: {goaway.reason}"
         self._begin_draining()
 
-    def _request_received(self, frame: PackedFrame) -> None:
+    def admit(self, frame: PackedFrame) -> bool:
+        """Whether a REQUEST may go on: its id free (else a protocol error), room in flight."""
         request_id = frame.request_id
         if request_id in self._requests:
-            self._protocol_error(f"request id {request_id} reused while unanswered")
-            return
+            self.protocol_error(f"request id {request_id} reused while unanswered")
+            return False
         self._cancel_timer("idle")
-        command = self._command_of(frame)
-        if command is None:
-            pass
-        elif len(self._requests) >= self._limits.max_in_flight:
-            _release_raw(frame)
+        if len(self._requests) >= self._limits.max_in_flight:
             message = f"more than {self._limits.max_in_flight} requests in flight"
-            self._send(error_frame(request_id, WireErrno.EAGAIN, message))
-        elif len(frame.payload) >= DECODE_ASIDE_FROM and self._decode_worker is not None:
-            self._decode_aside(command, frame, self._decode_worker)
-        else:
-            try:
-                decoded = decode(command, frame.payload)
-            except RequestRefused as error:
-                self._refuse(frame, error)
-            else:
-                self._execute(command, frame, decoded)
+            self.answer_error(frame, WireErrno.EAGAIN, message)
+            return False
+        return True
+
+    def answer_error(self, frame: PackedFrame, errno: WireErrno, message: str) -> None:
+        """Answer a request that will not run with an ERROR."""
+        release_raw(frame)
+        self._send(error_frame(frame.request_id, errno, message))
+
+    def refused(self, error: RequestRefused) -> None:
+        """A request refused by its shape: the handler counts and logs it."""
+        assert self._handler is not None
+        self._handler.refused(error)
+
+    def turn_ended(self) -> None:
+        """Look at reading and idleness again after the intake's turn."""
+        self._update_reading()
         if not self._requests and self.state is ConnectionState.OPEN:
             self._arm_idle_timer()
 
-    def _command_of(self, frame: PackedFrame) -> Command | None:
-        """
-        The command a REQUEST names, or L{None} once it has been answered
-        (C{ENOSYS}, or C{EPROTO}: no op, or a payload over the operation's
-        size, refused unread: wire.md section 3.1).
-        """
-        try:
-            command = find_command(frame.payload, self._commands)
-        except RequestRefused as error:
-            self._refuse(frame, error)
-            return None
-        except KeyError:
-            _release_raw(frame)
-            self._send(error_frame(frame.request_id, WireErrno.ENOSYS, "unknown operation"))
-            return None
-        limit = command.limits.payload
-        if len(frame.payload) > limit:
-            message = f"payload of {len(frame.payload)} bytes is over {limit} for {command.op}"
-            self._refuse(frame, RequestRefused("too_large", message, str(command.op)))
-            return None
-        return command
-
-    def _refuse(self, frame: PackedFrame, error: RequestRefused) -> None:
-        """Answer C{EPROTO} for a payload refused by its shape; counted, not audited."""
-        _release_raw(frame)
-        assert self._handler is not None
-        self._handler.refused(error)
-        self._send(error_frame(frame.request_id, WireErrno.EPROTO, error.message[:256]))
-
-    def _decode_aside(self, command: Command, frame: PackedFrame, worker: IWorker) -> None:
-        """
-        Decode a large payload on the decode worker, so the reactor serves
-        other connections meanwhile; this connection starts nothing else
-        until it is decoded (its order is kept).
-        """
-        self._decoding = True
-        decoding = worker.submit(lambda: decode(command, frame.payload))
-
-        def decoded(result: DecodedRequest | Failure) -> None:
-            self._decoding = False
-            if self.state is not ConnectionState.OPEN:
-                _release_raw(frame)
-            elif isinstance(result, Failure):
-                if isinstance(result.value, RequestRefused):
-                    self._refuse(frame, result.value)
-                else:
-                    _release_raw(frame)
-                    _log.failure("decoding a {op} request failed", result, op=command.op)
-                    self._send(
-                        error_frame(frame.request_id, WireErrno.EIO, GENERIC_FAILURE_MESSAGE)
-                    )
-            else:
-                self._execute(command, frame, result)
-                if not self._requests and self.state is ConnectionState.OPEN:
-                    self._arm_idle_timer()
-            self._schedule_turn()
-            self._update_reading()
-
-        decoding.addBoth(decoded)
-
-    def _execute(self, command: Command, frame: PackedFrame, decoded: DecodedRequest) -> None:
+    def start(self, command: Command, frame: PackedFrame, decoded: DecodedRequest) -> None:
+        """Run the request C{frame} carries (the intake decoded it)."""
         assert self._handler is not None
         request_id = frame.request_id
         request = _Request(request_id, str(command.op), HEADER_SIZE + len(frame.raw))
@@ -637,7 +507,7 @@ class DataPlaneServerProtocol(Protocol):
         if command.op is Op.CLOSE:
             self.go_away(GoAwayReason.SHUTDOWN, "closed at the client's request")
 
-    def _backlogged(self) -> bool:
+    def backlogged(self) -> bool:
         """
         Whether received requests wait before they start: while the
         transport is paused (the peer is not taking what it was sent) or the
@@ -708,7 +578,7 @@ class DataPlaneServerProtocol(Protocol):
         self._after_answer()
 
     def _after_answer(self) -> None:
-        self._schedule_turn()
+        self._intake.schedule()
         if self._requests:
             self._update_reading()
         elif self.state is ConnectionState.DRAINING:
@@ -735,7 +605,7 @@ class DataPlaneServerProtocol(Protocol):
         """
         self._writing_blocked = False
         self._writer.resume()
-        self._schedule_turn()
+        self._intake.schedule()
         self._update_reading()
 
     def stopProducing(self) -> None:
@@ -750,8 +620,7 @@ class DataPlaneServerProtocol(Protocol):
                 len(self._requests) >= limits.max_in_flight
                 or self._unanswered_bytes > limits.pause_reading_above
                 or self._writing_blocked
-                or self._decoder.pending
-                or self._decoding
+                or self._intake.waiting
             ):
                 self._reading_paused = True
                 self._tls.pauseProducing()
@@ -759,8 +628,7 @@ class DataPlaneServerProtocol(Protocol):
             len(self._requests) < limits.max_in_flight
             and self._unanswered_bytes <= limits.resume_reading_below
             and not self._writing_blocked
-            and not self._decoder.pending
-            and not self._decoding
+            and not self._intake.waiting
         ):
             self._reading_paused = False
             self._tls.resumeProducing()
@@ -803,7 +671,8 @@ class DataPlaneServerProtocol(Protocol):
                 detail=detail,
             )
 
-    def _protocol_error(self, reason: str) -> None:
+    def protocol_error(self, reason: str) -> None:
+        """The stream broke the protocol: drop this connection only, logged at info."""
         _log.info(
             "dropping data-plane connection {connection_id} from {peer}: protocol error: {reason}",
             connection_id=self.connection_id,
@@ -820,6 +689,7 @@ class DataPlaneServerProtocol(Protocol):
         if self.state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
             return
         self.state = ConnectionState.CLOSING
+        self._intake.stop()
         for name in list(self._timers):
             self._cancel_timer(name)
         self._abandon_requests()
