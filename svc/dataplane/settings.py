@@ -23,7 +23,15 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.testing import MemoryReactor
 
 from svc.audit.sink import DEFAULT_AUDIT_LOG
-from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.config import (
+    ConfigError,
+    env_int,
+    env_optional,
+    env_path,
+    env_str,
+    secret_source,
+    with_secret_files,
+)
 from svc.dataplane.answer_budget import MIB, AnswerLimits
 from svc.dataplane.factory import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -135,10 +143,12 @@ class DataPlaneSettings:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
         """
-        Read and check the variables.
+        Read and check the variables (the service token also from
+        C{SVC_CONTROL_PLANE_TOKEN_FILE}).
 
         @raise ConfigError: naming the variable at fault.
         """
+        environ = with_secret_files(environ, ("SVC_CONTROL_PLANE_TOKEN",))
         tenants_root = env_path(environ, "SVC_TENANTS_ROOT")
         metadata_root = (
             env_path(environ, "SVC_METADATA_ROOT")
@@ -422,13 +432,12 @@ def _service_token(environ: Mapping[str, str]) -> str:
             "SVC_CONTROL_PLANE_TOKEN",
             "is required: mount session ids are verified with a key derived from it",
         )
+    variable = secret_source(environ, "SVC_CONTROL_PLANE_TOKEN")
     if len(token) < MINIMUM_SERVICE_TOKEN_LENGTH:
-        raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN", f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters"
-        )
+        raise ConfigError(variable, f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters")
     if not token.isascii() or _TOKEN68.fullmatch(token) is None:
         raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN",
+            variable,
             "must use only A-Z a-z 0-9 - . _ ~ + / (and trailing =), to fit a Bearer header",
         )
     return token
