@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from svc.version import version_line
+
 # Modules that contribute subcommands, in help order.
 SUBCOMMAND_MODULES = ("svc.chunking.cli", "svc.audit.cli", "svc.control.operator_cli")
 
@@ -22,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     The argument parser with every available subcommand registered.
     """
     parser = argparse.ArgumentParser(prog="svc", description="svc operator commands")
+    parser.add_argument("--version", action="version", version=version_line("svc"))
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -75,6 +75,7 @@ from svc.pki.errors import InvalidName
 from svc.pki.issuance import CertifiedKey
 from svc.pki.tls import org_root_trust
 from svc.sessions import session_key
+from svc.version import exit_with_version
 from svc.worker import ThreadWorker
 
 DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
@@ -164,6 +165,10 @@ class Options(usage.Options):
         self["tls_listen"].append(_endpoint(description, "--tls-listen"))
 
     opt_l = opt_listen
+
+    def opt_version(self) -> None:
+        """Print the svc release and exit (before the environment is read)."""
+        exit_with_version("svc-control")
 
     def postOptions(self) -> None:
         if not self["listen"] and not self["tls_listen"]:

@@ -77,6 +77,7 @@ from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
 from svc.store.engine import StorageEngine, StorageRoots
+from svc.version import exit_with_version
 from svc.web.clients import control_plane_http_client
 from svc.worker import IWorker, ThreadWorker
 
@@ -123,6 +124,10 @@ class Options(usage.Options):
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._environ = os.environ if environ is None else environ
+
+    def opt_version(self) -> None:
+        """Print the svc release and exit (before the environment is read)."""
+        exit_with_version("svc-dataplane")
 
     def postOptions(self) -> None:
         try:
