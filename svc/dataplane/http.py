@@ -3,7 +3,9 @@ The data-plane server's HTTPS surface: a small Klein application.
 
 Routes (C{docs/specifications/dataplane-http.md}):
 
-  - C{GET /healthz}, C{GET /metrics}: no client certificate needed;
+  - C{GET /healthz}, C{GET /readyz}, C{GET /metrics}: no client
+    certificate needed (C{/metrics} not here when the server has an
+    operator listener: L{svc.dataplane.http_operator});
   - C{GET /audit}: an agent certificate; the newest audit records of that
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
@@ -33,7 +35,7 @@ from typing import Any, cast
 import werkzeug.exceptions
 from cryptography import x509
 from klein import Klein
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -81,6 +83,7 @@ from svc.dataplane.http_journal import (
     revert_answer,
     revert_as_owner,
 )
+from svc.dataplane.http_operator import metrics_exposition, readiness_answer
 from svc.dataplane.placements import Placements
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
@@ -96,6 +99,7 @@ from svc.web.errors import (
     ServerError,
     render_json,
 )
+from svc.web.readiness import ReadinessProbe
 from svc.web.rules import (
     BODY_REQUIRED,
     check_declared_length,
@@ -145,6 +149,9 @@ class DataPlaneHttp:
     @param placements: the identities placed on this server (the data-plane
         service's): an agent grant push records its agent as placed, a purge
         removes it. L{None}: nothing is recorded.
+    @param serve_metrics: serve C{/metrics} (off when the operator listener
+        serves it instead: then 404 here).
+    @param readiness: the checks C{/readyz} runs (L{None}: 404).
     """
 
     app = Klein()
@@ -171,6 +178,8 @@ class DataPlaneHttp:
         metrics: DataPlaneMetrics | None = None,
         announce: Callable[[ChangeNotice], object] = lambda notice: None,
         placements: Placements | None = None,
+        serve_metrics: bool = True,
+        readiness: ReadinessProbe | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -190,6 +199,8 @@ class DataPlaneHttp:
         self._metrics = metrics
         self._announce = announce
         self._placements = placements
+        self._serve_metrics = serve_metrics
+        self._readiness = readiness
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -233,12 +244,19 @@ class DataPlaneHttp:
         """C{{"status": "ok"}}."""
         return _json(request, {"status": "ok"})
 
+    @app.route("/readyz", methods=["GET"])
+    async def readyz(self, request: Request) -> bytes:
+        """200 when every readiness check passes, else 503 naming the failing ones."""
+        if self._readiness is None:
+            raise NotFound()
+        return await readiness_answer(request, self._readiness)
+
     @app.route("/metrics", methods=["GET"])
     def metrics(self, request: Request) -> bytes:
-        """The Prometheus text exposition of the registry."""
-        _set_header(request, b"Content-Type", CONTENT_TYPE_LATEST.encode("ascii"))
-        exposition: bytes = generate_latest(self._registry)
-        return exposition
+        """The Prometheus text exposition of the registry (unless the operator listener has it)."""
+        if not self._serve_metrics:
+            raise NotFound()
+        return metrics_exposition(request, self._registry)
 
     # Agent routes
 

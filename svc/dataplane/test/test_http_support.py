@@ -27,6 +27,7 @@ from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
 from svc.testing.web import Answer, request
 from svc.testing.worker import ImmediateWorker
+from svc.web.readiness import ReadinessProbe
 
 
 class HttpFixture:
@@ -37,7 +38,14 @@ class HttpFixture:
     request presents (C{chain}).
     """
 
-    def __init__(self, case: SynchronousTestCase, *, max_body_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        case: SynchronousTestCase,
+        *,
+        max_body_bytes: int = 64 * 1024,
+        serve_metrics: bool = True,
+        readiness: ReadinessProbe | None = None,
+    ) -> None:
         self.case = case
         self.store = EngineFixture(case)
         case.addCleanup(self.store.close)
@@ -68,6 +76,8 @@ class HttpFixture:
             io=ImmediateWorker(),
             verified_chain=lambda _request: self.chain,
             max_body_bytes=max_body_bytes,
+            serve_metrics=serve_metrics,
+            readiness=readiness,
         )
         self.resource = self.http.resource()
 
