@@ -7,9 +7,11 @@ A process declares named checks (L{Check}): each is a callable returning
 L{None} when the check passes, or a short reason code (C{snake_case}, never
 an error text: the route is public) when it does not. L{ReadinessProbe}
 runs them all, each bounded by a timeout (a check that does not answer in
-time fails with C{timeout}; one that raises fails with C{error} and is
-logged), and logs a line each time a check's verdict changes, not at every
-probe. The answer is a L{Readiness}:
+time fails with C{timeout}; one that raises fails with its C{failure} code,
+C{error} unless declared, and is logged), and logs a line each time a
+check's verdict changes, not at every probe. A check declared advisory
+(C{gating=False}) is reported but does not decide readiness. The answer is
+a L{Readiness}:
 
     200 {"status": "ready", "checks": {"database": "ok", ...}}
     503 {"error": "temporarily_unavailable", "error_description": "not_ready",
@@ -44,22 +46,35 @@ CheckResult = str | None
 
 @attrs.frozen
 class Check:
-    """One named readiness check (L{CheckResult}, or an awaitable of it)."""
+    """
+    One named readiness check (L{CheckResult}, or an awaitable of it).
+
+    @ivar failure: the reason when the check raises.
+    @ivar gating: whether a failure makes the process not ready.
+    """
 
     name: str
     run: Callable[[], CheckResult | Awaitable[CheckResult]]
+    failure: str = ERROR
+    gating: bool = True
 
 
 @attrs.frozen
 class Readiness:
-    """The verdict of every check, by name: C{ok} or the reason it failed."""
+    """
+    The verdict of every check, by name: C{ok} or the reason it failed;
+    C{advisory} names the checks that do not decide readiness.
+    """
 
     checks: Mapping[str, str]
+    advisory: frozenset[str] = frozenset()
 
     @property
     def ready(self) -> bool:
-        """Whether every check passed."""
-        return all(verdict == OK for verdict in self.checks.values())
+        """Whether every gating check passed."""
+        return all(
+            verdict == OK for name, verdict in self.checks.items() if name not in self.advisory
+        )
 
     def body(self) -> dict[str, JsonValue]:
         """The 200 body: C{{"status": "ready", "checks": {...}}}."""
@@ -111,7 +126,8 @@ class ReadinessProbe:
                     verdict=verdict,
                 )
         self._last = verdicts
-        return Readiness(verdicts)
+        advisory = frozenset(check.name for check in self._checks if not check.gating)
+        return Readiness(verdicts, advisory)
 
     async def _verdict(self, check: Check) -> str:
         async def run() -> CheckResult:
@@ -132,5 +148,5 @@ class ReadinessProbe:
                 check=check.name,
                 error=f"{type(e).__name__}: {e}",
             )
-            return ERROR
+            return check.failure
         return OK if reason is None else reason

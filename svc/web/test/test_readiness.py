@@ -46,6 +46,15 @@ class ReadinessTests(SynchronousTestCase):
             },
         )
 
+    def test_advisory_checks_do_not_decide(self) -> None:
+        """A failing advisory check is reported but the process is ready."""
+        readiness = Readiness(
+            {"database": "ok", "dataplane": "none_registered"}, frozenset({"dataplane"})
+        )
+        self.assertTrue(readiness.ready)
+        self.assertEqual(readiness.body()["status"], "ready")
+        self.assertFalse(Readiness({"database": "error"}, frozenset({"dataplane"})).ready)
+
     def test_no_checks_is_ready(self) -> None:
         """A process with nothing to check is ready."""
         self.assertTrue(Readiness({}).ready)
@@ -88,6 +97,21 @@ class ProbeTests(SynchronousTestCase):
             readiness = self.probe(Check("database", broken))
         self.assertEqual(readiness.checks, {"database": "error"})
         self.assertTrue(any("password wrong" in str(e.get("error")) for e in events))
+
+    def test_declared_failure_and_advisory(self) -> None:
+        """A raising check fails with its declared code; advisory ones reach the verdict."""
+
+        def down() -> CheckResult:
+            raise ConnectionRefusedError()
+
+        readiness = self.probe(
+            Check("database", down, failure="unreachable"),
+            Check("dataplane", lambda: "none_registered", gating=False),
+        )
+        self.assertEqual(
+            (readiness.checks, readiness.advisory),
+            ({"database": "unreachable", "dataplane": "none_registered"}, {"dataplane"}),
+        )
 
     def test_hung_check_times_out(self) -> None:
         """A check that never answers fails with timeout after the bound."""
