@@ -64,6 +64,7 @@ from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPu
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_fleet import FleetDeps, fleet_routes
 from svc.control.routes_journal import JournalDeps, journal_routes
 from svc.control.routes_mounts import DEFAULT_MOUNT_LEASE_TTL_SECONDS, MountDeps, mount_routes
 from svc.control.routes_owner import OwnerDeps, owner_routes
@@ -384,6 +385,7 @@ class ControlPlaneService(MultiService):
             ),
             *enrollment_routes(enrollment),
             *dataplane_query_routes(DataPlaneQueryDeps(store, reactor.seconds)),
+            *fleet_routes(FleetDeps(store, reactor, client)),
             *dashboard_routes(),
             *owner_routes(OwnerDeps(store, settings, reactor, client, pushes)),
             *journal_routes(

@@ -10,7 +10,8 @@ Routes (C{docs/specifications/dataplane-http.md}):
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
     C{PUT /control/quotas}, C{GET /control/usage}, C{GET /control/journal},
-    C{POST /control/journal/revert}: the control-plane certificate
+    C{POST /control/journal/revert}, C{POST /control/gc}: the control-plane
+    certificate
     (C{docs/specifications/control-dataplane.md}).
 
 The caller is identified on every request from the TLS-verified chain
@@ -72,6 +73,7 @@ from svc.dataplane.http_control import (
     parse_revocations,
     parse_usage_owner,
     purge_agent,
+    sweep_answer,
 )
 from svc.dataplane.http_journal import (
     OwnerRevert,
@@ -88,6 +90,7 @@ from svc.dataplane.placements import Placements
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
+from svc.store.gc import SweepReport
 from svc.store.journal import RevertResult
 from svc.store.tenant import TenantStorage
 from svc.web.errors import (
@@ -152,6 +155,8 @@ class DataPlaneHttp:
     @param serve_metrics: serve C{/metrics} (off when the operator listener
         serves it instead: then 404 here).
     @param readiness: the checks C{/readyz} runs (L{None}: 404).
+    @param sweep: runs one garbage-collection cycle now, or joins the one
+        running (the GC loop's C{sweep_now}); L{None}: C{/control/gc} is 404.
     """
 
     app = Klein()
@@ -180,6 +185,7 @@ class DataPlaneHttp:
         placements: Placements | None = None,
         serve_metrics: bool = True,
         readiness: ReadinessProbe | None = None,
+        sweep: Callable[[], Deferred[list[SweepReport]]] | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -201,6 +207,7 @@ class DataPlaneHttp:
         self._placements = placements
         self._serve_metrics = serve_metrics
         self._readiness = readiness
+        self._sweep = sweep
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -383,6 +390,16 @@ class DataPlaneHttp:
             )
         )
         return _json(request, revert_answer(result))
+
+    @app.route("/control/gc", methods=["POST"])
+    async def gc(self, request: Request) -> bytes:
+        """Run one garbage-collection cycle over every tenant now; answers its totals."""
+        require_control(self._caller(request))
+        if self._sweep is None:
+            raise NotFound()
+        reports = await self._sweep()
+        _set_header(request, b"Cache-Control", b"no-store")
+        return _json(request, sweep_answer(reports))
 
     def _announce_revert(self, revert: OwnerRevert) -> None:
         # The revert has committed: a failure to tell the agent must not fail it.

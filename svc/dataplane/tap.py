@@ -442,6 +442,7 @@ class DataPlaneServer(MultiService):
             placements=self.placements,
             serve_metrics=self._config.metrics_listen is None,
             readiness=self.readiness.probe,
+            sweep=self.gc.sweep_now,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")

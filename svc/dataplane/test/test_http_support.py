@@ -8,12 +8,13 @@ L{svc.dataplane.test.test_http_tls} for the real handshake).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from cryptography import x509
 from prometheus_client import CollectorRegistry
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
@@ -23,6 +24,7 @@ from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
+from svc.store.gc import SweepReport
 from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
 from svc.testing.web import Answer, request
@@ -45,6 +47,7 @@ class HttpFixture:
         max_body_bytes: int = 64 * 1024,
         serve_metrics: bool = True,
         readiness: ReadinessProbe | None = None,
+        sweep: Callable[[], Deferred[list[SweepReport]]] | None = None,
     ) -> None:
         self.case = case
         self.store = EngineFixture(case)
@@ -78,6 +81,7 @@ class HttpFixture:
             max_body_bytes=max_body_bytes,
             serve_metrics=serve_metrics,
             readiness=readiness,
+            sweep=sweep,
         )
         self.resource = self.http.resource()
 
