@@ -16,7 +16,12 @@ from collections.abc import Sequence
 from svc.version import version_line
 
 # Modules that contribute subcommands, in help order.
-SUBCOMMAND_MODULES = ("svc.chunking.cli", "svc.audit.cli", "svc.control.operator_cli")
+SUBCOMMAND_MODULES = (
+    "svc.chunking.cli",
+    "svc.audit.cli",
+    "svc.control.operator_cli",
+    "svc.control.fleet_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
