@@ -22,12 +22,13 @@ state.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from twisted.internet.defer import Deferred
 
 from svc.web.readiness import Check, CheckResult, ReadinessProbe
 from svc.worker import IWorker
@@ -82,9 +83,12 @@ class DataPlaneReadiness:
         """Whether both listeners are open."""
         self._listening = listening
 
-    def _storage(self) -> Any:
+    def _storage(self) -> Deferred[CheckResult]:
         roots = self._roots
-        look: Callable[[], CheckResult] = lambda: storage_problem(roots)  # noqa: E731
+
+        def look() -> CheckResult:
+            return storage_problem(roots)
+
         return self._io.submit(look)
 
     def _credentials(self) -> CheckResult:

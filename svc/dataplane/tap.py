@@ -9,14 +9,14 @@ C{--listen} is the frame listener (mutual TLS 1.3, default
 C{tcp:7443:interface=127.0.0.1}), C{--http-listen} the HTTPS surface
 (C{/healthz}, C{/readyz}, C{/metrics}, C{/audit}, C{/control/*}; default
 C{tcp:7444:interface=127.0.0.1}). Both take plain stream endpoints: the
-server adds TLS itself, with its server leaf. C{--metrics-listen} (none by
-default) is the operator listener, plain HTTP (C{/metrics}, C{/healthz},
-C{/readyz}: L{svc.dataplane.http_operator}); with it C{/metrics} leaves
-the HTTPS surface agents reach. That leaf comes either from
+server adds TLS itself, with its server leaf. That leaf comes either from
 the three given files (C{--cert --key --root}: tests, the embedded
 development stack; never renewed) or from the control plane
 (C{SVC_CONTROL_URL}, signed with the service token, kept in
-C{SVC_STATE_DIR} and renewed in place). Everything else comes from the
+C{SVC_STATE_DIR} and renewed in place). C{--metrics-listen} (none by
+default) is the operator listener, plain HTTP (C{/metrics}, C{/healthz},
+C{/readyz}: L{svc.dataplane.http_operator}); with it C{/metrics} leaves
+the HTTPS surface agents reach. Everything else comes from the
 environment (L{DataPlaneSettings}); a bad value or option refuses to start
 (exit status 64) naming the variable or option.
 
