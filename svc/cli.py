@@ -2,8 +2,9 @@
 The ``svc`` operator command.
 
 Subcommands are added by the parts that own them (``svc chunk`` here;
-``svc ca``, ``svc token``, ``svc user`` by the control plane; ``svc audit`` by
-the audit package). Each subcommand module exposes ``register(subparsers)``.
+``svc ca``, ``svc token``, ``svc user`` and the fleet commands ``svc
+allocations``, ``agents``, ``usage``, ``gc``, ``purge`` by the control plane;
+``svc audit`` by the audit package). Each subcommand module exposes ``register(subparsers)``.
 """
 
 from __future__ import annotations
