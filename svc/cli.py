@@ -2,8 +2,9 @@
 The ``svc`` operator command.
 
 Subcommands are added by the parts that own them (``svc chunk`` here;
-``svc ca``, ``svc token``, ``svc user`` by the control plane; ``svc audit`` by
-the audit package). Each subcommand module exposes ``register(subparsers)``.
+``svc ca``, ``svc token``, ``svc user`` and the fleet commands ``svc
+allocations``, ``agents``, ``usage``, ``gc``, ``purge`` by the control plane;
+``svc audit`` by the audit package). Each subcommand module exposes ``register(subparsers)``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,15 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from svc.version import version_line
+
 # Modules that contribute subcommands, in help order.
-SUBCOMMAND_MODULES = ("svc.chunking.cli", "svc.audit.cli", "svc.control.operator_cli")
+SUBCOMMAND_MODULES = (
+    "svc.chunking.cli",
+    "svc.audit.cli",
+    "svc.control.operator_cli",
+    "svc.control.fleet_cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     The argument parser with every available subcommand registered.
     """
     parser = argparse.ArgumentParser(prog="svc", description="svc operator commands")
+    parser.add_argument("--version", action="version", version=version_line("svc"))
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -15,13 +15,21 @@ would be extra families the specification does not name), without touching
 the library's process-wide switch. C{svc_journal_rows_total} is a gauge whose
 name ends in C{_total}, as the specification names it (promtool's linter
 warns about that name; see ``docs/specifications/metrics.md``).
+
+The C{path} label of C{svc_lease_held} names an agent's file (and, by its
+first component, the agent): L{PathLabelPolicy} keeps it, replaces it with
+a keyed hash, or drops the series (C{SVC_METRICS_PATH_LABELS}).
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import hmac
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import attrs
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -111,6 +119,67 @@ family is not in the specification, C{docs/specifications/metrics.md}).
 """
 
 
+class PathLabels(enum.Enum):
+    """What C{svc_lease_held}'s C{path} label carries (C{SVC_METRICS_PATH_LABELS})."""
+
+    KEEP = "keep"
+    """The path itself, as the specification has it."""
+    HASH = "hash"
+    """16 hex digits of a keyed hash of the tenant and path (L{PathLabelPolicy.label})."""
+    DROP = "drop"
+    """No series at all: the family is declared and stays empty."""
+
+
+PATH_LABEL_DOMAIN = b"svc-metrics-path-label-v1"
+"""What the hash key is derived for (the HMAC message under the service token)."""
+
+PATH_LABEL_HEX_DIGITS = 16
+
+
+def path_label_key(service_token: str) -> bytes:
+    """The C{hash} mode's key: HMAC-SHA256 of L{PATH_LABEL_DOMAIN} under the service token."""
+    return hmac.new(service_token.encode("utf-8"), PATH_LABEL_DOMAIN, hashlib.sha256).digest()
+
+
+@attrs.frozen
+class PathLabelPolicy:
+    """
+    How a lease's path becomes the C{path} label (L{PathLabels}).
+
+    In C{hash} mode the label is the first 16 hex digits of
+    HMAC-SHA256(C{key}, C{"<owner>/<tenant>" NUL <path>}) (UTF-8): stable
+    across restarts, different for the same path in two tenants, and not
+    computable without the key (so a file name cannot be confirmed by
+    guessing it). The key is L{path_label_key} of the service token.
+    """
+
+    mode: PathLabels = PathLabels.KEEP
+    key: bytes = attrs.field(default=b"", repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode is PathLabels.HASH and len(self.key) < 16:
+            raise ValueError("the hash mode needs a key of at least 16 bytes")
+
+    @classmethod
+    def of(cls, mode: PathLabels, service_token: str) -> PathLabelPolicy:
+        """The policy of C{mode}, a C{hash} one keyed by the service token."""
+        key = path_label_key(service_token) if mode is PathLabels.HASH else b""
+        return cls(mode, key)
+
+    def label(self, scope: str, path: str) -> str | None:
+        """
+        The label for C{path} of tenant C{scope} (C{"<owner>/<tenant>"}),
+        or L{None} when the series is dropped.
+        """
+        if self.mode is PathLabels.DROP:
+            return None
+        if self.mode is PathLabels.KEEP:
+            return path
+        message = scope.encode("utf-8") + b"\0" + path.encode("utf-8")
+        digest = hmac.new(self.key, message, hashlib.sha256).hexdigest()
+        return digest[:PATH_LABEL_HEX_DIGITS]
+
+
 def op_label(op: Op) -> str:
     """The C{op} label of a wire operation (C{head_file} is C{stat})."""
     return "stat" if op is Op.HEAD_FILE else op.value
@@ -149,9 +218,14 @@ class DataPlaneMetrics:
     Every metric family of the data-plane server, registered in
     C{registry}. The attributes are the C{prometheus_client} metrics; the
     methods are the way the server should update them.
+
+    @param path_labels: how C{svc_lease_held} labels its paths.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, path_labels: PathLabelPolicy | None = None
+    ) -> None:
+        self._path_labels = path_labels or PathLabelPolicy()
         inner = CollectorRegistry(auto_describe=True)
         # The series of the per-request families, by label values: looked
         # up once (with the values checked), then reused (C{labels} costs
@@ -304,15 +378,19 @@ class DataPlaneMetrics:
             ("chunks", state), lambda: self.chunks.labels(_check(state, CHUNK_STATES, "state"))
         ).inc(n)
 
-    def set_lease_held(self, path: str, leases_on_path: int) -> None:
+    def set_lease_held(self, path: str, leases_on_path: int, scope: str = "") -> None:
         """
-        Track the leases on C{path} after a lease event: the series is 1
-        while any is held and removed when none is left.
+        Track the leases on C{path} of tenant C{scope} (C{"<owner>/<tenant>"})
+        after a lease event: the series is 1 while any is held and removed
+        when none is left (its label per the L{PathLabelPolicy}).
         """
+        label = self._path_labels.label(scope, _non_empty(path, "path"))
+        if label is None:
+            return
         if leases_on_path > 0:
-            self.lease_held.labels(_non_empty(path, "path")).set(1)
+            self.lease_held.labels(label).set(1)
         else:
-            self.lease_held.remove(path)
+            self.lease_held.remove(label)
 
     def observe_chunk_batch(self, operation: str, seconds: float, size: int) -> None:
         """One batched C{operation} (C{has}/C{delete}) of C{size} hashes."""

@@ -266,8 +266,12 @@ class DataPlaneProcess:
         environ: Mapping[str, str] | None = None,
         *,
         twist: Path = TWIST,
+        operator_listener: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.operator_listener = operator_listener
+        """Whether the process has C{--metrics-listen} (on C{metrics_port})."""
+        self.metrics_port = 0
         self.pki = pki
         self.twist = twist
         self.tenants_root = workdir / "tenants"
@@ -313,6 +317,11 @@ class DataPlaneProcess:
             f"--cert={self.pki.server_cert_file}",
             f"--key={self.pki.server_key_file}",
             f"--root={self.pki.root_file}",
+            *(
+                [f"--metrics-listen=tcp:{self.metrics_port}:interface={LOOPBACK}"]
+                if self.operator_listener
+                else []
+            ),
         ]
 
     @property
@@ -335,7 +344,7 @@ class DataPlaneProcess:
             (its log is in the message); it is killed first.
         """
         for attempt in range(attempts):
-            self.frame_port, self.http_port = free_ports(2)
+            self.frame_port, self.http_port, self.metrics_port = free_ports(3)
             self.starts += 1
             self.log_file = self.workdir / f"dataplane-{self.starts}.log"
             _RUNNING.add(self)
@@ -477,9 +486,23 @@ class DataPlaneProcess:
         finally:
             connection.close()
 
+    def operator(self, path: str, timeout: float = 10.0) -> HttpsAnswer:
+        """One GET to the operator listener (plain HTTP; C{operator_listener} on)."""
+        assert self.operator_listener, "the process has no operator listener"
+        connection = http.client.HTTPConnection(LOOPBACK, self.metrics_port, timeout=timeout)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return HttpsAnswer(response.status, dict(response.getheaders()), response.read())
+        finally:
+            connection.close()
+
     def metrics_text(self) -> str:
-        """The C{/metrics} exposition."""
-        answer = self.https("GET", "/metrics")
+        """The C{/metrics} exposition (from the operator listener when there is one)."""
+        if self.operator_listener:
+            answer = self.operator("/metrics")
+        else:
+            answer = self.https("GET", "/metrics")
         assert answer.status == 200, answer
         return answer.body.decode("utf-8")
 

@@ -20,9 +20,11 @@ from twisted.trial.unittest import TestCase
 
 from svc.dataplane_client.client import DataPlaneClient
 from svc.dataplane_client.errors import RemoteError
+from svc.metrics import PathLabelPolicy, PathLabels
 from svc.testing.pki import AgentCredentials
 from svc.wire.errno import WireErrno
 from tests.dataplane_harness import (
+    SERVICE_TOKEN,
     DataPlaneProcess,
     async_test,
     bounded,
@@ -133,8 +135,12 @@ class LeaseContentionTests(LeaseSystemCase):
         [released] = self.lease_lines(held, "lease_release")
         self.assertEqual(released["reason"], "client")
         self.lease_lines(taken, "lease_grant")
-        held_now = metric_sample(self.server.metrics_text(), "svc_lease_held", path=path)
-        self.assertEqual(held_now, 1.0)
+        # By default the path label is hashed (SVC_METRICS_PATH_LABELS=hash).
+        label = PathLabelPolicy.of(PathLabels.HASH, SERVICE_TOKEN).label("user-1/tenant-a", path)
+        assert label is not None
+        exposition = self.server.metrics_text()
+        self.assertEqual(metric_sample(exposition, "svc_lease_held", path=label), 1.0)
+        self.assertNotIn(path, exposition)
 
 
 class RevokeTimeoutTests(LeaseSystemCase):

@@ -62,6 +62,9 @@ from svc.worker import IWorker
 DEFAULT_CALL_TIMEOUT_SECONDS = 15.0
 """How long one control call may take before it counts as failed."""
 
+GC_CALL_TIMEOUT_SECONDS = 900.0
+"""How long a C{POST /control/gc} may take: a sweep of every tenant of a server."""
+
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 """The largest JSON answer accepted from a data-plane server."""
 
@@ -176,6 +179,17 @@ class PurgeResult:
 
     count: int
     bytes_freed: int
+
+
+@attrs.frozen
+class SweepResult:
+    """What C{POST /control/gc} collected on one server (totals over its tenants)."""
+
+    tenants: int
+    count: int
+    bytes_freed: int
+    kept_young: int
+    dry_run: bool
 
 
 @attrs.frozen
@@ -428,6 +442,13 @@ class DataPlaneClient:
         """C{GET /control/usage?owner=}: the owner's usage on one server."""
         return Deferred.fromCoroutine(self._usage(target, owner))
 
+    def gc(self, target: DataPlaneTarget) -> Deferred[SweepResult]:
+        """
+        C{POST /control/gc}: one garbage-collection cycle over every tenant
+        of the server, now (bounded by L{GC_CALL_TIMEOUT_SECONDS}).
+        """
+        return Deferred.fromCoroutine(self._gc(target))
+
     def journal(
         self, target: DataPlaneTarget, owner: str, tenant: str, query: JournalRequest
     ) -> Deferred[JournalAnswer]:
@@ -500,6 +521,21 @@ class DataPlaneClient:
             owner=owner,
             used_bytes=_count(target, call, answer, "used_bytes"),
             agents={str(agent): _count(target, call, agents, agent) for agent in agents},
+        )
+
+    async def _gc(self, target: DataPlaneTarget) -> SweepResult:
+        call = "POST /control/gc"
+        answer = await self._call(
+            target, "POST", "/control/gc", {}, timeout=GC_CALL_TIMEOUT_SECONDS
+        )
+        if not isinstance(answer, dict) or not isinstance(answer.get("dry_run"), bool):
+            raise DataPlaneCallFailed(target, call, "answer is not a sweep report")
+        return SweepResult(
+            tenants=_count(target, call, answer, "tenants"),
+            count=_count(target, call, answer, "count"),
+            bytes_freed=_count(target, call, answer, "bytes_freed"),
+            kept_young=_count(target, call, answer, "kept_young"),
+            dry_run=bool(answer["dry_run"]),
         )
 
     async def _no_answer(

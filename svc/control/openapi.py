@@ -32,11 +32,17 @@ OUTSIDE_PROVISIONING_SURFACE = frozenset(
         ("POST", "/control/sign-server-cert"),
         ("GET", "/control/cert-revocations"),
         ("GET", "/control/placement"),
+        # The operator's fleet routes (svc.control.routes_fleet), for the svc command.
+        ("GET", "/v1/admin/allocations"),
+        ("POST", "/v1/admin/allocations/<id>/purge"),
+        ("GET", "/v1/admin/servers"),
+        ("POST", "/v1/admin/servers/<fqdn>/gc"),
     }
 )
 """
 Service-token routes the document leaves out on purpose: they serve
-data-plane servers, not the host SDK (method and route path).
+data-plane servers or the operator's C{svc} command, not the host SDK
+(method and route path).
 """
 
 

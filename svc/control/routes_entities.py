@@ -37,6 +37,7 @@ from svc.control.dataplane_client import (
     target_for,
 )
 from svc.control.http import Call
+from svc.control.purging import purge_allocation
 from svc.control.revocation_push import PushNotices
 from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
 from svc.control.settings import ControlSettings
@@ -457,36 +458,12 @@ class EntityRoutes:
         )
 
     async def _purge(self, allocation: Allocation) -> dict[str, JsonValue]:
-        count = freed = 0
-        placement = await from_store(self._store.get_placement(allocation.tenant_id))
-        if allocation.agent_id is not None and placement is not None:
-            result = await self._deps.client.purge_agent(
-                self._deps.target_of(placement.server),
-                allocation.owner_id,
-                allocation.tenant_id,
-                allocation.agent_id,
+        deps = self._deps
+        return await from_store(
+            Deferred.fromCoroutine(
+                purge_allocation(self._store, deps.client, deps.target_of, allocation, self._now())
             )
-            count, freed = result.count, result.bytes_freed
-        try:
-            await from_store(self._store.mark_purged(allocation.allocation_id, self._now()))
-        except api.Conflict:
-            pass  # purged meanwhile by another sweep
-        _log.info(
-            "purged allocation {allocation_id} agent={agent_id}: {count} manifests,"
-            " {bytes_freed} bytes",
-            allocation_id=allocation.allocation_id,
-            agent_id=allocation.agent_id,
-            count=count,
-            bytes_freed=freed,
         )
-        return {
-            "allocation_id": allocation.allocation_id,
-            "agent_id": allocation.agent_id,
-            "owner": allocation.owner_id,
-            "tenant": allocation.tenant_id,
-            "count": count,
-            "bytes_freed": freed,
-        }
 
 
 def entity_routes(deps: EntityDeps) -> list[Route]:

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import attrs
 
-from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.config import (
+    ConfigError,
+    env_int,
+    env_optional,
+    env_path,
+    env_str,
+    secret_source,
+    with_secret_files,
+)
 from svc.control.store.url import SQLiteUrl, parse_database_url
 from svc.pki import names
 from svc.pki.errors import InvalidName
@@ -143,9 +151,11 @@ class ControlSettings:
         """
         Read and validate the control plane's variables from C{environ}.
 
-        @param read_file: reads C{SVC_CA_KEK_FILE} (injected for tests).
+        @param read_file: reads the secret files (C{SVC_CONTROL_PLANE_TOKEN_FILE},
+            C{SVC_CA_KEK_FILE}, C{DATABASE_URL_FILE}; injected for tests).
         @raise ConfigError: naming the variable at fault.
         """
+        environ = with_secret_files(environ, read_file=read_file)
         database_url = env_optional(environ, "DATABASE_URL")
         database_kind = None if database_url is None else _database_kind(database_url)
         backend = _secrets_backend(environ, database_kind)
@@ -159,14 +169,14 @@ class ControlSettings:
 
         token = env_optional(environ, "SVC_CONTROL_PLANE_TOKEN")
         if token is not None:
-            _check_service_token(token)
+            _check_service_token(token, secret_source(environ, "SVC_CONTROL_PLANE_TOKEN"))
         elif database_url is not None or ca_configured:
             raise ConfigError(
                 "SVC_CONTROL_PLANE_TOKEN",
                 "is required when DATABASE_URL or an agent CA is configured",
             )
 
-        kek = _kek(environ, read_file)
+        kek = _kek(environ)
         if kek is None and ca_configured and not dev_mode:
             raise ConfigError(
                 "SVC_CA_KEK", "is required when an agent CA is configured (or set SVC_DEV_MODE=1)"
@@ -235,35 +245,24 @@ def _secrets_backend(
     return backend
 
 
-def _check_service_token(token: str) -> None:
+def _check_service_token(token: str, variable: str = "SVC_CONTROL_PLANE_TOKEN") -> None:
     if len(token) < MINIMUM_SERVICE_TOKEN_LENGTH:
         raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN",
+            variable,
             f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters",
         )
     if not token.isascii() or _TOKEN68.fullmatch(token) is None:
         raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN",
+            variable,
             "must use only A-Z a-z 0-9 - . _ ~ + / (and trailing =), to fit a Bearer header",
         )
 
 
-def _kek(environ: Mapping[str, str], read_file: Callable[[Path], bytes]) -> bytes | None:
+def _kek(environ: Mapping[str, str]) -> bytes | None:
     inline = env_optional(environ, "SVC_CA_KEK")
-    from_file = env_optional(environ, "SVC_CA_KEK_FILE")
-    if inline is not None and from_file is not None:
-        raise ConfigError("SVC_CA_KEK_FILE", "set either SVC_CA_KEK or SVC_CA_KEK_FILE, not both")
-    if inline is not None:
-        return _decode_kek("SVC_CA_KEK", inline)
-    if from_file is not None:
-        try:
-            text = read_file(Path(from_file)).decode("ascii")
-        except OSError as e:
-            raise ConfigError("SVC_CA_KEK_FILE", f"cannot read {from_file}: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise ConfigError("SVC_CA_KEK_FILE", "must hold base64 text") from None
-        return _decode_kek("SVC_CA_KEK_FILE", text.strip())
-    return None
+    if inline is None:
+        return None
+    return _decode_kek(secret_source(environ, "SVC_CA_KEK"), inline)
 
 
 def _decode_kek(variable: str, text: str) -> bytes:

@@ -59,10 +59,12 @@ from svc.control.dataplane_client import (
 from svc.control.enrollment import EnrollmentDeps
 from svc.control.journal_access import DataPlaneJournal
 from svc.control.owner_auth import OwnerAuthenticator
+from svc.control.readiness import readiness_probe, readiness_routes
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_fleet import FleetDeps, fleet_routes
 from svc.control.routes_journal import JournalDeps, journal_routes
 from svc.control.routes_mounts import DEFAULT_MOUNT_LEASE_TTL_SECONDS, MountDeps, mount_routes
 from svc.control.routes_owner import OwnerDeps, owner_routes
@@ -75,6 +77,8 @@ from svc.pki.errors import InvalidName
 from svc.pki.issuance import CertifiedKey
 from svc.pki.tls import org_root_trust
 from svc.sessions import session_key
+from svc.version import exit_with_version
+from svc.web.readiness import ReadinessProbe
 from svc.worker import ThreadWorker
 
 DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
@@ -164,6 +168,10 @@ class Options(usage.Options):
         self["tls_listen"].append(_endpoint(description, "--tls-listen"))
 
     opt_l = opt_listen
+
+    def opt_version(self) -> None:
+        """Print the svc release and exit (before the environment is read)."""
+        exit_with_version("svc-control")
 
     def postOptions(self) -> None:
         if not self["listen"] and not self["tls_listen"]:
@@ -329,6 +337,7 @@ class ControlPlaneService(MultiService):
                 session_key=session_key(settings.control_plane_token),
             )
             routes, authenticators = await self._database_routes(store)
+        routes.extend(readiness_routes(self._readiness_probe()))
         app = build_control_app(
             settings,
             reactor.seconds,
@@ -376,6 +385,7 @@ class ControlPlaneService(MultiService):
             ),
             *enrollment_routes(enrollment),
             *dataplane_query_routes(DataPlaneQueryDeps(store, reactor.seconds)),
+            *fleet_routes(FleetDeps(store, reactor, client)),
             *dashboard_routes(),
             *owner_routes(OwnerDeps(store, settings, reactor, client, pushes)),
             *journal_routes(
@@ -388,6 +398,17 @@ class ControlPlaneService(MultiService):
         authenticators: dict[Any, Any] = dict(enrollment_authenticators(enrollment))
         authenticators[AuthKind.ADMIN_SESSION] = owner
         return routes, authenticators
+
+    def _readiness_probe(self) -> ReadinessProbe:
+        """The checks of C{GET /readyz} (L{svc.control.readiness})."""
+        provider, keeper = self._provider, self.keeper
+        configured = provider is not None and self._settings.agent_ca_configured
+        return readiness_probe(
+            self._store,
+            provider.get if configured and provider is not None else None,
+            lambda: None if keeper is None else keeper.current(),
+            self._reactor,
+        )
 
     def _ready(self, feature: Feature) -> bool:
         if feature is Feature.AGENT_CA:

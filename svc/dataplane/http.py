@@ -3,12 +3,15 @@ The data-plane server's HTTPS surface: a small Klein application.
 
 Routes (C{docs/specifications/dataplane-http.md}):
 
-  - C{GET /healthz}, C{GET /metrics}: no client certificate needed;
+  - C{GET /healthz}, C{GET /readyz}, C{GET /metrics}: no client
+    certificate needed (C{/metrics} not here when the server has an
+    operator listener: L{svc.dataplane.http_operator});
   - C{GET /audit}: an agent certificate; the newest audit records of that
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
     C{PUT /control/quotas}, C{GET /control/usage}, C{GET /control/journal},
-    C{POST /control/journal/revert}: the control-plane certificate
+    C{POST /control/journal/revert}, C{POST /control/gc}: the control-plane
+    certificate
     (C{docs/specifications/control-dataplane.md}).
 
 The caller is identified on every request from the TLS-verified chain
@@ -33,7 +36,7 @@ from typing import Any, cast
 import werkzeug.exceptions
 from cryptography import x509
 from klein import Klein
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -70,6 +73,7 @@ from svc.dataplane.http_control import (
     parse_revocations,
     parse_usage_owner,
     purge_agent,
+    sweep_answer,
 )
 from svc.dataplane.http_journal import (
     OwnerRevert,
@@ -81,10 +85,12 @@ from svc.dataplane.http_journal import (
     revert_answer,
     revert_as_owner,
 )
+from svc.dataplane.http_operator import metrics_exposition, readiness_answer
 from svc.dataplane.placements import Placements
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
+from svc.store.gc import SweepReport
 from svc.store.journal import RevertResult
 from svc.store.tenant import TenantStorage
 from svc.web.errors import (
@@ -96,6 +102,7 @@ from svc.web.errors import (
     ServerError,
     render_json,
 )
+from svc.web.readiness import ReadinessProbe
 from svc.web.rules import (
     BODY_REQUIRED,
     check_declared_length,
@@ -145,6 +152,11 @@ class DataPlaneHttp:
     @param placements: the identities placed on this server (the data-plane
         service's): an agent grant push records its agent as placed, a purge
         removes it. L{None}: nothing is recorded.
+    @param serve_metrics: serve C{/metrics} (off when the operator listener
+        serves it instead: then 404 here).
+    @param readiness: the checks C{/readyz} runs (L{None}: 404).
+    @param sweep: runs one garbage-collection cycle now, or joins the one
+        running (the GC loop's C{sweep_now}); L{None}: C{/control/gc} is 404.
     """
 
     app = Klein()
@@ -171,6 +183,9 @@ class DataPlaneHttp:
         metrics: DataPlaneMetrics | None = None,
         announce: Callable[[ChangeNotice], object] = lambda notice: None,
         placements: Placements | None = None,
+        serve_metrics: bool = True,
+        readiness: ReadinessProbe | None = None,
+        sweep: Callable[[], Deferred[list[SweepReport]]] | None = None,
     ) -> None:
         self._engine = engine
         self._registry = registry
@@ -190,6 +205,9 @@ class DataPlaneHttp:
         self._metrics = metrics
         self._announce = announce
         self._placements = placements
+        self._serve_metrics = serve_metrics
+        self._readiness = readiness
+        self._sweep = sweep
 
     def resource(self) -> IResource:
         """The Twisted resource to serve (wrap in a C{Site})."""
@@ -233,12 +251,19 @@ class DataPlaneHttp:
         """C{{"status": "ok"}}."""
         return _json(request, {"status": "ok"})
 
+    @app.route("/readyz", methods=["GET"])
+    async def readyz(self, request: Request) -> bytes:
+        """200 when every readiness check passes, else 503 naming the failing ones."""
+        if self._readiness is None:
+            raise NotFound()
+        return await readiness_answer(request, self._readiness)
+
     @app.route("/metrics", methods=["GET"])
     def metrics(self, request: Request) -> bytes:
-        """The Prometheus text exposition of the registry."""
-        _set_header(request, b"Content-Type", CONTENT_TYPE_LATEST.encode("ascii"))
-        exposition: bytes = generate_latest(self._registry)
-        return exposition
+        """The Prometheus text exposition of the registry (unless the operator listener has it)."""
+        if not self._serve_metrics:
+            raise NotFound()
+        return metrics_exposition(request, self._registry)
 
     # Agent routes
 
@@ -365,6 +390,16 @@ class DataPlaneHttp:
             )
         )
         return _json(request, revert_answer(result))
+
+    @app.route("/control/gc", methods=["POST"])
+    async def gc(self, request: Request) -> bytes:
+        """Run one garbage-collection cycle over every tenant now; answers its totals."""
+        require_control(self._caller(request))
+        if self._sweep is None:
+            raise NotFound()
+        reports = await self._sweep()
+        _set_header(request, b"Cache-Control", b"no-store")
+        return _json(request, sweep_answer(reports))
 
     def _announce_revert(self, revert: OwnerRevert) -> None:
         # The revert has committed: a failure to tell the agent must not fail it.

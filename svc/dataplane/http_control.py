@@ -21,7 +21,7 @@ from svc.pki import names
 from svc.pki.errors import InvalidName
 from svc.pki.identity import DeniedSerial, DenyList
 from svc.store.engine import StorageEngine, scan_owner_tenants
-from svc.store.gc import PurgeReport
+from svc.store.gc import PurgeReport, SweepReport
 from svc.store.layout import TenantLocation, is_valid_id
 from svc.web.errors import InvalidRequest, JsonValue
 from svc.worker import IWorker
@@ -255,3 +255,18 @@ async def purge_agent(engine: StorageEngine, io: IWorker, request: PurgeRequest)
         return PurgeReport(location.tenant, request.agent_id, 0, 0)
     storage = await engine.tenant(location)
     return await storage.purge_agent(request.agent_id)
+
+
+def sweep_answer(reports: Sequence[SweepReport]) -> JsonValue:
+    """The C{POST /control/gc} answer: totals, then one entry per tenant swept."""
+    return {
+        "tenants": len(reports),
+        "count": sum(r.count for r in reports),
+        "bytes_freed": sum(r.bytes_freed for r in reports),
+        "kept_young": sum(r.kept_young for r in reports),
+        "dry_run": any(r.dry_run for r in reports),
+        "swept": [
+            {"tenant_id": r.tenant_id, "count": r.count, "bytes_freed": r.bytes_freed}
+            for r in reports
+        ],
+    }

@@ -345,7 +345,9 @@ class DataPlaneService:
         """
         self._audit_emit(lease_line(event, ts=self._clock.seconds()))
         try:
-            self._metrics.set_lease_held(event.path, event.leases_on_path)
+            self._metrics.set_lease_held(
+                event.path, event.leases_on_path, f"{location.owner}/{location.tenant}"
+            )
         except KeyError:
             pass  # the series was never set (a lease restored from a previous run)
 

@@ -23,7 +23,15 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.testing import MemoryReactor
 
 from svc.audit.sink import DEFAULT_AUDIT_LOG
-from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.config import (
+    ConfigError,
+    env_int,
+    env_optional,
+    env_path,
+    env_str,
+    secret_source,
+    with_secret_files,
+)
 from svc.dataplane.answer_budget import MIB, AnswerLimits
 from svc.dataplane.factory import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -39,6 +47,7 @@ from svc.dataplane.servercert import (
     ServerCredentials,
     load_static_credentials,
 )
+from svc.metrics import PathLabels
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
@@ -131,14 +140,18 @@ class DataPlaneSettings:
     max_pending_per_address: int = DEFAULT_MAX_PENDING_PER_ADDRESS
     handshake_timeout_seconds: int = int(DEFAULT_HANDSHAKE_TIMEOUT)
     answer_limits: AnswerLimits = attrs.field(factory=AnswerLimits)
+    metrics_path_labels: PathLabels = PathLabels.HASH
+    """What C{svc_lease_held}'s C{path} label carries (C{SVC_METRICS_PATH_LABELS})."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
         """
-        Read and check the variables.
+        Read and check the variables (the service token also from
+        C{SVC_CONTROL_PLANE_TOKEN_FILE}).
 
         @raise ConfigError: naming the variable at fault.
         """
+        environ = with_secret_files(environ, ("SVC_CONTROL_PLANE_TOKEN",))
         tenants_root = env_path(environ, "SVC_TENANTS_ROOT")
         metadata_root = (
             env_path(environ, "SVC_METADATA_ROOT")
@@ -255,6 +268,7 @@ class DataPlaneSettings:
                 maximum=MAX_HANDSHAKE_TIMEOUT_SECONDS,
             ),
             answer_limits=_answer_limits(environ),
+            metrics_path_labels=_path_labels(environ),
         )
 
 
@@ -262,8 +276,12 @@ class DataPlaneSettings:
 class TapConfig:
     """
     Everything C{twist svc-dataplane} checked at start: the settings, the
-    two endpoint strings, the static credentials or else the registration
+    endpoint strings, the static credentials or else the registration
     for control-plane signing, and the path policies.
+
+    @ivar metrics_listen: the operator listener (plain HTTP: C{/metrics},
+        C{/healthz}, C{/readyz}); L{None}: none, C{/metrics} stays on the
+        HTTPS surface.
     """
 
     settings: DataPlaneSettings
@@ -272,6 +290,7 @@ class TapConfig:
     static_credentials: ServerCredentials | None
     registration: Registration | None
     policies: PolicyTable = attrs.field(factory=PolicyTable)
+    metrics_listen: str | None = None
 
     @classmethod
     def load(
@@ -283,6 +302,7 @@ class TapConfig:
         cert: str | None = None,
         key: str | None = None,
         root: str | None = None,
+        metrics_listen: str | None = None,
     ) -> TapConfig:
         """
         Check the options and the environment; read the certificate files
@@ -292,6 +312,8 @@ class TapConfig:
         """
         listen = _stream_endpoint(listen, "--listen")
         http_listen = _stream_endpoint(http_listen, "--http-listen")
+        if metrics_listen is not None:
+            metrics_listen = _stream_endpoint(metrics_listen, "--metrics-listen")
         settings = DataPlaneSettings.from_environ(environ)
         static = _static_credentials(cert, key, root)
         if static is None and not settings.placement_check:
@@ -321,7 +343,7 @@ class TapConfig:
                 policies = load_policy_directory(settings.policy_dir)
             except PolicyError as e:
                 raise ConfigError("SVC_POLICY_DIR", str(e)) from None
-        return cls(settings, listen, http_listen, static, registration, policies)
+        return cls(settings, listen, http_listen, static, registration, policies, metrics_listen)
 
 
 _ANSWER_VARIABLES = (
@@ -422,13 +444,12 @@ def _service_token(environ: Mapping[str, str]) -> str:
             "SVC_CONTROL_PLANE_TOKEN",
             "is required: mount session ids are verified with a key derived from it",
         )
+    variable = secret_source(environ, "SVC_CONTROL_PLANE_TOKEN")
     if len(token) < MINIMUM_SERVICE_TOKEN_LENGTH:
-        raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN", f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters"
-        )
+        raise ConfigError(variable, f"must be at least {MINIMUM_SERVICE_TOKEN_LENGTH} characters")
     if not token.isascii() or _TOKEN68.fullmatch(token) is None:
         raise ConfigError(
-            "SVC_CONTROL_PLANE_TOKEN",
+            variable,
             "must use only A-Z a-z 0-9 - . _ ~ + / (and trailing =), to fit a Bearer header",
         )
     return token
@@ -476,6 +497,15 @@ def _footprint_policy(environ: Mapping[str, str]) -> FootprintPolicy:
         maximum=MAX_BYTES,
     )
     return FootprintPolicy(retention_factor=factor, ungranted_bytes=ungranted)
+
+
+def _path_labels(environ: Mapping[str, str]) -> PathLabels:
+    raw = env_str(environ, "SVC_METRICS_PATH_LABELS", PathLabels.HASH.value).strip().lower()
+    try:
+        return PathLabels(raw)
+    except ValueError:
+        choices = "/".join(mode.value for mode in PathLabels)
+        raise ConfigError("SVC_METRICS_PATH_LABELS", f"must be {choices}, got {raw!r}") from None
 
 
 def _boolean(environ: Mapping[str, str], variable: str, default: bool = False) -> bool:

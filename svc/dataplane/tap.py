@@ -2,21 +2,26 @@
 C{twist svc-dataplane}: options and service construction.
 
     twist svc-dataplane [--listen STRPORT] [--http-listen STRPORT]
+                        [--metrics-listen STRPORT]
                         [--cert FILE --key FILE --root FILE]
 
 C{--listen} is the frame listener (mutual TLS 1.3, default
 C{tcp:7443:interface=127.0.0.1}), C{--http-listen} the HTTPS surface
-(C{/healthz}, C{/metrics}, C{/audit}, C{/control/*}; default
+(C{/healthz}, C{/readyz}, C{/metrics}, C{/audit}, C{/control/*}; default
 C{tcp:7444:interface=127.0.0.1}). Both take plain stream endpoints: the
 server adds TLS itself, with its server leaf. That leaf comes either from
 the three given files (C{--cert --key --root}: tests, the embedded
 development stack; never renewed) or from the control plane
 (C{SVC_CONTROL_URL}, signed with the service token, kept in
-C{SVC_STATE_DIR} and renewed in place). Everything else comes from the
+C{SVC_STATE_DIR} and renewed in place). C{--metrics-listen} (none by
+default) is the operator listener, plain HTTP (C{/metrics}, C{/healthz},
+C{/readyz}: L{svc.dataplane.http_operator}); with it C{/metrics} leaves
+the HTTPS surface agents reach. Everything else comes from the
 environment (L{DataPlaneSettings}); a bad value or option refuses to start
 (exit status 64) naming the variable or option.
 
-L{DataPlaneServer} starts, in order: the storage roots, the audit sink (and
+L{DataPlaneServer} starts, in order: the operator listener, the storage
+roots, the audit sink (and
 its SIGHUP reopen), the server-certificate component; once that has
 installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
 the control plane's current set: L{svc.dataplane.revocations}), the frame
@@ -50,7 +55,6 @@ from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 from twisted.python.failure import Failure
-from twisted.web.server import Site
 
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.config import ConfigError
@@ -60,7 +64,9 @@ from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_datapla
 from svc.dataplane.gc_loop import GarbageCollectionLoop
 from svc.dataplane.http import DataPlaneHttp
 from svc.dataplane.http_auth import http_tls_options
+from svc.dataplane.http_operator import OperatorHttp, QuietSite
 from svc.dataplane.placements import PlacementRecord, Placements
+from svc.dataplane.readiness import DataPlaneReadiness
 from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.dataplane.servercert import (
     CredentialFiles,
@@ -71,12 +77,13 @@ from svc.dataplane.servercert import (
 from svc.dataplane.service import DataPlaneService, EventCallback, RevokeCallback
 from svc.dataplane.settings import DEFAULT_HTTP_LISTEN, DEFAULT_LISTEN, TapConfig
 from svc.durable import make_directories
-from svc.metrics import DataPlaneMetrics
+from svc.metrics import DataPlaneMetrics, PathLabelPolicy
 from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
 from svc.store.engine import StorageEngine, StorageRoots
+from svc.version import exit_with_version
 from svc.web.clients import control_plane_http_client
 from svc.worker import IWorker, ThreadWorker
 
@@ -118,11 +125,22 @@ class Options(usage.Options):
         ["cert", None, None, "Server leaf PEM (with --key and --root: no control-plane signing)."],
         ["key", None, None, "Server leaf's private key PEM (PKCS#8, unencrypted)."],
         ["root", None, None, "Org root PEM: trust anchor for client certificates."],
+        [
+            "metrics-listen",
+            None,
+            None,
+            "Operator listener, plain HTTP (/metrics, /healthz, /readyz); /metrics then"
+            " leaves the HTTPS surface.",
+        ],
     ]
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._environ = os.environ if environ is None else environ
+
+    def opt_version(self) -> None:
+        """Print the svc release and exit (before the environment is read)."""
+        exit_with_version("svc-dataplane")
 
     def postOptions(self) -> None:
         try:
@@ -133,6 +151,7 @@ class Options(usage.Options):
                 cert=self["cert"],
                 key=self["key"],
                 root=self["root"],
+                metrics_listen=self["metrics-listen"],
             )
         except ConfigError as e:
             raise usage.UsageError(str(e)) from None
@@ -145,13 +164,6 @@ def makeService(options: Options) -> IService:
     sys.setswitchinterval(SWITCH_INTERVAL)
     service: Any = DataPlaneServer(options["config"], reactor)
     return cast(IService, service)
-
-
-class QuietSite(Site):
-    """A C{Site} without an access log (C{/metrics} is scraped often)."""
-
-    def log(self, request: Any) -> None:
-        """Log nothing."""
 
 
 class RenewableAdmission:
@@ -204,7 +216,13 @@ class DataPlaneServer(MultiService):
         # Large request payloads are decoded here, off the reactor.
         self._decode = ThreadWorker(reactor, "svc-dataplane-decode", threads=1)
         self.registry = CollectorRegistry()
-        self.metrics = DataPlaneMetrics(self.registry)
+        self.metrics = DataPlaneMetrics(
+            self.registry,
+            PathLabelPolicy.of(settings.metrics_path_labels, settings.control_plane_token),
+        )
+        self.readiness = DataPlaneReadiness(
+            (settings.tenants_root, settings.metadata_root), self._io, reactor
+        )
         self.audit = AuditLogService(
             JsonlAuditSink(settings.audit_log, reactor),
             reactor=reactor,
@@ -259,6 +277,7 @@ class DataPlaneServer(MultiService):
         self._frame_tls: SwappableServerTLS | None = None
         self._http_tls: SwappableServerTLS | None = None
         self._ports: list[Any] = []
+        self._operator_port: Any = None
         self._trim = LoopingCall(self.trim_buffers)
         self._trim.clock = reactor
         self.started: Deferred[None] | None = None
@@ -340,6 +359,7 @@ class DataPlaneServer(MultiService):
         frame_options = server_tls_options(cert, key, root)
         http_options = http_tls_options(cert, key, root)
         self._admission.use_org_root(root)
+        self.readiness.credentials_installed(cert)
         if self._frame_tls is None or self._http_tls is None:
             self._frame_tls = SwappableServerTLS(frame_options)
             self._http_tls = SwappableServerTLS(http_options)
@@ -364,6 +384,11 @@ class DataPlaneServer(MultiService):
         """The addresses listened on: the frame listener, then HTTPS."""
         return [port.getHost() for port in self._ports]
 
+    @property
+    def operator_address(self) -> Any:
+        """The operator listener's address (L{None} without C{--metrics-listen})."""
+        return None if self._operator_port is None else self._operator_port.getHost()
+
     # Starting
 
     def startService(self) -> None:
@@ -374,6 +399,8 @@ class DataPlaneServer(MultiService):
 
     async def _start(self) -> None:
         settings, reactor = self._config.settings, self._reactor
+        if self._config.metrics_listen is not None:
+            await self._listen_operator(self._config.metrics_listen)
         roots = {settings.tenants_root, settings.metadata_root}
 
         def make_roots() -> None:
@@ -413,6 +440,9 @@ class DataPlaneServer(MultiService):
             metrics=self.metrics,
             announce=self.service.announce,
             placements=self.placements,
+            serve_metrics=self._config.metrics_listen is None,
+            readiness=self.readiness.probe,
+            sweep=self.gc.sweep_now,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")
@@ -422,6 +452,7 @@ class DataPlaneServer(MultiService):
         https = TLSMemoryBIOFactory(creator, False, wrapped)
         endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
         self._listened(await endpoint.listen(https), "HTTPS")
+        self.readiness.listening(True)
         self.gc.startService()
         self._trim.start(BUFFER_TRIM_INTERVAL, now=False)
         _log.info("svc-dataplane ready", svc_dataplane_ready=True)
@@ -432,8 +463,17 @@ class DataPlaneServer(MultiService):
         if freed:
             _log.debug("freed {count} idle buffers", count=freed)
 
+    async def _listen_operator(self, description: str) -> None:
+        """Open the operator listener (plain HTTP: metrics and probes)."""
+        operator = OperatorHttp(self.registry, self.readiness.probe)
+        self._operator_port = port = await operator.listen(self._reactor, description)
+        self._log_listening(port, "metrics and probes (plain HTTP)")
+
     def _listened(self, port: Any, what: str) -> None:
         self._ports.append(port)
+        self._log_listening(port, what)
+
+    def _log_listening(self, port: Any, what: str) -> None:
         address = port.getHost()
         _log.info(
             "listening for {what} on {host}:{port}",
@@ -463,6 +503,10 @@ class DataPlaneServer(MultiService):
         if self._trim.running:
             self._trim.stop()
         ports, self._ports = self._ports, []
+        self.readiness.listening(False)
+        if self._operator_port is not None:
+            ports.append(self._operator_port)
+            self._operator_port = None
         await DeferredList([port.stopListening() for port in ports], consumeErrors=True)
         steps: list[tuple[str, Callable[[], object]]] = [
             ("draining connections", self.factory.stop_serving),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from svc.config import ConfigError
+from svc.config import ConfigError, with_secret_files
 from svc.mount.cache_policy import cache_root_from_environ
 from svc.mount.fs_context import FSSettings
 
@@ -119,8 +119,15 @@ def settings_from(
     Build L{MountSettings}: C{overrides} (option values keyed by variable
     name, L{None} meaning unset) win over C{environ}.
 
+    The enroll token may also come from the file C{SVC_ENROLL_TOKEN_FILE}
+    names (L{svc.config.with_secret_files}).
+
     @raise SettingsError: a required value is missing or a number is bad.
     """
+    try:
+        environ = with_secret_files(environ, ("SVC_ENROLL_TOKEN",))
+    except ConfigError as error:
+        raise SettingsError(str(error)) from None
     merged: dict[str, str] = {k: v for k, v in environ.items() if k.startswith("SVC_")}
     for key, value in (overrides or {}).items():
         if value is not None:

@@ -43,6 +43,7 @@ from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
 from svc.policy import UNRESTRICTED, load_policy_file
+from svc.version import exit_with_version
 from svc.worker import ThreadWorker
 
 _log = Logger()
@@ -95,6 +96,10 @@ class Options(usage.Options):
 
         self._environ = dict(os.environ) if environ is None else environ
         self.settings: MountSettings | None = None
+
+    def opt_version(self) -> None:
+        """Print the svc release and exit (before the environment is read)."""
+        exit_with_version("svc-mount")
 
     def postOptions(self) -> None:
         overrides: dict[str, str | None] = {

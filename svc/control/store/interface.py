@@ -27,6 +27,7 @@ from svc.control.store.outcomes import (
 from svc.control.store.values import (
     AdminSession,
     Allocation,
+    AllocationState,
     ApiToken,
     CaKind,
     CaMaterial,
@@ -100,6 +101,15 @@ class ControlStore(Protocol):
 
     def list_revoked_allocations(self) -> Deferred[tuple[Allocation, ...]]:
         """Revoked, not yet purged allocations (the purge sweep's work list)."""
+
+    def list_allocations_page(
+        self, after: str | None, limit: int, state: AllocationState | None = None
+    ) -> Deferred[tuple[Allocation, ...]]:
+        """
+        At most C{limit} (1-1000) allocations of every owner (in C{state}
+        when given), by allocation id, those after C{after} only: one page
+        of the operator's listing, the last id being the next C{after}.
+        """
 
     def set_agent_quota(self, agent_id: str, grant_bytes: int) -> Deferred[Allocation]:
         """Set an agent's grant; L{NotFound}, L{Revoked}."""

@@ -25,6 +25,7 @@ from svc.control.store.transactions import accounts, credentials, fleet, mounts
 from svc.control.store.values import (
     AdminSession,
     Allocation,
+    AllocationState,
     ApiToken,
     CaKind,
     CaMaterial,
@@ -194,6 +195,16 @@ class TransactionalStore:
 
     def list_revoked_allocations(self) -> Deferred[tuple[Allocation, ...]]:
         return self._read(accounts.list_revoked_allocations)
+
+    def list_allocations_page(
+        self, after: str | None, limit: int, state: AllocationState | None = None
+    ) -> Deferred[tuple[Allocation, ...]]:
+        def build() -> Transaction[tuple[Allocation, ...]]:
+            if not isinstance(limit, int) or not 1 <= limit <= accounts.MAX_PAGE:
+                raise InvalidValue(f"a page holds 1-{accounts.MAX_PAGE} allocations: {limit!r}")
+            return accounts.list_allocations_page(after, limit, state)
+
+        return self._read(build)
 
     def set_agent_quota(self, agent_id: str, grant_bytes: int) -> Deferred[Allocation]:
         return self._write(

@@ -71,6 +71,14 @@ class FakeDataPlane(Resource):
         self.statuses: dict[str, int] = {}
         self.purge_answer: object = {"count": 3, "bytes_freed": 4096}
         self.usage_answer: object = {"owner": "acme", "used_bytes": 10, "agents": {"a1": 7}}
+        self.gc_answer: object = {
+            "tenants": 2,
+            "count": 5,
+            "bytes_freed": 5000,
+            "kept_young": 1,
+            "dry_run": False,
+            "swept": [],
+        }
         self.reachable = True
 
     def render(self, request: Request) -> bytes:
@@ -95,6 +103,8 @@ class FakeDataPlane(Resource):
             return json.dumps(self.purge_answer).encode()
         if path == "/control/usage":
             return json.dumps(self.usage_answer).encode()
+        if path == "/control/gc":
+            return json.dumps(self.gc_answer).encode()
         request.setResponseCode(204)
         return b""
 

@@ -45,6 +45,7 @@ from svc.control.openapi import (
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
+from svc.control.routes_fleet import FleetDeps, fleet_routes
 from svc.control.routes_mounts import MountDeps, mount_routes
 from svc.control.routing import AuthKind, Feature, MountedRoute
 from svc.control.settings import ControlSettings
@@ -312,6 +313,7 @@ def mounted_with_every_feature(case: SynchronousTestCase) -> tuple[MountedRoute,
         *mount_routes(MountDeps(store, clock, pushes)),
         *enrollment_routes(enrollment),
         *dataplane_query_routes(DataPlaneQueryDeps(store, clock.seconds)),
+        *fleet_routes(FleetDeps(store, clock, fake_client({}, clock))),
     ]
     app = build_control_app(
         settings,

@@ -158,6 +158,41 @@ class SettingsTests(SynchronousTestCase):
         error = self.assertRaises(ConfigError, ControlSettings.from_environ, environ, read_file)
         self.assertEqual(error.variable, "SVC_CA_KEK_FILE")
 
+    def test_secret_files(self) -> None:
+        """The token, the KEK and DATABASE_URL are each read from their _FILE variant."""
+        files = {
+            Path("/run/credentials/token"): TOKEN.encode() + b"\n",
+            Path("/run/credentials/kek"): KEK.encode() + b"\n",
+            Path("/run/credentials/db"): b"postgres://svc@db.internal:5432/svc\n",
+        }
+        environ = {
+            "SVC_SECRETS_DIR": "/var/lib/svc/secrets",
+            "SVC_TRUST_DOMAIN": "svc.example",
+            "SVC_CONTROL_PLANE_TOKEN_FILE": "/run/credentials/token",
+            "SVC_CA_KEK_FILE": "/run/credentials/kek",
+            "DATABASE_URL_FILE": "/run/credentials/db",
+        }
+        settings = ControlSettings.from_environ(environ, files.__getitem__)
+        self.assertEqual(settings.control_plane_token, TOKEN)
+        self.assertEqual(settings.ca_kek, b"k" * 32)
+        self.assertEqual(settings.database_url, "postgres://svc@db.internal:5432/svc")
+        self.assertIs(settings.database_kind, DatabaseKind.POSTGRES)
+
+    def test_secret_file_values_checked(self) -> None:
+        """A bad value read from a _FILE variant is refused naming the _FILE variable."""
+        for variable, content in (
+            ("SVC_CA_KEK_FILE", b"not*base64!secret\n"),
+            ("SVC_CONTROL_PLANE_TOKEN_FILE", b"short\n"),
+        ):
+            environ = {**CA, variable: "/run/secret"}
+            del environ[variable.removesuffix("_FILE")]
+            files = {Path("/run/secret"): content}
+            error = self.assertRaises(
+                ConfigError, ControlSettings.from_environ, environ, files.__getitem__
+            )
+            self.assertEqual(error.variable, variable)
+            self.assertNotIn("secret", error.problem)
+
     def test_kek_both_refused(self) -> None:
         """Setting both SVC_CA_KEK and SVC_CA_KEK_FILE is refused."""
         self.refused("SVC_CA_KEK_FILE", {**CA, "SVC_CA_KEK_FILE": "/k"})

@@ -8,12 +8,13 @@ L{svc.dataplane.test.test_http_tls} for the real handshake).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from cryptography import x509
 from prometheus_client import CollectorRegistry
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
@@ -23,10 +24,12 @@ from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
+from svc.store.gc import SweepReport
 from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
 from svc.testing.web import Answer, request
 from svc.testing.worker import ImmediateWorker
+from svc.web.readiness import ReadinessProbe
 
 
 class HttpFixture:
@@ -37,7 +40,15 @@ class HttpFixture:
     request presents (C{chain}).
     """
 
-    def __init__(self, case: SynchronousTestCase, *, max_body_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        case: SynchronousTestCase,
+        *,
+        max_body_bytes: int = 64 * 1024,
+        serve_metrics: bool = True,
+        readiness: ReadinessProbe | None = None,
+        sweep: Callable[[], Deferred[list[SweepReport]]] | None = None,
+    ) -> None:
         self.case = case
         self.store = EngineFixture(case)
         case.addCleanup(self.store.close)
@@ -68,6 +79,9 @@ class HttpFixture:
             io=ImmediateWorker(),
             verified_chain=lambda _request: self.chain,
             max_body_bytes=max_body_bytes,
+            serve_metrics=serve_metrics,
+            readiness=readiness,
+            sweep=sweep,
         )
         self.resource = self.http.resource()
 

@@ -273,6 +273,26 @@ class RefusalTests(SynchronousTestCase):
             {**CONTROL, "SVC_CONTROL_PLANE_TOKEN": "x" * 40 + " y"}, "SVC_CONTROL_PLANE_TOKEN"
         )
 
+    def test_token_from_file(self) -> None:
+        """SVC_CONTROL_PLANE_TOKEN_FILE gives the token; a bad one is refused naming it."""
+        files = StaticFiles(self)
+        secret = Path(self.mktemp())
+        secret.write_text(TOKEN + "\n")
+        environ = {k: v for k, v in BASE.items() if k != "SVC_CONTROL_PLANE_TOKEN"}
+        config = parse({**environ, "SVC_CONTROL_PLANE_TOKEN_FILE": str(secret)}, files.args())
+        self.assertEqual(config.settings.control_plane_token, TOKEN)
+        secret.write_text("short\n")
+        self.assertRefused(
+            {**environ, "SVC_CONTROL_PLANE_TOKEN_FILE": str(secret)},
+            "SVC_CONTROL_PLANE_TOKEN_FILE",
+            files.args(),
+        )
+        self.assertRefused(
+            {**BASE, "SVC_CONTROL_PLANE_TOKEN_FILE": str(secret)},
+            "SVC_CONTROL_PLANE_TOKEN_FILE",
+            files.args(),
+        )
+
     def test_no_certificate_source(self) -> None:
         """Neither the three files nor SVC_CONTROL_URL: SVC_CONTROL_URL is named."""
         self.assertRefused(BASE, "SVC_CONTROL_URL")

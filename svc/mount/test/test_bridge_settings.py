@@ -77,6 +77,18 @@ class SettingsTests(SynchronousTestCase):
             settings_from(env)
         self.assertIn("SVC_MOUNT_POINT", str(raised.exception))
 
+    def test_enroll_token_file(self) -> None:
+        """SVC_ENROLL_TOKEN_FILE gives the token; with SVC_ENROLL_TOKEN too it is refused."""
+        secret = Path(self.mktemp())
+        secret.write_text("token-from-file\n")
+        environ = {k: v for k, v in ENV.items() if k != "SVC_ENROLL_TOKEN"}
+        settings = settings_from({**environ, "SVC_ENROLL_TOKEN_FILE": str(secret)})
+        self.assertEqual(settings.enroll_token, "token-from-file")
+        error = self.assertRaises(
+            SettingsError, settings_from, {**ENV, "SVC_ENROLL_TOKEN_FILE": str(secret)}
+        )
+        self.assertIn("SVC_ENROLL_TOKEN_FILE", str(error))
+
     def test_bad_workers(self) -> None:
         """SVC_FUSE_WORKERS must be a positive integer."""
         for bad in ("x", "0"):

@@ -296,6 +296,28 @@ class AccountsContract(StoreCase):
             await self.store.mark_purged(allocation.allocation_id, NOW + 2 * HOUR), purged
         )
 
+    async def test_allocations_paged(self) -> None:
+        """Every owner's allocations by id, page by page after the last id, optionally by state."""
+        made = [
+            await self.provisioned(f"agent-{n}", owner_id=f"owner-{n}", tenant_id=f"tenant-{n}")
+            for n in range(5)
+        ]
+        revoked = await self.store.revoke_allocation(made[2].allocation_id, NOW)
+        expected = sorted(
+            (revoked if a.allocation_id == revoked.allocation_id else a for a in made),
+            key=lambda a: a.allocation_id,
+        )
+        first = await self.store.list_allocations_page(None, 2)
+        second = await self.store.list_allocations_page(first[-1].allocation_id, 2)
+        third = await self.store.list_allocations_page(second[-1].allocation_id, 2)
+        self.assertEqual((*first, *second, *third), tuple(expected))
+        self.assertEqual(len(third), 1)
+        self.assertEqual(await self.store.list_allocations_page(third[-1].allocation_id, 2), ())
+        only = await self.store.list_allocations_page(None, 10, AllocationState.REVOKED)
+        self.assertEqual(only, (revoked,))
+        for bad in (0, 1001):
+            await self.refused(self.store.list_allocations_page(None, bad), InvalidValue)
+
     async def test_reopen_keeps_data_and_migrates_once(self) -> None:
         """Opening an up-to-date database again applies nothing and keeps every record."""
         allocation = await self.provisioned()

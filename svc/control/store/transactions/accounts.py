@@ -197,6 +197,32 @@ def list_revoked_allocations() -> Transaction[tuple[Allocation, ...]]:
     return tuple(rows.allocation(row) for row in found.rows)
 
 
+MAX_PAGE = 1000
+"""The most allocations one L{list_allocations_page} returns."""
+
+
+def list_allocations_page(
+    after: str | None, limit: int, state: AllocationState | None
+) -> Transaction[tuple[Allocation, ...]]:
+    """
+    At most C{limit} allocations of every owner (in C{state} when given),
+    by allocation id, after C{after} when given.
+    """
+    where: list[str] = []
+    values: list[object] = []
+    if after is not None:
+        where.append("allocation_id > ?")
+        values.append(after)
+    if state is not None:
+        where.append("state = ?")
+        values.append(state.value)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    found: Rows = yield Sql(
+        f"{_SELECT_ALLOCATION}{clause} ORDER BY allocation_id LIMIT ?", (*values, limit)
+    )
+    return tuple(rows.allocation(row) for row in found.rows)
+
+
 def set_agent_quota(agent_id: str, grant_bytes: int) -> Transaction[Allocation]:
     """
     Set the grant of agent C{agent_id}'s allocation (L{NotFound},
