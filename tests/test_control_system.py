@@ -456,6 +456,79 @@ class DiskFullTests(ControlSystemMixin, TestCase):
         self.assertEqual(call("GET", control.url + "/v1/entities/agent/before")[0], 200)
 
 
+def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send C{data} on a fresh connection; everything answered until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        received = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+
+
+def parse_answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
+    """Status, headers (lower-case names) and JSON body of one raw HTTP/1.1 answer."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(": ")
+        headers[name.lower()] = value
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+class HttpBoundaryTests(ControlSystemMixin, TestCase):
+    """What the real server answers before any route runs (SQLite)."""
+
+    def database_url(self) -> str:
+        return f"sqlite:///{self.workdir}/control.db"
+
+    def setUp(self) -> None:
+        self.control = self.make_control(self, init_ca=False)
+        self.control.start()
+
+    def test_oversized_enroll_refused_before_body(self) -> None:
+        """A 64 MiB unauthenticated enroll is 413 at its headers; the body is never awaited."""
+        raw = raw_exchange(
+            self.control.port,
+            b"POST /agent/enroll HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 67108864\r\n\r\n",
+        )
+        status, headers, body = parse_answer(raw)
+        self.assertEqual(status, 413)
+        self.assertEqual(
+            body,
+            {
+                "error": "request_too_large",
+                "error_description": "body_too_large",
+                "max_body_bytes": 65536,
+            },
+        )
+        self.assertEqual(headers["svc-api-version"], "1")
+        self.assertRegex(headers["x-request-id"], "^[0-9a-f]{32}$")
+
+    def test_twisted_bad_request_has_general_headers(self) -> None:
+        """A request Twisted's parser refuses is 400 with X-Request-ID and Svc-API-Version."""
+        status, headers, body = parse_answer(
+            raw_exchange(self.control.port, b"NOT AN HTTP REQUEST LINE\r\n\r\n")
+        )
+        self.assertEqual(
+            (status, body),
+            (400, {"error": "invalid_request", "error_description": "malformed_request"}),
+        )
+        self.assertEqual(headers["svc-api-version"], "1")
+        self.assertRegex(headers["x-request-id"], "^[0-9a-f]{32}$")
+        log = (self.workdir / "control-1.log").read_text()
+        self.assertIn(f"400 0.000s request_id={headers['x-request-id']}", log)
+
+    def test_database_file_private(self) -> None:
+        """The SQLite control.db the process created is mode 0600."""
+        mode = (self.workdir / "control.db").stat().st_mode & 0o777
+        self.assertEqual(mode, 0o600)
+
+
 class StartupTests(TestCase):
     """How the process refuses to run."""
 

@@ -57,6 +57,7 @@ from svc.control.dataplane_client import (
     mtls_http_client,
 )
 from svc.control.enrollment import EnrollmentDeps
+from svc.control.http_site import ControlSite
 from svc.control.journal_access import DataPlaneJournal
 from svc.control.owner_auth import OwnerAuthenticator
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
@@ -204,13 +205,6 @@ def makeService(options: Options) -> IService:
     return cast(IService, service)
 
 
-class QuietSite(Site):
-    """A C{Site} without its own access log (the app logs every request)."""
-
-    def log(self, request: Any) -> None:
-        """Log nothing."""
-
-
 @implementer(IOpenSSLContextFactory)
 class OptionalClientCertificateOptions:
     """
@@ -336,7 +330,7 @@ class ControlPlaneService(MultiService):
             authenticators,
             ready=self._ready,
         )
-        site = QuietSite(app.resource())  # type: ignore[no-untyped-call]
+        site = ControlSite(app.resource(), settings.max_body_bytes, reactor=reactor)
         for description in self._listen:
             endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
             port = await endpoint.listen(site)

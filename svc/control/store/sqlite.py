@@ -41,6 +41,26 @@ T = TypeVar("T")
 #: How long a write waits for another process's write lock, in milliseconds.
 BUSY_TIMEOUT_MS = 10_000
 
+#: The mode a new database file is created with (SQLite gives its C{-wal}
+#: and C{-shm} files the same): it holds credential hashes and, with the
+#: in-database CA, encrypted keys.
+DATABASE_FILE_MODE = 0o600
+
+
+def create_private(path: str) -> None:
+    """
+    Create the database file C{path} with mode L{DATABASE_FILE_MODE} if it
+    does not exist yet (an existing file keeps its mode); C{":memory:"} is
+    left alone.
+    """
+    if path == ":memory:":
+        return
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, DATABASE_FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(descriptor)
+
 
 def connect(path: str) -> sqlite3.Connection:
     """
@@ -118,7 +138,7 @@ class SQLiteControlStore(TransactionalStore):
         session_key: bytes,
     ) -> Deferred[SQLiteControlStore]:
         """
-        Open (creating if needed) and migrate the database at C{path} on
+        Open (creating if needed, mode 0600) and migrate the database at C{path} on
         C{worker}; C{now} is recorded as the time of any migration applied.
         C{stop_worker}, if given, is called once L{close} has closed the
         connection (for a worker the store owns). C{session_key} keys the
@@ -132,6 +152,7 @@ class SQLiteControlStore(TransactionalStore):
         now_us = to_micros(now)
 
         def blocking() -> sqlite3.Connection:
+            create_private(str(path))
             connection = connect(str(path))
             try:
                 run_transaction(connection, migrate(MIGRATIONS, PRELUDE, now_us), write=True)

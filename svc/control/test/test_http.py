@@ -252,14 +252,26 @@ class JsonBodyTests(SynchronousTestCase):
             )
 
     def test_size_cap(self) -> None:
-        """A body over the cap is 400 body_too_large; one at the cap is accepted."""
+        """A body over the cap is 413 request_too_large; one at the cap is accepted."""
         at_cap = b'{"k":"' + b"x" * (1024 - 8) + b'"}'
         self.assertEqual(len(at_cap), 1024)
         self.assertEqual(self.post("/echo/a", at_cap).status, 200)
         answer = self.post("/echo/a", at_cap + b" ")
+        self.assertEqual(answer.status, 413)
         self.assertEqual(
-            (answer.status, answer.json()["error_description"]), (400, "body_too_large")
+            answer.json(),
+            {
+                "error": "request_too_large",
+                "error_description": "body_too_large",
+                "max_body_bytes": 1024,
+            },
         )
+
+    def test_size_cap_before_authentication(self) -> None:
+        """An oversized body is 413 on an authenticated route, without credentials."""
+        answer = request(self, _app().resource(), "POST", "/who", body=b"x" * 1025)
+        self.assertEqual(answer.status, 413)
+        self.assertIsNotNone(answer.header("X-Request-ID"))
 
     def test_not_object(self) -> None:
         """A JSON array or invalid JSON is 400."""

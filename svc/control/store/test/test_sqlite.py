@@ -6,13 +6,15 @@ of connections on one file, the real single-thread worker).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
-from twisted.trial.unittest import TestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from svc.control.store.interface import ControlStore
 from svc.control.store.migrations import migrate
@@ -181,3 +183,37 @@ class OpenStoreSQLiteTests(TestCase):
                 session_key=key,
             )
         self.assertEqual(list(directory.iterdir()), [])
+
+
+class SQLiteFileTests(SynchronousTestCase):
+    """The database file itself."""
+
+    def test_created_private(self) -> None:
+        """A new database file, and its -wal and -shm files, are mode 0600 whatever the umask."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        previous = os.umask(0o022)
+        self.addCleanup(os.umask, previous)
+        store = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(store.close)
+        self.successResultOf(store.put_user("alice", "Alice", NOW))
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+        self.assertEqual(
+            modes, {"control.db": 0o600, "control.db-wal": 0o600, "control.db-shm": 0o600}
+        )
+
+    def test_existing_file_keeps_its_mode(self) -> None:
+        """An existing database file is opened as it is (its mode is the operator's)."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        path.touch(mode=0o640)
+        path.chmod(0o640)
+        store = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(store.close)
+        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o640)
