@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -522,6 +523,27 @@ class HttpBoundaryTests(ControlSystemMixin, TestCase):
         self.assertRegex(headers["x-request-id"], "^[0-9a-f]{32}$")
         log = (self.workdir / "control-1.log").read_text()
         self.assertIn(f"400 0.000s request_id={headers['x-request-id']}", log)
+
+    def test_locked_database_is_503(self) -> None:
+        """A control.db another process holds locked is 503 database_unavailable, then works."""
+        provision = {"type": "agent", "id": "l1", "owner": "acme", "grant_bytes": 1}
+        locker = sqlite3.connect(self.workdir / "control.db", isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            status, body, headers = call(
+                "POST", self.control.url + "/v1/entities", provision, timeout=60
+            )
+        finally:
+            locker.close()
+        self.assertEqual(
+            (status, body),
+            (
+                503,
+                {"error": "temporarily_unavailable", "error_description": "database_unavailable"},
+            ),
+        )
+        self.assertEqual(headers.get("Retry-After"), "5")
+        self.assertEqual(call("POST", self.control.url + "/v1/entities", provision)[0], 200)
 
     def test_database_file_private(self) -> None:
         """The SQLite control.db the process created is mode 0600."""

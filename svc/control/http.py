@@ -39,6 +39,7 @@ from svc.control.routing import (
     plan_mounts,
 )
 from svc.control.settings import DEFAULT_MAX_BODY_BYTES
+from svc.control.store.errors import Unavailable
 from svc.web.errors import (
     ApiError,
     InvalidRequest,
@@ -63,6 +64,9 @@ REQUEST_ID_HEADER = b"X-Request-ID"
 API_VERSION_HEADER = b"Svc-API-Version"
 JSON_CONTENT_TYPE = b"application/json"
 REQUEST_TOO_LARGE = "request_too_large"
+DATABASE_UNAVAILABLE = "database_unavailable"
+DATABASE_RETRY_AFTER = 5
+"""Seconds a client is asked to wait after 503 C{database_unavailable}."""
 
 P = TypeVar("P")
 
@@ -261,7 +265,15 @@ class ControlApp:
 
     def _render_failure(self, request: Request, failure: Failure) -> bytes:
         error = _api_error_for(failure)
-        if isinstance(error, ServerError):
+        if failure.check(Unavailable):
+            _log.warn(
+                "database unavailable in {method} {path} request_id={request_id}: {reason}",
+                method=_text(request.method),
+                path=_text(request.path),
+                request_id=request_id_of(request),
+                reason=failure.getErrorMessage(),
+            )
+        elif isinstance(error, ServerError):
             _log.failure(
                 "unhandled error in {method} {path} request_id={request_id}",
                 failure,
@@ -276,6 +288,8 @@ def _api_error_for(failure: Failure) -> ApiError:
     value = failure.value
     if isinstance(value, ApiError):
         return value
+    if isinstance(value, Unavailable):
+        return ServiceUnavailable(DATABASE_UNAVAILABLE, retry_after=DATABASE_RETRY_AFTER)
     if isinstance(value, werkzeug.exceptions.MethodNotAllowed):
         return MethodNotAllowed(list(value.valid_methods or []))
     if isinstance(value, werkzeug.exceptions.NotFound):

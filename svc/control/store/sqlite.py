@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from twisted.internet.defer import Deferred
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
 from svc.control.store.sql import Rows, Transaction
@@ -40,6 +41,10 @@ T = TypeVar("T")
 
 #: How long a write waits for another process's write lock, in milliseconds.
 BUSY_TIMEOUT_MS = 10_000
+
+#: SQLite's primary result codes for a lock held elsewhere (SQLITE_BUSY,
+#: SQLITE_LOCKED); extended codes carry them in their low byte.
+_LOCK_RESULT_CODES = frozenset({5, 6})
 
 #: The mode a new database file is created with (SQLite gives its C{-wal}
 #: and C{-shm} files the same): it holds credential hashes and, with the
@@ -62,14 +67,14 @@ def create_private(path: str) -> None:
     os.close(descriptor)
 
 
-def connect(path: str) -> sqlite3.Connection:
+def connect(path: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """
     Open C{path} (or C{":memory:"}) in autocommit mode with the store's
     pragmas: WAL, C{synchronous=FULL}, foreign keys, busy timeout.
     """
     connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms:d}")
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA synchronous = FULL")
         connection.execute("PRAGMA foreign_keys = ON")
@@ -85,7 +90,20 @@ def run_transaction(connection: sqlite3.Connection, transaction: Transaction[T],
     (C{BEGIN IMMEDIATE} if C{write}, else a deferred C{BEGIN}, which reads
     one snapshot); commit and return its result, or roll back and raise.
     Blocks: call it on the store's worker thread.
+
+    @raise Unavailable: a lock another connection holds outlasted the busy
+        timeout (the transaction was rolled back).
     """
+    try:
+        return _run_transaction(connection, transaction, write)
+    except sqlite3.OperationalError as error:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _LOCK_RESULT_CODES:
+            raise Unavailable(f"the SQLite database is locked: {error}") from error
+        raise
+
+
+def _run_transaction(connection: sqlite3.Connection, transaction: Transaction[T], write: bool) -> T:
     connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         try:

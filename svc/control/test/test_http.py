@@ -14,6 +14,7 @@ from twisted.web.server import Request
 
 from svc.control.http import Call, ControlApp
 from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
+from svc.control.store.errors import Unavailable
 from svc.testing.web import Answer, request
 from svc.web.errors import Conflict, InvalidCredential, LeaseLive
 
@@ -24,6 +25,10 @@ class Boom(Exception):
 
 async def _boom(call: Call) -> HandlerResult:
     raise Boom("secret internal detail")
+
+
+async def _locked(call: Call) -> HandlerResult:
+    raise Unavailable("the SQLite database is locked: database is locked")
 
 
 async def _echo(call: Call) -> HandlerResult:
@@ -86,6 +91,7 @@ ROUTES = [
         mounted_with={Feature.DATABASE},
         serves_with={Feature.AGENT_CA},
     ),
+    Route("GET", "/locked", AuthKind.PUBLIC, _locked),
 ]
 
 
@@ -177,6 +183,20 @@ class GeneralRulesTests(SynchronousTestCase):
         self.assertEqual(answer.status, 500)
         self.assertEqual(answer.body, b'{"error":"server_error"}')
         self.assertEqual(len(self.flushLoggedErrors(Boom)), 1)
+
+    def test_database_unavailable_is_503(self) -> None:
+        """A database that cannot serve now is 503 database_unavailable, a warning not a failure."""
+        with capturedLogs() as events:
+            answer = request(self, _app().resource(), "GET", "/locked")
+        self.assertEqual(answer.status, 503)
+        self.assertEqual(
+            answer.json(),
+            {"error": "temporarily_unavailable", "error_description": "database_unavailable"},
+        )
+        self.assertEqual(answer.header("Retry-After"), "5")
+        self.assertStamped(answer)
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertTrue(any("database unavailable" in str(e.get("log_format")) for e in events))
 
     def test_not_found_body(self) -> None:
         """An unknown route is 404 not_found without description."""

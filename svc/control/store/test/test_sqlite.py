@@ -16,6 +16,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.interface import ControlStore
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
@@ -217,3 +218,47 @@ class SQLiteFileTests(SynchronousTestCase):
         )
         self.addCleanup(store.close)
         self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o640)
+
+
+class SQLiteLockTests(SynchronousTestCase):
+    """A database another connection keeps locked."""
+
+    def test_locked_database_unavailable(self) -> None:
+        """A write meeting another connection's lock past the busy timeout fails Unavailable."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        opened = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(opened.close)
+        impatient = SQLiteControlStore(
+            connect(str(path), busy_timeout_ms=0), ImmediateWorker(), session_key=SESSION_KEY
+        )
+        self.addCleanup(impatient.close)
+        holder_connection = sqlite3.connect(path, isolation_level=None)
+        self.addCleanup(holder_connection.close)
+        holder_connection.execute("BEGIN EXCLUSIVE")
+        failure = self.failureResultOf(impatient.put_user("alice", "Alice", NOW), Unavailable)
+        self.assertIn("locked", failure.getErrorMessage())
+        holder_connection.execute("ROLLBACK")
+        user = self.successResultOf(impatient.put_user("alice", "Alice", NOW))
+        self.assertEqual(user.user_id, "alice")
+
+    def test_other_operational_errors_unchanged(self) -> None:
+        """An operational error that is not a lock (here: a read-only file) is not Unavailable."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        opened = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(opened.close)
+        read_only = SQLiteControlStore(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None),
+            ImmediateWorker(),
+            session_key=SESSION_KEY,
+        )
+        self.addCleanup(read_only.close)
+        failure = self.failureResultOf(read_only.put_user("alice", "Alice", NOW))
+        self.assertIsInstance(failure.value, sqlite3.OperationalError)
