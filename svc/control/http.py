@@ -265,7 +265,7 @@ class ControlApp:
 
     def _render_failure(self, request: Request, failure: Failure) -> bytes:
         error = _api_error_for(failure)
-        if failure.check(Unavailable):
+        if isinstance(failure.value, Unavailable):
             _log.warn(
                 "database unavailable in {method} {path} request_id={request_id}: {reason}",
                 method=_text(request.method),
