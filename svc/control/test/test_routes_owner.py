@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 from twisted.internet.task import Clock
 from twisted.web.resource import Resource
@@ -135,7 +136,7 @@ class SignInTests(OwnerRouteCase):
     ) -> None:
         answer = await self.send(self.resource, "GET", f"/admin/session?token={LINK}")
         self.assertEqual(answer.status, 303)
-        self.assertEqual(answer.header("location"), "/dashboard")
+        self.assertEqual(answer.header("location"), "../dashboard")
         cookie = answer.header("set-cookie") or ""
         attributes = [part.strip() for part in cookie.split(";")]
         self.assertIn("HttpOnly", attributes)
@@ -144,6 +145,23 @@ class SignInTests(OwnerRouteCase):
         self.assertIn("Max-Age=3600", attributes)
         self.assertNotIn("Secure", attributes)  # SVC_DEV_MODE=1 in these tests
         self.assertNotEqual(cookie_value(answer), LINK)
+
+    async def test_sign_in_and_logout_under_api(self) -> None:
+        """/api/admin/session signs in (redirect resolves to /api/dashboard); /api/auth/logout ends it."""
+        answer = await self.send(self.resource, "GET", f"/api/admin/session?token={LINK}")
+        self.assertEqual(answer.status, 303, answer.body)
+        location = answer.header("location") or ""
+        self.assertEqual(
+            urljoin("https://c.test/api/admin/session", location), "https://c.test/api/dashboard"
+        )
+        self.assertEqual(
+            urljoin("https://c.test/admin/session", location), "https://c.test/dashboard"
+        )
+        cookie = cookie_value(answer)
+        self.assertEqual((await self.call("GET", "/api/me", cookie=cookie)).status, 200)
+        out = await self.call("POST", "/api/auth/logout", cookie=cookie)
+        self.assertEqual(out.status, 204, out.body)
+        self.assertError(await self.call("GET", "/me", cookie=cookie), 401, "invalid_token")
 
     async def test_link_is_spent_by_its_first_use(self) -> None:
         await self.sign_in()
