@@ -147,7 +147,7 @@ class SignInTests(OwnerRouteCase):
         self.assertNotEqual(cookie_value(answer), LINK)
 
     async def test_sign_in_and_logout_under_api(self) -> None:
-        """/api/admin/session signs in (redirect resolves to /api/dashboard); /api/auth/logout ends it."""
+        """/api/admin/session signs in (to /api/dashboard); /api/auth/logout ends it."""
         answer = await self.send(self.resource, "GET", f"/api/admin/session?token={LINK}")
         self.assertEqual(answer.status, 303, answer.body)
         location = answer.header("location") or ""
