@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import http.client
 import http.server
 import json
 import os
@@ -83,8 +84,8 @@ def call(
     return status, json.loads(raw) if raw else None, found
 
 
-def operator(environ: dict[str, str], *args: str) -> None:
-    """Run an operator command (C{svc ca init} ...), failing the test if it fails."""
+def operator(environ: dict[str, str], *args: str) -> str:
+    """Run an operator command (C{svc ca init} ...), failing the test if it fails; its stdout."""
     from svc import cli  # noqa: PLC0415
 
     if "svc.control.operator_cli" in cli.SUBCOMMAND_MODULES:
@@ -100,6 +101,7 @@ def operator(environ: dict[str, str], *args: str) -> None:
     )
     if done.returncode != 0:
         raise AssertionError(f"{args} failed: {done.stderr.decode()}")
+    return done.stdout.decode()
 
 
 class ControlProcess:
@@ -544,6 +546,25 @@ class HttpBoundaryTests(ControlSystemMixin, TestCase):
         )
         self.assertEqual(headers.get("Retry-After"), "5")
         self.assertEqual(call("POST", self.control.url + "/v1/entities", provision)[0], 200)
+
+    def test_sign_in_link_is_no_cookie(self) -> None:
+        """The secret 'svc user seed' prints is refused as a cookie and still signs in once."""
+        link = operator(self.control.environ, "user", "seed", "--user", "alice").strip()
+
+        def get(path: str, cookie: str | None = None) -> http.client.HTTPResponse:
+            connection = http.client.HTTPConnection("127.0.0.1", self.control.port, timeout=10)
+            self.addCleanup(connection.close)
+            headers = {} if cookie is None else {"Cookie": f"svc_admin_session={cookie}"}
+            connection.request("GET", path, headers=headers)
+            return connection.getresponse()
+
+        self.assertEqual(get("/me", cookie=link).status, 401)
+        signed_in = get(f"/admin/session?token={link}")
+        self.assertEqual(signed_in.status, 303)
+        cookie = (signed_in.getheader("Set-Cookie") or "").split(";")[0].partition("=")[2]
+        self.assertNotEqual(cookie, link)
+        self.assertEqual(get("/me", cookie=cookie).status, 200)
+        self.assertEqual(get(f"/admin/session?token={link}").status, 401)
 
     def test_database_file_private(self) -> None:
         """The SQLite control.db the process created is mode 0600."""

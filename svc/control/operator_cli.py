@@ -32,6 +32,7 @@ from twisted.internet.task import react
 from svc.config import ConfigError
 from svc.control.ca import certificate_fingerprint, init_org_root
 from svc.control.enrollment import format_timestamp, hash_token, new_secret_token
+from svc.control.owner_auth import hash_link_secret
 from svc.control.settings import ControlSettings, SecretsBackend
 from svc.control.store.errors import ControlStoreError, NotFound
 from svc.control.store.interface import ControlStore
@@ -287,7 +288,7 @@ async def user_seed(args: argparse.Namespace, context: OperatorContext) -> None:
         user = await store.put_user(args.user, args.name or args.user, now)
         token = new_secret_token()
         session = await store.create_admin_session(
-            user.user_id, hash_token(token), now, now + timedelta(seconds=args.ttl)
+            user.user_id, hash_link_secret(token), now, now + timedelta(seconds=args.ttl)
         )
         context.stdout.write(token + "\n")
         context.stderr.write(

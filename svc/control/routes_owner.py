@@ -31,6 +31,7 @@ from svc.control.owner_auth import (
     API_TOKEN_PREFIX,
     OwnerPrincipal,
     cleared_cookie,
+    hash_link_secret,
     hash_secret,
     session_cookie,
 )
@@ -169,11 +170,12 @@ class OwnerRoutes:
         if not token:
             raise api.InvalidCredential()
         now = self._now()
-        found = await self._store.authenticate_admin_session(hash_secret(token), now)
+        link_hash = hash_link_secret(token)
+        found = await self._store.authenticate_admin_session(link_hash, now)
         if found is None:
             raise api.InvalidCredential()
         link, user = found
-        if not await self._store.revoke_admin_session(hash_secret(token), now):
+        if not await self._store.revoke_admin_session(link_hash, now):
             raise api.InvalidCredential()  # spent by a concurrent sign-in
         secret = new_secret_token(self._deps.random_bytes)
         session = await from_store(

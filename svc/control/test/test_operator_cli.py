@@ -20,6 +20,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control import operator_cli
 from svc.control.enrollment import hash_token
+from svc.control.owner_auth import hash_link_secret
 from svc.control.operator_cli import OperatorContext, operator_main
 from svc.control.store.interface import ControlStore
 from svc.control.store.opening import open_store
@@ -188,12 +189,15 @@ class OperatorCommandTests(SynchronousTestCase):
             self.assertEqual(raised.exception.code, 2)
 
     def test_user_seed(self) -> None:
-        """user seed creates the user and prints a session token that authenticates."""
+        """user seed creates the user and prints a sign-in link secret, never a cookie secret."""
         self.assertEqual(self.run_command("user", "seed", "--user", "alice", "--name", "Alice"), 0)
         token = self.stdout.getvalue().strip()
         self.assertRegex(token, r"^[A-Za-z0-9_-]{43}$")
+        self.assertIsNone(
+            self.successResultOf(self.store().authenticate_admin_session(hash_token(token), NOW))
+        )
         found = self.successResultOf(
-            self.store().authenticate_admin_session(hash_token(token), NOW)
+            self.store().authenticate_admin_session(hash_link_secret(token), NOW)
         )
         assert found is not None
         session, user = found

@@ -15,7 +15,12 @@ from twisted.internet.task import Clock
 from twisted.web.resource import Resource
 
 from svc.control.app import build_control_app
-from svc.control.owner_auth import OwnerAuthenticator, csrf_token_for, hash_secret
+from svc.control.owner_auth import (
+    OwnerAuthenticator,
+    csrf_token_for,
+    hash_link_secret,
+    hash_secret,
+)
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_owner import MAX_LIVE_TOKENS, OwnerDeps, owner_routes
 from svc.control.routing import AuthKind, Route
@@ -87,7 +92,7 @@ class OwnerRouteCase(RouteBackend):
     async def seed_link(self, user: str, secret: str, ttl: timedelta = timedelta(hours=1)) -> None:
         await self.result(self.store.put_user(user, user.title(), NOW))
         await self.result(
-            self.store.create_admin_session(user, hash_secret(secret), NOW, NOW + ttl)
+            self.store.create_admin_session(user, hash_link_secret(secret), NOW, NOW + ttl)
         )
 
     async def sign_in(self, link: str = LINK) -> str:
@@ -162,6 +167,21 @@ class SignInTests(OwnerRouteCase):
         out = await self.call("POST", "/api/auth/logout", cookie=cookie)
         self.assertEqual(out.status, 204, out.body)
         self.assertError(await self.call("GET", "/me", cookie=cookie), 401, "invalid_token")
+
+    async def test_link_secret_is_no_cookie(self) -> None:
+        """A link's secret sent as the cookie signs nobody in and does not spend the link."""
+        self.assertError(await self.call("GET", "/me", cookie=LINK), 401, "invalid_token")
+        self.assertError(await self.call("POST", "/auth/logout", cookie=LINK), 401, "invalid_token")
+        cookie = await self.sign_in()
+        self.assertNotEqual(cookie, LINK)
+        self.assertEqual((await self.call("GET", "/me", cookie=cookie)).status, 200)
+
+    async def test_cookie_secret_is_no_link(self) -> None:
+        """A browser session's cookie secret is not accepted as a sign-in link."""
+        cookie = await self.sign_in()
+        answer = await self.send(self.resource, "GET", f"/admin/session?token={cookie}")
+        self.assertError(answer, 401, "invalid_token")
+        self.assertEqual((await self.call("GET", "/me", cookie=cookie)).status, 200)
 
     async def test_link_is_spent_by_its_first_use(self) -> None:
         await self.sign_in()
