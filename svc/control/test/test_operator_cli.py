@@ -20,8 +20,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control import operator_cli
 from svc.control.enrollment import hash_token
-from svc.control.owner_auth import hash_link_secret
 from svc.control.operator_cli import OperatorContext, operator_main
+from svc.control.owner_auth import hash_link_secret
 from svc.control.store.interface import ControlStore
 from svc.control.store.opening import open_store
 from svc.control.store.outcomes import EnrollGrant
