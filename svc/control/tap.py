@@ -61,6 +61,7 @@ from svc.control.http_site import ControlSite
 from svc.control.journal_access import DataPlaneJournal
 from svc.control.owner_auth import OwnerAuthenticator
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
+from svc.control.routes_access import AccessDeps, access_routes
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
@@ -360,6 +361,7 @@ class ControlPlaneService(MultiService):
         owner = OwnerAuthenticator(store, reactor.seconds)
         routes = [
             *entity_routes(EntityDeps(store, settings, reactor, client, pushes)),
+            *access_routes(AccessDeps(store, reactor)),
             *mount_routes(
                 MountDeps(
                     store,
