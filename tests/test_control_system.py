@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import errno
+import http.client
 import http.server
 import json
 import os
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -82,8 +84,8 @@ def call(
     return status, json.loads(raw) if raw else None, found
 
 
-def operator(environ: dict[str, str], *args: str) -> None:
-    """Run an operator command (C{svc ca init} ...), failing the test if it fails."""
+def operator(environ: dict[str, str], *args: str) -> str:
+    """Run an operator command (C{svc ca init} ...), failing the test if it fails; its stdout."""
     from svc import cli  # noqa: PLC0415
 
     if "svc.control.operator_cli" in cli.SUBCOMMAND_MODULES:
@@ -99,6 +101,7 @@ def operator(environ: dict[str, str], *args: str) -> None:
     )
     if done.returncode != 0:
         raise AssertionError(f"{args} failed: {done.stderr.decode()}")
+    return done.stdout.decode()
 
 
 class ControlProcess:
@@ -454,6 +457,119 @@ class DiskFullTests(ControlSystemMixin, TestCase):
         status, answer, _ = call("POST", control.url + "/v1/entities", body)
         self.assertEqual(status, 200, answer)
         self.assertEqual(call("GET", control.url + "/v1/entities/agent/before")[0], 200)
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send C{data} on a fresh connection; everything answered until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        received = b""
+        while True:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+
+
+def parse_answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
+    """Status, headers (lower-case names) and JSON body of one raw HTTP/1.1 answer."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(": ")
+        headers[name.lower()] = value
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+class HttpBoundaryTests(ControlSystemMixin, TestCase):
+    """What the real server answers before any route runs (SQLite)."""
+
+    def database_url(self) -> str:
+        return f"sqlite:///{self.workdir}/control.db"
+
+    def setUp(self) -> None:
+        self.control = self.make_control(self, init_ca=False)
+        self.control.start()
+
+    def test_oversized_enroll_refused_before_body(self) -> None:
+        """A 64 MiB unauthenticated enroll is 413 at its headers; the body is never awaited."""
+        raw = raw_exchange(
+            self.control.port,
+            b"POST /agent/enroll HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 67108864\r\n\r\n",
+        )
+        status, headers, body = parse_answer(raw)
+        self.assertEqual(status, 413)
+        self.assertEqual(
+            body,
+            {
+                "error": "request_too_large",
+                "error_description": "body_too_large",
+                "max_body_bytes": 65536,
+            },
+        )
+        self.assertEqual(headers["svc-api-version"], "1")
+        self.assertRegex(headers["x-request-id"], "^[0-9a-f]{32}$")
+
+    def test_twisted_bad_request_has_general_headers(self) -> None:
+        """A request Twisted's parser refuses is 400 with X-Request-ID and Svc-API-Version."""
+        status, headers, body = parse_answer(
+            raw_exchange(self.control.port, b"NOT AN HTTP REQUEST LINE\r\n\r\n")
+        )
+        self.assertEqual(
+            (status, body),
+            (400, {"error": "invalid_request", "error_description": "malformed_request"}),
+        )
+        self.assertEqual(headers["svc-api-version"], "1")
+        self.assertRegex(headers["x-request-id"], "^[0-9a-f]{32}$")
+        log = (self.workdir / "control-1.log").read_text()
+        self.assertIn(f"400 0.000s request_id={headers['x-request-id']}", log)
+
+    def test_locked_database_is_503(self) -> None:
+        """A control.db another process holds locked is 503 database_unavailable, then works."""
+        provision = {"type": "agent", "id": "l1", "owner": "acme", "grant_bytes": 1}
+        locker = sqlite3.connect(self.workdir / "control.db", isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            status, body, headers = call(
+                "POST", self.control.url + "/v1/entities", provision, timeout=60
+            )
+        finally:
+            locker.close()
+        self.assertEqual(
+            (status, body),
+            (
+                503,
+                {"error": "temporarily_unavailable", "error_description": "database_unavailable"},
+            ),
+        )
+        self.assertEqual(headers.get("Retry-After"), "5")
+        self.assertEqual(call("POST", self.control.url + "/v1/entities", provision)[0], 200)
+
+    def test_sign_in_link_is_no_cookie(self) -> None:
+        """The secret 'svc user seed' prints is refused as a cookie and still signs in once."""
+        link = operator(self.control.environ, "user", "seed", "--user", "alice").strip()
+
+        def get(path: str, cookie: str | None = None) -> http.client.HTTPResponse:
+            connection = http.client.HTTPConnection("127.0.0.1", self.control.port, timeout=10)
+            self.addCleanup(connection.close)
+            headers = {} if cookie is None else {"Cookie": f"svc_admin_session={cookie}"}
+            connection.request("GET", path, headers=headers)
+            return connection.getresponse()
+
+        self.assertEqual(get("/me", cookie=link).status, 401)
+        signed_in = get(f"/admin/session?token={link}")
+        self.assertEqual(signed_in.status, 303)
+        cookie = (signed_in.getheader("Set-Cookie") or "").split(";")[0].partition("=")[2]
+        self.assertNotEqual(cookie, link)
+        self.assertEqual(get("/me", cookie=cookie).status, 200)
+        self.assertEqual(get(f"/admin/session?token={link}").status, 401)
+
+    def test_database_file_private(self) -> None:
+        """The SQLite control.db the process created is mode 0600."""
+        mode = (self.workdir / "control.db").stat().st_mode & 0o777
+        self.assertEqual(mode, 0o600)
 
 
 class StartupTests(TestCase):

@@ -8,6 +8,16 @@ prints the owner's sign-in link. Debian's headless C{chromium} is driven by
 Selenium through C{/usr/bin/chromedriver} (given explicitly, so
 selenium-manager never downloads anything).
 
+The browser talks to the control plane over HTTPS only, on its own
+C{--tls-listen} listener as the operator guide recommends (the certificate
+the org root issues at start, an ECDSA P-256 leaf for C{localhost}), without
+C{SVC_DEV_MODE}, so the session cookie is C{Secure}. The test checks that
+the served certificate verifies against the org root for C{localhost} and is
+ECDSA P-256, then tells chromium to accept exactly that key
+(C{--ignore-certificate-errors-spki-list}): chromium cannot verify the org
+root's Ed25519 signature, but the handshake is real and would fail with
+C{ERR_SSL_VERSION_OR_CIPHER_MISMATCH} on an Ed25519 leaf.
+
 The scenario follows the spec's acceptance flow: sign in through
 C{/admin/session?token=…}; see the allocation's usage and mount; create an
 API token (secret shown once) and revoke it; write a file through the data
@@ -22,12 +32,19 @@ C{CI=true}, where that is a failure.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 
@@ -36,7 +53,15 @@ from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.dataplane_client.errors import RemoteError
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
-from svc.quickstart import DEMO_AGENT, DEMO_OWNER, Stack, enroll_and_mount, http, start_processes
+from svc.quickstart import (
+    DEMO_AGENT,
+    DEMO_OWNER,
+    Stack,
+    enroll_and_mount,
+    http,
+    start_dataplane,
+    wait_until,
+)
 from svc.wire.errno import WireErrno
 
 try:
@@ -64,6 +89,14 @@ TOKEN_NAME = "ci-browser"
 SHOT_PREFIX = "dashboard-"
 
 
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def _missing() -> str | None:
     """What this machine lacks to run the browser test, or None."""
     if webdriver is None:
@@ -87,8 +120,32 @@ def artifacts_dir() -> Path:
     return directory
 
 
-def start_browser(profile: Path) -> WebDriver:
-    """Headless chromium with a throw-away profile and no background networking."""
+def served_certificate(port: int, org_root: Path) -> x509.Certificate:
+    """
+    The certificate the HTTPS listener on C{port} serves, after a handshake
+    that verified it against C{org_root} for the name C{localhost}.
+    """
+    context = ssl.create_default_context(cafile=str(org_root))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def spki_pin(certificate: x509.Certificate) -> str:
+    """The base64 SHA-256 of C{certificate}'s public key, as chromium's pin list takes it."""
+    spki = certificate.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return base64.b64encode(hashlib.sha256(spki).digest()).decode("ascii")
+
+
+def start_browser(profile: Path, pinned: str) -> WebDriver:
+    """
+    Headless chromium with a throw-away profile, no background networking,
+    accepting the server key C{pinned} (an L{spki_pin}) only.
+    """
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in (
@@ -104,6 +161,7 @@ def start_browser(profile: Path) -> WebDriver:
         "--disable-component-update",
         "--disable-sync",
         "--disable-extensions",
+        f"--ignore-certificate-errors-spki-list={pinned}",
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -199,7 +257,9 @@ class DashboardBrowserTests(TestCase):
         self.shots: list[Path] = []
         self.control_url, self.state, self.environ = self._start_stack()
         self.files = AgentFiles(self.stack.root, self.state)
-        self.browser = start_browser(self.work / "chromium-profile")
+        org_root = self.stack.root / "secrets" / "ca" / "root" / "cert.pem"
+        self.served = served_certificate(self.tls_port, org_root)
+        self.browser = start_browser(self.work / "chromium-profile", spki_pin(self.served))
         self.addCleanup(self.browser.quit)
 
     # The stack
@@ -212,19 +272,44 @@ class DashboardBrowserTests(TestCase):
         stack.save_state(state)
         environ = {
             **stack.control_environ(state),
-            # Plain HTTP on 127.0.0.1: the session cookie without Secure.
-            "SVC_DEV_MODE": "1",
             # The lease taken at enrollment must outlive the test.
             "SVC_MOUNT_LEASE_TTL_SECONDS": "3600",
+            "SVC_CONTROL_FQDN": "localhost",
         }
+        # HTTPS for the browser: the session cookie is Secure, as in production.
+        environ.pop("SVC_DEV_MODE", None)
         (stack.root / "secrets").mkdir(mode=0o700)
         self.svc(environ, "ca", "init")
+        self.tls_port = free_port()
+        self.browser_url = f"https://localhost:{self.tls_port}"
         try:
-            control_url = start_processes(stack, state, environ)
+            control_url = self._start_control(stack, state, environ)
+            start_dataplane(stack, state)
             enroll_and_mount(stack, state, control_url)
         except SystemExit as stop:  # the quickstart's way of failing
             self.fail(f"{stop}; logs in {stack.root}")
         return control_url, state, environ
+
+    def _start_control(self, stack: Stack, state: dict[str, Any], environ: dict[str, str]) -> str:
+        """
+        The control plane with the quickstart's plain listener (for the data
+        plane and the SDK) and an HTTPS one for the browser; its plain URL.
+        """
+        control_url = f"http://127.0.0.1:{state['control_port']}"
+        stack.spawn(
+            "control",
+            [
+                stack._bin("twist"),
+                "svc-control",
+                "--listen",
+                f"tcp:{state['control_port']}:interface=127.0.0.1",
+                "--tls-listen",
+                f"tcp:{self.tls_port}:interface=127.0.0.1",
+            ],
+            environ,
+        )
+        wait_until("the control plane", lambda: http("GET", control_url + "/healthz")[0] == 200)
+        return control_url
 
     def svc(self, environ: dict[str, str], *argv: str) -> str:
         """Run the C{svc} operator command; its standard output."""
@@ -243,7 +328,7 @@ class DashboardBrowserTests(TestCase):
     def sign_in_link(self) -> str:
         """A fresh admin-session link for the demo owner (C{svc user seed})."""
         token = self.svc(self.environ, "user", "seed", "--user", DEMO_OWNER, "--name", "Demo Owner")
-        return f"{self.control_url}/admin/session?token={token.strip()}"
+        return f"{self.browser_url}/admin/session?token={token.strip()}"
 
     def api_token_status(self, token: str) -> int:
         """The status of C{GET /me} with C{token} as the bearer credential."""
@@ -308,10 +393,18 @@ class DashboardBrowserTests(TestCase):
         self.assertEqual(version, 1)
         browser = self.browser
 
-        # 1. Sign in with the link: a cookie, then the dashboard.
+        # 0. The HTTPS certificate is one browsers take: ECDSA P-256.
+        key = self.served.public_key()
+        self.assertIsInstance(key, ec.EllipticCurvePublicKey)
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        self.assertIsInstance(key.curve, ec.SECP256R1)
+
+        # 1. Sign in with the link over HTTPS: a Secure cookie, then the dashboard.
         browser.get(self.sign_in_link())
         self.present('body[data-state="signed-in"]', "the signed-in page")
-        self.assertEqual(browser.current_url, self.control_url + "/dashboard")
+        self.assertEqual(browser.current_url, self.browser_url + "/dashboard")
+        [cookie] = [c for c in browser.get_cookies() if c["name"] == "svc_admin_session"]
+        self.assertTrue(cookie["secure"] and cookie["httpOnly"], cookie)
         self.assertEqual(browser.find_element(By.ID, "me-user").text, DEMO_OWNER)
         self.assertEqual(browser.find_element(By.ID, "me-name").text, "Demo Owner")
         self.screenshot("signed-in")

@@ -38,8 +38,12 @@ but the deny-list (its own serial is revoked; for 1 and 2 its intermediate is
 not) and whose agent's allocation is no longer live (revoked or purged) in
 the leaf's tenant is 410 C{revoked}, as the spec answers a revoked
 allocation: revoking an allocation revokes every leaf of its agent, so
-without this its renewals and mount-lease calls would see 401. The 410
-authenticates nothing.
+without this its renewals and mount-lease calls would see 401. On the
+lease holder's routes (refresh, release: C{AuthKind.LEASE_HOLDER},
+C{lease_holder=True}) such a leaf whose allocation I{is} live in its tenant
+is 410 C{lease_lost}: its enrollment was revoked because its lease ended
+(released, force-unmounted by the owner, taken over), and the spec answers a
+caller that no longer holds the lease so. The 410s authenticate nothing.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from svc.pki.pem import cert_to_pem, certs_from_pem
 from svc.web.errors import (
     AGENT_SCOPE_REQUIRED,
     INVALID_CLIENT,
+    LEASE_LOST,
     REVOKED,
     AccessDenied,
     Gone,
@@ -83,11 +88,7 @@ from svc.web.errors import (
     JsonValue,
     ServiceUnavailable,
 )
-from svc.web.rules import (
-    check_declared_length,
-    check_json_content_type,
-    parse_json_object,
-)
+from svc.web.rules import check_json_content_type, parse_json_object
 
 PROOF_CONTEXT = "svc-agent-proof-v1"
 PROOF_WINDOW_SECONDS = 60
@@ -228,12 +229,30 @@ class AgentIdentityAuthenticator:
         now: Callable[[], float],
         max_body_bytes: int,
         replay_guard: ReplayGuard | None = None,
+        *,
+        lease_holder: bool = False,
     ) -> None:
         self._store = store
         self._ca = ca
         self._now = now
         self._max_body_bytes = max_body_bytes
         self._replay = replay_guard if replay_guard is not None else ReplayGuard()
+        self._lease_holder = lease_holder
+
+    def for_lease_holder(self) -> AgentIdentityAuthenticator:
+        """
+        The same authenticator (same store, CA, clock and replay guard) for
+        the lease holder's routes: a revoked enrollment of a live allocation
+        is 410 C{lease_lost}.
+        """
+        return AgentIdentityAuthenticator(
+            self._store,
+            self._ca,
+            self._now,
+            self._max_body_bytes,
+            self._replay,
+            lease_holder=True,
+        )
 
     async def authenticate(self, request: Request) -> AgentPrincipal:
         """The agent the request proves it is."""
@@ -303,7 +322,7 @@ class AgentIdentityAuthenticator:
             denied = _denied_leaf(chain[0], chain[1], ca.trust_domain, deny_list)
             if denied is not None:
                 await self._issued_here(denied.serial)
-                await self._refuse_if_allocation_gone(denied.agent_id, denied.tenant_id)
+                await self._refuse_revoked_leaf(denied.agent_id, denied.tenant_id)
             raise _invalid() from None
         await self._issued_here(identity.serial)
         return AgentPrincipal(
@@ -332,7 +351,7 @@ class AgentIdentityAuthenticator:
         if record.not_after <= now:
             raise _rejected("expired")
         if record.serial in await self._deny_list(now):
-            await self._refuse_if_allocation_gone(record.agent_id, record.tenant_id)
+            await self._refuse_revoked_leaf(record.agent_id, record.tenant_id)
             raise _rejected("revoked")
         return AgentPrincipal(
             tenant_id=record.tenant_id,
@@ -355,23 +374,32 @@ class AgentIdentityAuthenticator:
         except NotFound:
             raise _rejected("leaf_not_issued_here", serial) from None
 
-    async def _refuse_if_allocation_gone(self, agent_id: str, tenant_id: str) -> None:
+    async def _refuse_revoked_leaf(self, agent_id: str, tenant_id: str) -> None:
         """
-        For a leaf refused only because its serial is deny-listed: 410
-        C{revoked} when the allocation of its agent, in its tenant, is no
-        longer live; otherwise return (the caller refuses with 401).
+        For a leaf refused only because its serial is deny-listed, when the
+        allocation of its agent is in the leaf's tenant: 410 C{revoked} if
+        that allocation is no longer live; 410 C{lease_lost} if it is live
+        and this authenticator serves the lease holder's routes. Otherwise
+        return (the caller refuses with 401).
         """
         try:
             allocation = await self._store.get_agent_allocation(agent_id)
         except NotFound:
             return
-        if not allocation.live and allocation.tenant_id == tenant_id:
-            _log.info(
-                "agent_identity_rejected reason={reason} agent={agent_id}",
-                reason="allocation_revoked",
-                agent_id=agent_id,
-            )
-            raise Gone(REVOKED)
+        if allocation.tenant_id != tenant_id:
+            return
+        if not allocation.live:
+            reason, code = "allocation_revoked", REVOKED
+        elif self._lease_holder:
+            reason, code = "enrollment_revoked", LEASE_LOST
+        else:
+            return
+        _log.info(
+            "agent_identity_rejected reason={reason} agent={agent_id}",
+            reason=reason,
+            agent_id=agent_id,
+        )
+        raise Gone(code)
 
 
 def _denied_leaf(
@@ -429,7 +457,7 @@ def _signature(value: JsonValue) -> bytes | None:
 
 
 def _optional_json_body(request: Request, limit: int) -> dict[str, JsonValue]:
-    check_declared_length(request.getHeader(b"content-length"), limit)
+    # The body's size was bounded before routing (svc.control.http).
     content = request.content
     raw = b""
     if content is not None:

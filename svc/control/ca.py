@@ -37,6 +37,7 @@ from typing import Protocol
 
 import attrs
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
@@ -152,6 +153,15 @@ class AgentCA(Protocol):
         30 days) with a fresh key, signed by the org root.
         """
 
+    def issue_https_leaf(
+        self, fqdn: str, now: datetime
+    ) -> Deferred[tuple[x509.Certificate, ec.EllipticCurvePrivateKey]]:
+        """
+        A server leaf for the control plane's own HTTPS listener with a fresh
+        ECDSA P-256 key (L{svc.pki.issuance.issue_https_server_leaf}), signed
+        by the org root: the certificate and its key.
+        """
+
 
 class AuditedAgentCA:
     """
@@ -232,6 +242,18 @@ class AuditedAgentCA:
             pair = issuance.issue_control_cert(self._keys.root, self._trust_domain, now)
             await self._audit(pair.cert, CertificateKind.CONTROL, now)
             return pair
+
+        return Deferred.fromCoroutine(issuing())
+
+    def issue_https_leaf(
+        self, fqdn: str, now: datetime
+    ) -> Deferred[tuple[x509.Certificate, ec.EllipticCurvePrivateKey]]:
+        """See L{AgentCA.issue_https_leaf}."""
+
+        async def issuing() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+            cert, key = issuance.issue_https_server_leaf(self._keys.root, fqdn, now)
+            await self._audit(cert, CertificateKind.SERVER_LEAF, now)
+            return cert, key
 
         return Deferred.fromCoroutine(issuing())
 

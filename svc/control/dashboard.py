@@ -8,7 +8,9 @@ by the control plane.
 
 The routes are public (the page holds no data; everything it shows it fetches
 with the admin session cookie from the owner routes), mounted only with the
-database (mounting rule 2) and not under C{/api}. Every answer carries a
+database (mounting rule 2) and also served under C{/api} (rule 6; the page
+uses page-relative URLs, so under C{/api/dashboard} it calls C{/api/me}
+...). Every answer carries a
 strict Content-Security-Policy (no inline script or style, same-origin
 connections only, no framing) and C{Cache-Control: no-store}.
 
@@ -91,7 +93,7 @@ def dashboard_routes(
             AuthKind.PUBLIC,
             _serve(read_asset(asset.file_name), asset.content_type),
             mounted_with={Feature.DATABASE},
-            api_alias=False,
+            api_alias=True,
         )
         for asset in ASSETS
     ]

@@ -39,6 +39,7 @@ from svc.control.routing import (
     plan_mounts,
 )
 from svc.control.settings import DEFAULT_MAX_BODY_BYTES
+from svc.control.store.errors import Unavailable
 from svc.web.errors import (
     ApiError,
     InvalidRequest,
@@ -52,7 +53,7 @@ from svc.web.errors import (
 from svc.web.rules import (
     API_MAJOR_VERSION,
     BODY_REQUIRED,
-    check_declared_length,
+    BODY_TOO_LARGE,
     check_json_content_type,
     choose_request_id,
     new_request_id,
@@ -62,10 +63,24 @@ from svc.web.rules import (
 REQUEST_ID_HEADER = b"X-Request-ID"
 API_VERSION_HEADER = b"Svc-API-Version"
 JSON_CONTENT_TYPE = b"application/json"
+REQUEST_TOO_LARGE = "request_too_large"
+DATABASE_UNAVAILABLE = "database_unavailable"
+DATABASE_RETRY_AFTER = 5
+"""Seconds a client is asked to wait after 503 C{database_unavailable}."""
 
 P = TypeVar("P")
 
 _log = Logger()
+
+
+class RequestTooLarge(ApiError):
+    """
+    413 C{request_too_large} / C{body_too_large}: the request body is over
+    C{SVC_MAX_BODY_BYTES}; the body names the limit (C{max_body_bytes}).
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, REQUEST_TOO_LARGE, BODY_TOO_LARGE, extra={"max_body_bytes": limit})
 
 
 class Authenticator(Protocol):
@@ -118,7 +133,7 @@ class Call:
     def json_body(self, *, optional: bool = False) -> dict[str, JsonValue]:
         """
         The request body, which must be a JSON object sent as
-        C{application/json} within the body size limit.
+        C{application/json} (its size was bounded before routing).
 
         @param optional: an empty body is C{{}} instead of an error.
         @raise InvalidRequest: the body breaks a rule.
@@ -126,7 +141,6 @@ class Call:
         if self._body is not None:
             return self._body
         request = self.request
-        check_declared_length(request.getHeader(b"content-length"), self._max_body_bytes)
         content = request.content
         raw = b""
         if content is not None:
@@ -225,7 +239,9 @@ class ControlApp:
         """
         The resource to serve (by a C{Site} or C{StubTreq}).
         """
-        return ControlResource(self.app.resource(), self._now, self._make_request_id)
+        return ControlResource(
+            self.app.resource(), self._now, self._make_request_id, self._max_body_bytes
+        )
 
     def _executor(self, route: Route) -> Callable[..., Awaitable[bytes]]:
         async def execute(request: Request, **params: str) -> bytes:
@@ -249,7 +265,15 @@ class ControlApp:
 
     def _render_failure(self, request: Request, failure: Failure) -> bytes:
         error = _api_error_for(failure)
-        if isinstance(error, ServerError):
+        if isinstance(failure.value, Unavailable):
+            _log.warn(
+                "database unavailable in {method} {path} request_id={request_id}: {reason}",
+                method=_text(request.method),
+                path=_text(request.path),
+                request_id=request_id_of(request),
+                reason=failure.getErrorMessage(),
+            )
+        elif isinstance(error, ServerError):
             _log.failure(
                 "unhandled error in {method} {path} request_id={request_id}",
                 failure,
@@ -264,6 +288,8 @@ def _api_error_for(failure: Failure) -> ApiError:
     value = failure.value
     if isinstance(value, ApiError):
         return value
+    if isinstance(value, Unavailable):
+        return ServiceUnavailable(DATABASE_UNAVAILABLE, retry_after=DATABASE_RETRY_AFTER)
     if isinstance(value, werkzeug.exceptions.MethodNotAllowed):
         return MethodNotAllowed(list(value.valid_methods or []))
     if isinstance(value, werkzeug.exceptions.NotFound):
@@ -324,26 +350,52 @@ def _text(value: bytes | None) -> str:
     return "" if value is None else value.decode("latin-1")
 
 
+def log_request(
+    *, method: str, path: str, status: int, duration: float, request_id: str, completed: bool
+) -> None:
+    """
+    The one log line of a finished request: the method, the path without
+    its query string (a query may carry a token), the status, the duration
+    and the request id.
+    """
+    _log.info(
+        "{method} {path} {status} {duration:.3f}s request_id={request_id}",
+        method=method,
+        path=path,
+        status=status,
+        duration=duration,
+        request_id=request_id,
+        completed=completed,
+    )
+
+
 class ControlResource(Resource):
     """
     The root resource: stamps C{X-Request-ID} (a well-formed incoming one,
     else a fresh one), C{Svc-API-Version} and a JSON content type on every
-    response, logs one line per request when it finishes, then lets the
-    wrapped Klein resource route it.
+    response, logs one line per request when it finishes (L{log_request}),
+    refuses a body over C{max_body_bytes} (413, before any route or
+    credential is looked at), then lets the wrapped Klein resource route it.
 
-    The log line has the method, the path without its query string (a query
-    may carry a token), the status, the duration and the request id.
+    Served by L{svc.control.http_site.ControlSite}, an oversized body is
+    refused before it is read and never gets here; the check here holds the
+    same rule under any other site.
     """
 
     isLeaf = True
 
     def __init__(
-        self, inner: Resource, now: Callable[[], float], make_request_id: Callable[[], str]
+        self,
+        inner: Resource,
+        now: Callable[[], float],
+        make_request_id: Callable[[], str],
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._inner = inner
         self._now = now
         self._make_request_id = make_request_id
+        self._max_body_bytes = max_body_bytes
 
     def render(self, request: Request) -> bytes | int:
         request_id = choose_request_id(
@@ -359,14 +411,15 @@ class ControlResource(Resource):
             b"/".join(request.postpath or []).decode("utf-8")
         except UnicodeDecodeError:
             return render_error(request, InvalidRequest("path_not_utf8"))
+        if _body_size(request) > self._max_body_bytes:
+            return render_error(request, RequestTooLarge(self._max_body_bytes))
         rendered: Any = self._inner.render(request)  # type: ignore[no-untyped-call]
         return cast("bytes | int", rendered if rendered is not None else NOT_DONE_YET)
 
     def _log_request(
         self, result: object, request: Request, request_id: str, started: float
     ) -> None:
-        _log.info(
-            "{method} {path} {status} {duration:.3f}s request_id={request_id}",
+        log_request(
             method=_text(request.method),
             path=_text(request.path),
             status=request.code,
@@ -374,3 +427,12 @@ class ControlResource(Resource):
             request_id=request_id,
             completed=not isinstance(result, Failure),
         )
+
+
+def _body_size(request: Request) -> int:
+    content = request.content
+    if content is None:
+        return 0
+    size: int = content.seek(0, 2)
+    content.seek(0)
+    return size

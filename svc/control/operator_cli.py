@@ -9,7 +9,11 @@ C{docs/operator-commands.md}):
   - C{svc token issue --agent ID [--ttl SECONDS]}: mint a single-use enroll
     token for the agent's allocation and print it (once) on stdout.
   - C{svc user seed --user ID [--name NAME] [--ttl SECONDS]}: create (or
-    rename) a user and print a new admin-session token on stdout.
+    rename) a user and print a new sign-in link token on stdout.
+  - C{svc user suspend|reinstate --user ID}, C{svc tenant suspend|reinstate
+    --tenant ID}: suspend or reinstate a user or a tenant (nothing is
+    revoked).
+  - C{svc token revoke --id TOKEN_ID}: revoke one unspent enroll token.
 
 Secrets go to stdout alone, one per line, so C{TOKEN=$(svc token issue
 ...)} works; everything else goes to stderr. Exit status 0 on success, 1
@@ -32,6 +36,7 @@ from twisted.internet.task import react
 from svc.config import ConfigError
 from svc.control.ca import certificate_fingerprint, init_org_root
 from svc.control.enrollment import format_timestamp, hash_token, new_secret_token
+from svc.control.owner_auth import hash_link_secret
 from svc.control.settings import ControlSettings, SecretsBackend
 from svc.control.store.errors import ControlStoreError, NotFound
 from svc.control.store.interface import ControlStore
@@ -40,6 +45,8 @@ from svc.pki import names
 from svc.pki.errors import CAAlreadyInitialised, InvalidName, PKIError
 from svc.sessions import session_key
 from svc.worker import IWorker, ThreadWorker
+
+_HEX = "0123456789abcdef"
 
 DEFAULT_SESSION_TTL_SECONDS = 12 * 3600
 """Lifetime of an admin session made by C{svc user seed}."""
@@ -121,6 +128,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"session lifetime (default {DEFAULT_SESSION_TTL_SECONDS})",
     )
     seed.set_defaults(run=_run, operator_command=user_seed)
+    _register_access(subparsers, token_commands, user_commands)
+
+
+def _register_access(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    token_commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    user_commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """
+    Add C{svc user suspend|reinstate}, C{svc tenant suspend|reinstate} and
+    C{svc token revoke}.
+    """
+    for verb, command, text in (
+        ("suspend", user_suspend, "suspend a user: no sign-in, enrollment or renewal"),
+        ("reinstate", user_reinstate, "lift a user's suspension"),
+    ):
+        parser = user_commands.add_parser(verb, help=text)
+        parser.add_argument("--user", required=True, metavar="ID", help="user (owner) id")
+        parser.set_defaults(run=_run, operator_command=command)
+    tenant = subparsers.add_parser("tenant", help="tenants")
+    tenant_commands = tenant.add_subparsers(dest="tenant_command", required=True)
+    for verb, command, text in (
+        ("suspend", tenant_suspend, "suspend a tenant: no enrollment or renewal"),
+        ("reinstate", tenant_reinstate, "lift a tenant's suspension"),
+    ):
+        parser = tenant_commands.add_parser(verb, help=text)
+        parser.add_argument("--tenant", required=True, metavar="ID", help="tenant id")
+        parser.set_defaults(run=_run, operator_command=command)
+    revoke = token_commands.add_parser("revoke", help="revoke one unspent enroll token")
+    revoke.add_argument(
+        "--id", required=True, metavar="TOKEN_ID", help="the token's id (printed when minted)"
+    )
+    revoke.set_defaults(run=_run, operator_command=token_revoke)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +202,7 @@ async def _run_command(args: argparse.Namespace, context: OperatorContext) -> in
 
 def _name(args: argparse.Namespace) -> str:
     sub = getattr(args, "ca_command", None) or getattr(args, "token_command", None)
-    sub = sub or getattr(args, "user_command", None)
+    sub = sub or getattr(args, "user_command", None) or getattr(args, "tenant_command", None)
     return f"{args.command} {sub}"
 
 
@@ -287,7 +327,7 @@ async def user_seed(args: argparse.Namespace, context: OperatorContext) -> None:
         user = await store.put_user(args.user, args.name or args.user, now)
         token = new_secret_token()
         session = await store.create_admin_session(
-            user.user_id, hash_token(token), now, now + timedelta(seconds=args.ttl)
+            user.user_id, hash_link_secret(token), now, now + timedelta(seconds=args.ttl)
         )
         context.stdout.write(token + "\n")
         context.stderr.write(
@@ -297,3 +337,78 @@ async def user_seed(args: argparse.Namespace, context: OperatorContext) -> None:
         )
 
     await _with_store(settings, context, seed)
+
+
+def _checked_id(value: str, option: str) -> str:
+    try:
+        return names.check_id(value, option)
+    except InvalidName as e:
+        raise CommandRefused(f"--{option}: {e}") from None
+
+
+async def _set_user_suspended(
+    args: argparse.Namespace, context: OperatorContext, suspended: bool
+) -> None:
+    user_id = _checked_id(args.user, "user")
+
+    async def change(store: ControlStore) -> None:
+        user = await store.set_user_suspended(user_id, suspended)
+        state = "suspended" if user.suspended else "reinstated (not suspended)"
+        context.stdout.write(f"user {user.user_id} {state}\n")
+
+    await _with_store(_settings(context), context, change)
+
+
+async def user_suspend(args: argparse.Namespace, context: OperatorContext) -> None:
+    """C{svc user suspend}."""
+    await _set_user_suspended(args, context, True)
+
+
+async def user_reinstate(args: argparse.Namespace, context: OperatorContext) -> None:
+    """C{svc user reinstate}."""
+    await _set_user_suspended(args, context, False)
+
+
+async def _set_tenant_suspended(
+    args: argparse.Namespace, context: OperatorContext, suspended: bool
+) -> None:
+    tenant_id = _checked_id(args.tenant, "tenant")
+
+    async def change(store: ControlStore) -> None:
+        tenant = await store.set_tenant_suspended(tenant_id, suspended)
+        state = "suspended" if tenant.suspended else "reinstated (not suspended)"
+        context.stdout.write(f"tenant {tenant.tenant_id} (owner {tenant.owner_id}) {state}\n")
+
+    await _with_store(_settings(context), context, change)
+
+
+async def tenant_suspend(args: argparse.Namespace, context: OperatorContext) -> None:
+    """C{svc tenant suspend}."""
+    await _set_tenant_suspended(args, context, True)
+
+
+async def tenant_reinstate(args: argparse.Namespace, context: OperatorContext) -> None:
+    """C{svc tenant reinstate}."""
+    await _set_tenant_suspended(args, context, False)
+
+
+async def token_revoke(args: argparse.Namespace, context: OperatorContext) -> None:
+    """C{svc token revoke}: refused (status 1) when the token was already spent."""
+    token_id = args.id
+    if not isinstance(token_id, str) or len(token_id) != 32 or token_id.strip(_HEX):
+        raise CommandRefused(f"--id: not an enroll token id (32 lowercase hex): {token_id!r}")
+    now = context.now()
+
+    async def revoke(store: ControlStore) -> None:
+        token = await store.revoke_enroll_token(token_id, now)
+        if token.consumed_at is not None:
+            raise CommandRefused(
+                f"enroll token {token_id} was spent at {format_timestamp(token.consumed_at)};"
+                " nothing revoked (revoke the agent to end its enrollment)"
+            )
+        assert token.revoked_at is not None
+        context.stdout.write(
+            f"enroll token {token_id} revoked at {format_timestamp(token.revoked_at)}\n"
+        )
+
+    await _with_store(_settings(context), context, revoke)

@@ -42,12 +42,23 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that change state, hence are checked against cross-site requests."""
 
 _CSRF_CONTEXT = b"svc-csrf-v1:"
+_LINK_CONTEXT = "svc-admin-link-v1:"
 _SAME_SITE_FETCHES = frozenset({"same-origin", "none"})
 
 
 def hash_secret(secret: str) -> str:
-    """The SHA-256 of a session secret or token, as the store keeps it."""
+    """The SHA-256 of a session (cookie) secret or token, as the store keeps it."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def hash_link_secret(secret: str) -> str:
+    """
+    The stored hash of a sign-in link's secret: C{SHA-256("svc-admin-link-v1:"
+    + secret)}. Link and cookie secrets are hashed apart, so a link's secret
+    presented as a cookie matches no session (it is only exchangeable, once,
+    at C{GET /admin/session}), and a cookie's secret is no link.
+    """
+    return hashlib.sha256((_LINK_CONTEXT + secret).encode("utf-8")).hexdigest()
 
 
 def csrf_token_for(secret: str) -> str:

@@ -88,13 +88,14 @@ def parse_host_port(text: str) -> str:
 def enrollment_authenticators(deps: EnrollmentDeps) -> dict[AuthKind, Authenticator]:
     """
     The authenticators these routes need: C{ENROLL_TOKEN} and
-    C{AGENT_IDENTITY} (which the mount-lease routes share).
+    C{AGENT_IDENTITY} (which the mount-lease routes share), and
+    C{LEASE_HOLDER} for the lease holder's mount routes.
     """
+    agent = AgentIdentityAuthenticator(deps.store, deps.ca, deps.now, deps.settings.max_body_bytes)
     return {
         AuthKind.ENROLL_TOKEN: EnrollTokenAuthenticator(),
-        AuthKind.AGENT_IDENTITY: AgentIdentityAuthenticator(
-            deps.store, deps.ca, deps.now, deps.settings.max_body_bytes
-        ),
+        AuthKind.AGENT_IDENTITY: agent,
+        AuthKind.LEASE_HOLDER: agent.for_lease_holder(),
     }
 
 

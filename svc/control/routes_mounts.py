@@ -9,7 +9,8 @@ itself (agent identity: its leaf over mTLS, or C{agent_fingerprint}).
     C{revoked}. A forced takeover from another enrollment revokes that
     enrollment's leaves and tells the push loop at once.
   - C{POST /allocations/{id}/mount/refresh} extends it (410 C{lease_lost}
-    when the caller no longer holds it).
+    when the caller no longer holds it, also when its leaf was revoked
+    because its lease ended: C{AuthKind.LEASE_HOLDER}).
   - C{DELETE /allocations/{id}/mount} releases it (204); every unexpired
     leaf of the holder's enrollment (its leaf and those it was renewed
     from) goes into C{cert_revocations} and the push loop is told at once.
@@ -133,11 +134,12 @@ class MountRoutes:
         """Every route of this module."""
         path = "/allocations/<id>/mount"
         agent = AuthKind.AGENT_IDENTITY
+        holder = AuthKind.LEASE_HOLDER
         database = {Feature.DATABASE}
         return [
             Route("POST", path, agent, self.acquire, mounted_with=database),
-            Route("POST", path + "/refresh", agent, self.refresh, mounted_with=database),
-            Route("DELETE", path, agent, self.release, mounted_with=database),
+            Route("POST", path + "/refresh", holder, self.refresh, mounted_with=database),
+            Route("DELETE", path, holder, self.release, mounted_with=database),
         ]
 
     async def acquire(self, call: Call) -> HandlerResult:

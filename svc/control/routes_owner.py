@@ -31,6 +31,7 @@ from svc.control.owner_auth import (
     API_TOKEN_PREFIX,
     OwnerPrincipal,
     cleared_cookie,
+    hash_link_secret,
     hash_secret,
     session_cookie,
 )
@@ -43,8 +44,12 @@ from svc.control.store.values import Allocation, AllocationState, ApiToken, Serv
 from svc.web import errors as api
 from svc.web.errors import JsonValue
 
-DASHBOARD_PATH = "/dashboard"
-"""Where a successful sign-in link redirects."""
+DASHBOARD_LOCATION = "../dashboard"
+"""
+Where a successful sign-in link redirects: relative to the link's own path,
+so C{/admin/session} goes to C{/dashboard} and C{/api/admin/session} to
+C{/api/dashboard}, also behind an edge that strips a prefix.
+"""
 
 MAX_LIVE_TOKENS = 100
 """Most unrevoked API tokens one user may hold."""
@@ -128,8 +133,15 @@ class OwnerRoutes:
             return Route(method, path, owner, handler, mounted_with=database, **extra)
 
         return [
-            Route("GET", "/admin/session", AuthKind.PUBLIC, self.sign_in, mounted_with=database),
-            route("POST", "/auth/logout", self.logout),
+            Route(
+                "GET",
+                "/admin/session",
+                AuthKind.PUBLIC,
+                self.sign_in,
+                mounted_with=database,
+                api_alias=True,
+            ),
+            route("POST", "/auth/logout", self.logout, api_alias=True),
             route("GET", "/me", self.me, api_alias=True),
             route("GET", "/allocations", self.allocations, api_alias=True),
             route(
@@ -158,11 +170,12 @@ class OwnerRoutes:
         if not token:
             raise api.InvalidCredential()
         now = self._now()
-        found = await self._store.authenticate_admin_session(hash_secret(token), now)
+        link_hash = hash_link_secret(token)
+        found = await self._store.authenticate_admin_session(link_hash, now)
         if found is None:
             raise api.InvalidCredential()
         link, user = found
-        if not await self._store.revoke_admin_session(hash_secret(token), now):
+        if not await self._store.revoke_admin_session(link_hash, now):
             raise api.InvalidCredential()  # spent by a concurrent sign-in
         secret = new_secret_token(self._deps.random_bytes)
         session = await from_store(
@@ -177,7 +190,7 @@ class OwnerRoutes:
         )
         max_age = int((session.expires_at - now).total_seconds())
         return Reply.redirect(
-            DASHBOARD_PATH,
+            DASHBOARD_LOCATION,
             {
                 "Set-Cookie": session_cookie(secret, max_age, self._secure_cookie),
                 "Cache-Control": "no-store",

@@ -67,6 +67,14 @@ class AuthKind(enum.Enum):
     ADMIN_SESSION = "admin_session"
     ENROLL_TOKEN = "enroll_token"  # noqa: S105
     AGENT_IDENTITY = "agent_identity"
+    LEASE_HOLDER = "lease_holder"
+    """
+    The agent identity of a mount-lease holder (refresh, release): as
+    C{AGENT_IDENTITY}, except that a leaf refused only because its
+    enrollment was revoked while its allocation stays live is 410
+    C{lease_lost} (the lease ended: released, force-unmounted by the owner,
+    taken over), not 401.
+    """
 
 
 @attrs.frozen

@@ -5,10 +5,12 @@ C{twist svc-control}: options and service construction.
 
 C{--listen} serves plain HTTP (default C{tcp:8080:interface=127.0.0.1}; TLS
 is terminated at the edge in a hosted deployment). C{--tls-listen} serves
-HTTPS on a stream endpoint with the control plane's own server leaf
-(C{SVC_CONTROL_FQDN}, signed by the org root at start) and I{asks} for, but
-does not require, a client certificate verified against the org root: an
-agent presenting its leaf there is identified by it on the mount routes.
+HTTPS on a stream endpoint with the control plane's own certificate (an
+ECDSA P-256 leaf for C{SVC_CONTROL_FQDN} signed by the org root at start, or
+the operator's C{SVC_CONTROL_TLS_CERT_FILE}/C{SVC_CONTROL_TLS_KEY_FILE}; see
+L{svc.control.tls_listener}) and I{asks} for, but does not require, a client
+certificate verified against the org root: an agent presenting its leaf
+there is identified by it on the mount routes.
 Everything else comes from the environment (L{ControlSettings} and
 L{TapSettings}); a bad value refuses to start naming the variable.
 
@@ -24,27 +26,21 @@ import os
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import attrs
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.x509.oid import NameOID
-from OpenSSL import SSL
 from twisted.application.service import IService, MultiService
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IOpenSSLContextFactory
-from twisted.internet.ssl import CertificateOptions, TLSVersion
 from twisted.internet.task import LoopingCall
 from twisted.internet.testing import MemoryReactor
 from twisted.logger import Logger
 from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python import usage
 from twisted.web.server import Site
-from zope.interface import implementer  # type: ignore[import-untyped]
 
-from svc.config import ConfigError, env_int, env_str
+from svc.config import ConfigError, env_int, env_optional, env_path, env_str
 from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider
 from svc.control.dashboard import dashboard_routes
@@ -57,10 +53,12 @@ from svc.control.dataplane_client import (
     mtls_http_client,
 )
 from svc.control.enrollment import EnrollmentDeps
+from svc.control.http_site import ControlSite
 from svc.control.journal_access import DataPlaneJournal
 from svc.control.owner_auth import OwnerAuthenticator
 from svc.control.readiness import readiness_probe, readiness_routes
 from svc.control.revocation_push import DEFAULT_PUSH_INTERVAL_SECONDS, ControlPushLoop
+from svc.control.routes_access import AccessDeps, access_routes
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
@@ -72,10 +70,16 @@ from svc.control.routing import AuthKind, Feature, Route
 from svc.control.settings import ControlSettings
 from svc.control.store import open_store
 from svc.control.store.interface import ControlStore
+from svc.control.tls_listener import (
+    CERT_FILE_VARIABLE,
+    KEY_FILE_VARIABLE,
+    OptionalClientCertificateOptions,
+    ServingCertificate,
+    issue_serving_certificate,
+    load_serving_certificate,
+)
 from svc.pki import names
 from svc.pki.errors import InvalidName
-from svc.pki.issuance import CertifiedKey
-from svc.pki.tls import org_root_trust
 from svc.sessions import session_key
 from svc.version import exit_with_version
 from svc.web.readiness import ReadinessProbe
@@ -100,6 +104,9 @@ class TapSettings:
     push_interval_seconds: int = DEFAULT_PUSH_INTERVAL_SECONDS
     dataplane_timeout_seconds: int = int(DEFAULT_CALL_TIMEOUT_SECONDS)
     control_fqdn: str = DEFAULT_CONTROL_FQDN
+    tls_cert_file: Path | None = None
+    """The operator's certificate chain for C{--tls-listen} (with C{tls_key_file})."""
+    tls_key_file: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> TapSettings:
@@ -108,6 +115,13 @@ class TapSettings:
 
         @raise ConfigError: naming the variable at fault.
         """
+        cert_file = env_optional(environ, CERT_FILE_VARIABLE)
+        key_file = env_optional(environ, KEY_FILE_VARIABLE)
+        if (cert_file is None) != (key_file is None):
+            missing = KEY_FILE_VARIABLE if key_file is None else CERT_FILE_VARIABLE
+            raise ConfigError(
+                missing, f"set both {CERT_FILE_VARIABLE} and {KEY_FILE_VARIABLE}, or neither"
+            )
         fqdn = env_str(environ, "SVC_CONTROL_FQDN", DEFAULT_CONTROL_FQDN)
         try:
             fqdn = names.check_fqdn(fqdn)
@@ -136,6 +150,8 @@ class TapSettings:
                 maximum=300,
             ),
             control_fqdn=fqdn,
+            tls_cert_file=None if cert_file is None else env_path(environ, CERT_FILE_VARIABLE),
+            tls_key_file=None if key_file is None else env_path(environ, KEY_FILE_VARIABLE),
         )
 
 
@@ -212,70 +228,6 @@ def makeService(options: Options) -> IService:
     return cast(IService, service)
 
 
-class QuietSite(Site):
-    """A C{Site} without its own access log (the app logs every request)."""
-
-    def log(self, request: Any) -> None:
-        """Log nothing."""
-
-
-@implementer(IOpenSSLContextFactory)
-class OptionalClientCertificateOptions:
-    """
-    Server TLS context factory: present C{leaf}, I{request} a client
-    certificate and verify any that is sent against C{org_root} alone (a
-    client without one still connects). The agent-identity authenticator
-    re-verifies the chain and applies the admission rules itself.
-    """
-
-    def __init__(self, leaf: CertifiedKey, org_root: x509.Certificate) -> None:
-        self._org_root = org_root
-        self.replace(leaf)
-
-    def replace(self, leaf: CertifiedKey) -> None:
-        """Present C{leaf} on new connections (live ones keep theirs)."""
-        settings: dict[str, Any] = {
-            "privateKey": leaf.key,
-            "certificate": leaf.cert,
-            "trustRoot": org_root_trust(self._org_root),
-            "raiseMinimumTo": TLSVersion.TLSv1_2,
-            "verifyDepth": 1,
-        }
-        context = CertificateOptions(**settings).getContext()
-        context.set_verify(SSL.VERIFY_PEER)
-        self._context = context
-        self.leaf = leaf
-
-    @property
-    def renew_at(self) -> datetime:
-        """When two thirds of the current leaf's life have passed."""
-        start = self.leaf.cert.not_valid_before_utc
-        return start + (self.leaf.cert.not_valid_after_utc - start) * 2 / 3
-
-    def getContext(self) -> SSL.Context:
-        """The OpenSSL context, with the client certificate made optional."""
-        return self._context
-
-
-def control_server_leaf(ca: Any, fqdn: str, now: datetime) -> Deferred[CertifiedKey]:
-    """
-    A server leaf for the control plane's own TLS listener: a fresh key and
-    a CSR signed by the org root through C{ca} (so the signing is audited).
-    """
-
-    async def issuing() -> CertifiedKey:
-        key = Ed25519PrivateKey.generate()
-        csr = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, fqdn)]))
-            .sign(key, None)
-        )
-        cert = await ca.sign_server_csr(csr, fqdn, now)
-        return CertifiedKey(cert, key)
-
-    return Deferred.fromCoroutine(issuing())
-
-
 class ControlPlaneService(MultiService):
     """
     The whole control plane; see the module docstring.
@@ -303,7 +255,9 @@ class ControlPlaneService(MultiService):
         self._store: ControlStore | None = None
         self._provider: AgentCAProvider | None = None
         self._tls_options: OptionalClientCertificateOptions | None = None
-        self._tls_renewal = LoopingCall(lambda: Deferred.fromCoroutine(self._renew_tls_leaf()))
+        self._tls_renewal = LoopingCall(
+            lambda: Deferred.fromCoroutine(self.check_tls_certificate())
+        )
         self._exit_on_failure = exit_on_failure
         self._ports: list[Any] = []
         self.started: Deferred[None] | None = None
@@ -345,7 +299,7 @@ class ControlPlaneService(MultiService):
             authenticators,
             ready=self._ready,
         )
-        site = QuietSite(app.resource())  # type: ignore[no-untyped-call]
+        site = ControlSite(app.resource(), settings.max_body_bytes, reactor=reactor)
         for description in self._listen:
             endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
             port = await endpoint.listen(site)
@@ -375,6 +329,7 @@ class ControlPlaneService(MultiService):
         owner = OwnerAuthenticator(store, reactor.seconds)
         routes = [
             *entity_routes(EntityDeps(store, settings, reactor, client, pushes)),
+            *access_routes(AccessDeps(store, reactor)),
             *mount_routes(
                 MountDeps(
                     store,
@@ -421,8 +376,8 @@ class ControlPlaneService(MultiService):
             raise ControlCertificateUnavailable(
                 "--tls-listen needs the org root: run 'svc ca init' first"
             )
-        leaf = await control_server_leaf(ca, self._tap.control_fqdn, self._now())
-        options = self._tls_options = OptionalClientCertificateOptions(leaf, ca.root)
+        serving = await self._serving_certificate(ca)
+        options = self._tls_options = OptionalClientCertificateOptions(serving, ca.root)
         wrapped: Any = site
         factory = TLSMemoryBIOFactory(cast(Any, options), False, wrapped)
         for description in self._tls_listen:
@@ -432,16 +387,36 @@ class ControlPlaneService(MultiService):
         self._tls_renewal.clock = self._reactor
         self._tls_renewal.start(TLS_RENEWAL_CHECK_SECONDS, now=False)
 
-    async def _renew_tls_leaf(self) -> None:
+    async def _serving_certificate(self, ca: Any) -> ServingCertificate:
+        """The operator's certificate if configured, else a freshly issued one."""
+        tap = self._tap
+        if tap.tls_cert_file is not None and tap.tls_key_file is not None:
+            return load_serving_certificate(tap.tls_cert_file, tap.tls_key_file)
+        return await issue_serving_certificate(ca, tap.control_fqdn, self._now())
+
+    async def check_tls_certificate(self) -> None:
+        """
+        The hourly check: re-read the operator's files and serve them if
+        they changed, or issue a new certificate once two thirds of the
+        issued one's life have passed.
+        """
         options = self._tls_options
-        if options is None or self._now() < options.renew_at or self._provider is None:
+        if options is None or self._provider is None:
+            return
+        operator = self._tap.tls_cert_file is not None
+        if not operator and self._now() < options.serving.renew_at:
             return
         try:
             ca = await self._provider.get()
-            if ca is not None:
-                leaf = await control_server_leaf(ca, self._tap.control_fqdn, self._now())
-                options.replace(leaf)
-                _log.info("control-plane TLS certificate renewed")
+            if ca is None:
+                return
+            serving = await self._serving_certificate(ca)
+            if serving.chain != options.serving.chain:
+                options.replace(serving)
+                _log.info(
+                    "control-plane TLS certificate {change}",
+                    change="reloaded from its files" if operator else "renewed",
+                )
         except Exception:
             _log.failure("control-plane TLS certificate renewal failed; retrying later")
 

@@ -11,7 +11,9 @@ Profiles (see C{docs/specifications/certificates.md}):
     C{tenant=<id>}, URI name constraint permitting only the trust domain;
   - agent leaf: under the tenant's intermediate, tenant + agent SPIFFE URI
     SANs, ClientAuth, 1 hour;
-  - server leaf: directly under the root, DNS SAN, ServerAuth, about 90 days;
+  - server leaf: directly under the root, DNS SAN, ServerAuth, about 90 days
+    (for the control plane's HTTPS listener, which browsers connect to, with
+    an ECDSA P-256 key: L{issue_https_server_leaf});
   - control-plane certificate: under the root, C{spiffe://<td>/control},
     ClientAuth, 30 days.
 
@@ -27,6 +29,7 @@ from datetime import datetime, timedelta
 
 import attrs
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -198,6 +201,28 @@ def issue_server_leaf(
     return CertifiedKey(_server_leaf(root, key.public_key(), fqdn, now, ttl), key)
 
 
+def issue_https_server_leaf(
+    root: CertifiedKey,
+    fqdn: str,
+    now: datetime,
+    *,
+    ttl: timedelta = SERVER_LEAF_TTL,
+    key: ec.EllipticCurvePrivateKey | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """
+    A server leaf for an HTTPS listener browsers connect to (the control
+    plane's own): the server-leaf profile under C{root} for C{fqdn}, but with
+    an ECDSA P-256 key and DigitalSignature alone (browsers offer no Ed25519
+    signature in the TLS handshake; an ECDSA key enciphers nothing). The
+    certificate and its new key.
+    """
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    if not isinstance(key.curve, ec.SECP256R1):
+        raise IssuanceError(f"HTTPS server keys must be P-256, got {key.curve.name}")
+    cert = _server_leaf(root, key.public_key(), fqdn, now, ttl, key_encipherment=False)
+    return cert, key
+
+
 def sign_server_csr(
     root: CertifiedKey,
     csr: x509.CertificateSigningRequest,
@@ -323,10 +348,12 @@ def _sign_agent_leaf(
 
 def _server_leaf(
     root: CertifiedKey,
-    public: Ed25519PublicKey,
+    public: Ed25519PublicKey | ec.EllipticCurvePublicKey,
     fqdn: str,
     now: datetime,
     ttl: timedelta,
+    *,
+    key_encipherment: bool = True,
 ) -> x509.Certificate:
     now = names.check_utc(now, "now")
     host = names.check_fqdn(fqdn)
@@ -334,7 +361,7 @@ def _server_leaf(
     builder = _end_entity(
         _issued_by(root, subject, public, now, ttl, path_length=1),
         x509.SubjectAlternativeName([x509.DNSName(host)]),
-        _leaf_key_usage(key_encipherment=True),
+        _leaf_key_usage(key_encipherment=key_encipherment),
         ExtendedKeyUsageOID.SERVER_AUTH,
     )
     return builder.sign(root.key, None)
@@ -343,7 +370,7 @@ def _server_leaf(
 def _issued_by(
     issuer: CertifiedKey,
     subject: x509.Name,
-    public: Ed25519PublicKey,
+    public: Ed25519PublicKey | ec.EllipticCurvePublicKey,
     now: datetime,
     ttl: timedelta,
     *,

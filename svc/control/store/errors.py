@@ -3,8 +3,9 @@ The control-plane store's exception tree.
 
 Expected refusals that the route layer branches on are either typed results
 (L{svc.control.store.outcomes}) or one of these exceptions; the HTTP layer
-translates them once, at its boundary. Any other exception escaping a store
-is a bug or an unavailable database (HTTP 500/503).
+translates them once, at its boundary. A database that cannot serve for now
+is L{Unavailable} (HTTP 503); any other exception escaping a store is a bug
+or a broken database (HTTP 500).
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ class LeaseLost(ControlStoreError):
     """
     The caller does not hold the allocation's mount lease (any more) (HTTP
     410 ``lease_lost``).
+    """
+
+
+class Unavailable(ControlStoreError):
+    """
+    The database cannot serve now: a lock stayed held past the store's
+    wait (another process writing, a long transaction), or the connection
+    is gone. Nothing was changed; the same call may succeed later (HTTP 503).
     """
 
 

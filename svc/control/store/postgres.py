@@ -6,9 +6,11 @@ txpostgres drives psycopg2's asynchronous connections on the reactor: no
 threads. A pool of connections (default 4) runs transactions concurrently;
 each transaction holds one connection from C{BEGIN} to C{COMMIT}. Every
 connection has txpostgres's dead-connection detector: after the server
-restarts or drops it, the operations that find it dead fail (the caller
-answers 503/500) and the connection reconnects in the background with
-backoff.
+restarts or drops it, the operations that find it dead fail
+L{svc.control.store.errors.Unavailable} (the caller answers 503) and the
+connection reconnects in the background with backoff. A write waits at most
+L{LOCK_TIMEOUT_MS} for a lock another session holds, then fails
+L{svc.control.store.errors.Unavailable} too.
 
 Isolation: write transactions run at READ COMMITTED and make themselves
 atomic with row locks (C{SELECT ... FOR UPDATE} on the allocation, token or
@@ -28,9 +30,10 @@ import psycopg2
 from twisted.internet.defer import Deferred, FirstError, succeed
 from twisted.internet.interfaces import IReactorCore
 from twisted.logger import Logger
-from txpostgres.reconnection import DeadConnectionDetector
-from txpostgres.txpostgres import Connection, ConnectionPool
+from txpostgres.reconnection import ConnectionDead, DeadConnectionDetector
+from txpostgres.txpostgres import Connection, ConnectionPool, RollbackFailed
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.postgres import MIGRATIONS, PRELUDE
 from svc.control.store.sql import Rows, Transaction, postgres_text
@@ -45,6 +48,17 @@ T = TypeVar("T")
 
 #: Connections in the pool unless told otherwise.
 DEFAULT_POOL_SIZE = 4
+
+#: How long a write waits for a row or table lock another session holds, in
+#: milliseconds (as SQLite's busy timeout), before failing L{Unavailable}.
+LOCK_TIMEOUT_MS = 10_000
+
+#: SQLSTATEs of a transaction that lost to another one and may simply be
+#: retried: lock_not_available, serialization_failure, deadlock_detected.
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "40001", "40P01"})
+
+#: SQLSTATE prefixes of an error after which the session is gone.
+_CONNECTION_GONE_SQLSTATES = ("08", "57P")
 
 _log = Logger()
 
@@ -88,16 +102,34 @@ class _Pool(ConnectionPool):  # type: ignore[misc]
         self.every_connection = tuple(self.connections)
 
     def connectionFactory(self, reactor: Any, cooperator: Any) -> Connection:
-        return _Connection(reactor, cooperator, DeadConnectionDetector(reactor=reactor))
+        detector = DeadConnectionDetector(deathChecker=_connection_died, reactor=reactor)
+        return _Connection(reactor, cooperator, detector)
 
 
-async def _drive(cursor: Any, transaction: Transaction[T], write: bool) -> T:
+def _connection_died(failure: Any) -> bool:
+    """
+    Whether C{failure} means the connection is gone: txpostgres's own test,
+    except that an error the server answered with a SQLSTATE (a lock
+    timeout, a deadlock, a full disk) leaves the connection alive, unless
+    the SQLSTATE says so itself (class 08, connection exception; 57P,
+    the server shutting the session down).
+    """
+    error = failure.value
+    pgcode: str | None = getattr(error, "pgcode", None)
+    if pgcode is not None:
+        return pgcode.startswith(_CONNECTION_GONE_SQLSTATES)
+    return bool(failure.check(psycopg2.InterfaceError, psycopg2.OperationalError, RollbackFailed))
+
+
+async def _drive(cursor: Any, transaction: Transaction[T], write: bool, lock_timeout_ms: int) -> T:
     """
     Run C{transaction}'s statements on txpostgres C{cursor}, inside the
     transaction C{runInteraction} has begun.
     """
     try:
-        if not write:
+        if write:
+            await cursor.execute(f"SET LOCAL lock_timeout = {lock_timeout_ms:d}")
+        else:
             await cursor.execute(_READ_ONLY)
         try:
             statement = next(transaction)
@@ -123,10 +155,16 @@ class PostgresControlStore(TransactionalStore):
     """
 
     def __init__(
-        self, pool: _Pool, random_bytes: RandomBytes = os.urandom, *, session_key: bytes
+        self,
+        pool: _Pool,
+        random_bytes: RandomBytes = os.urandom,
+        *,
+        session_key: bytes,
+        lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     ) -> None:
         super().__init__(session_key=session_key, random_bytes=random_bytes)
         self._pool = pool
+        self._lock_timeout_ms = lock_timeout_ms
 
     @classmethod
     def open(
@@ -138,13 +176,15 @@ class PostgresControlStore(TransactionalStore):
         random_bytes: RandomBytes = os.urandom,
         *,
         session_key: bytes,
+        lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     ) -> Deferred[PostgresControlStore]:
         """
         Connect C{pool_size} connections to C{dsn} (a libpq URL or key/value
         string) and migrate the database; C{now} is recorded as the time of
         any migration applied. Concurrent openers migrate one at a time.
         C{session_key} keys the mount session ids
-        (L{svc.sessions.session_key}).
+        (L{svc.sessions.session_key}). A write waits C{lock_timeout_ms} at
+        most for a lock.
 
         @raise ValueError: C{pool_size} below 1 or C{session_key} too short
             (raised at once).
@@ -163,7 +203,9 @@ class PostgresControlStore(TransactionalStore):
                     await pool.start()
                 except FirstError as error:
                     error.subFailure.raiseException()
-                store = cls(pool, random_bytes, session_key=session_key)
+                store = cls(
+                    pool, random_bytes, session_key=session_key, lock_timeout_ms=lock_timeout_ms
+                )
                 await store._run(migrate(MIGRATIONS, PRELUDE, now_us), write=True)
             except BaseException:
                 _close_quietly(pool)
@@ -173,11 +215,13 @@ class PostgresControlStore(TransactionalStore):
         return Deferred.fromCoroutine(opening())
 
     def _run(self, transaction: Transaction[T], write: bool) -> Deferred[T]:
+        lock_timeout_ms = self._lock_timeout_ms
+
         def interaction(cursor: Any) -> Deferred[T]:
-            return Deferred.fromCoroutine(_drive(cursor, transaction, write))
+            return Deferred.fromCoroutine(_drive(cursor, transaction, write, lock_timeout_ms))
 
         result: Deferred[T] = self._pool.runInteraction(interaction)
-        return result
+        return result.addErrback(_unavailable_if_transient)
 
     def close(self) -> Deferred[None]:
         """
@@ -186,6 +230,30 @@ class PostgresControlStore(TransactionalStore):
         """
         _close_quietly(self._pool)
         return succeed(None)
+
+
+def _unavailable_if_transient(failure: Any) -> Any:
+    """
+    L{Unavailable} for a failure that says nothing about the request: a lock
+    held past the lock timeout, a lost serialisation or deadlock, a
+    connection that is gone; any other failure unchanged.
+    """
+    error = failure.value
+    if isinstance(error, ConnectionDead):
+        raise Unavailable(f"the PostgreSQL connection is down: {error}") from error
+    if isinstance(error, psycopg2.Error):
+        pgcode = error.pgcode
+        transient = (
+            pgcode in _TRANSIENT_SQLSTATES
+            or (pgcode is not None and pgcode.startswith(_CONNECTION_GONE_SQLSTATES))
+            or (
+                pgcode is None
+                and isinstance(error, psycopg2.OperationalError | psycopg2.InterfaceError)
+            )
+        )
+        if transient:
+            raise Unavailable(f"PostgreSQL cannot serve now: {error}") from error
+    return failure
 
 
 def _close_quietly(pool: _Pool) -> None:

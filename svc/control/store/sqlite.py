@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from twisted.internet.defer import Deferred
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
 from svc.control.store.sql import Rows, Transaction
@@ -41,15 +42,39 @@ T = TypeVar("T")
 #: How long a write waits for another process's write lock, in milliseconds.
 BUSY_TIMEOUT_MS = 10_000
 
+#: SQLite's primary result codes for a lock held elsewhere (SQLITE_BUSY,
+#: SQLITE_LOCKED); extended codes carry them in their low byte.
+_LOCK_RESULT_CODES = frozenset({5, 6})
 
-def connect(path: str) -> sqlite3.Connection:
+#: The mode a new database file is created with (SQLite gives its C{-wal}
+#: and C{-shm} files the same): it holds credential hashes and, with the
+#: in-database CA, encrypted keys.
+DATABASE_FILE_MODE = 0o600
+
+
+def create_private(path: str) -> None:
+    """
+    Create the database file C{path} with mode L{DATABASE_FILE_MODE} if it
+    does not exist yet (an existing file keeps its mode); C{":memory:"} is
+    left alone.
+    """
+    if path == ":memory:":
+        return
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, DATABASE_FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(descriptor)
+
+
+def connect(path: str, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     """
     Open C{path} (or C{":memory:"}) in autocommit mode with the store's
     pragmas: WAL, C{synchronous=FULL}, foreign keys, busy timeout.
     """
     connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
-        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        connection.execute(f"PRAGMA busy_timeout = {busy_timeout_ms:d}")
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute("PRAGMA synchronous = FULL")
         connection.execute("PRAGMA foreign_keys = ON")
@@ -65,7 +90,20 @@ def run_transaction(connection: sqlite3.Connection, transaction: Transaction[T],
     (C{BEGIN IMMEDIATE} if C{write}, else a deferred C{BEGIN}, which reads
     one snapshot); commit and return its result, or roll back and raise.
     Blocks: call it on the store's worker thread.
+
+    @raise Unavailable: a lock another connection holds outlasted the busy
+        timeout (the transaction was rolled back).
     """
+    try:
+        return _run_transaction(connection, transaction, write)
+    except sqlite3.OperationalError as error:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in _LOCK_RESULT_CODES:
+            raise Unavailable(f"the SQLite database is locked: {error}") from error
+        raise
+
+
+def _run_transaction(connection: sqlite3.Connection, transaction: Transaction[T], write: bool) -> T:
     connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         try:
@@ -118,7 +156,7 @@ class SQLiteControlStore(TransactionalStore):
         session_key: bytes,
     ) -> Deferred[SQLiteControlStore]:
         """
-        Open (creating if needed) and migrate the database at C{path} on
+        Open (creating if needed, mode 0600) and migrate the database at C{path} on
         C{worker}; C{now} is recorded as the time of any migration applied.
         C{stop_worker}, if given, is called once L{close} has closed the
         connection (for a worker the store owns). C{session_key} keys the
@@ -132,6 +170,7 @@ class SQLiteControlStore(TransactionalStore):
         now_us = to_micros(now)
 
         def blocking() -> sqlite3.Connection:
+            create_private(str(path))
             connection = connect(str(path))
             try:
                 run_transaction(connection, migrate(MIGRATIONS, PRELUDE, now_us), write=True)

@@ -11,6 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase, TestCase
@@ -202,6 +205,27 @@ class FilesystemCATests(SynchronousTestCase):
             self.store.find_certificate(names.format_serial(pair.cert.serial_number))
         )
         self.assertEqual((record.kind, record.subject), (CertificateKind.CONTROL, "svc-control"))
+
+    def test_https_leaf(self) -> None:
+        """The HTTPS listener's leaf: ECDSA P-256, server profile for the FQDN, audited."""
+        ca = self.opened()
+        cert, key = self.successResultOf(ca.issue_https_leaf("control.example", NOW))
+        self.assertIsInstance(key.curve, ec.SECP256R1)
+        self.assertEqual(cert.public_key(), key.public_key())
+        cert.verify_directly_issued_by(ca.root)
+        extensions = cert.extensions
+        sans = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual(sans.get_values_for_type(x509.DNSName), ["control.example"])
+        usage = extensions.get_extension_for_class(x509.KeyUsage).value
+        self.assertEqual((usage.digital_signature, usage.key_encipherment), (True, False))
+        purposes = extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        self.assertEqual(list(purposes), [ExtendedKeyUsageOID.SERVER_AUTH])
+        record = self.successResultOf(
+            self.store.find_certificate(names.format_serial(cert.serial_number))
+        )
+        self.assertEqual(
+            (record.kind, record.subject), (CertificateKind.SERVER_LEAF, "control.example")
+        )
 
     def test_unrecorded_signature_not_handed_out(self) -> None:
         """If the signing event cannot be recorded the leaf is not returned."""

@@ -114,9 +114,17 @@ class DashboardRoutesTests(SynchronousTestCase):
         answer = request(self, self.resource, "GET", "/dashboard/app.js")
         self.assertEqual(answer.status, 200)
 
-    def test_not_under_api_prefix(self) -> None:
-        """The page is not aliased under /api."""
-        self.assertEqual(request(self, self.resource, "GET", "/api/dashboard").status, 404)
+    def test_under_api_prefix(self) -> None:
+        """Every file of the page is also served under /api (mounting rule 6), identically."""
+        for asset in ASSETS:
+            bare = request(self, self.resource, "GET", asset.path)
+            aliased = request(self, self.resource, "GET", "/api" + asset.path)
+            self.assertEqual(aliased.status, 200, asset.path)
+            self.assertEqual(aliased.body, bare.body)
+            self.assertEqual(aliased.header("Content-Type"), asset.content_type)
+            self.assertEqual(
+                aliased.header("Content-Security-Policy"), bare.header("Content-Security-Policy")
+            )
 
     def test_unknown_asset_is_json_404(self) -> None:
         """A file that is not one of the assets is the ordinary JSON 404."""

@@ -14,6 +14,7 @@ from twisted.web.server import Request
 
 from svc.control.http import Call, ControlApp
 from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
+from svc.control.store.errors import Unavailable
 from svc.testing.web import Answer, request
 from svc.web.errors import Conflict, InvalidCredential, LeaseLive
 
@@ -24,6 +25,10 @@ class Boom(Exception):
 
 async def _boom(call: Call) -> HandlerResult:
     raise Boom("secret internal detail")
+
+
+async def _locked(call: Call) -> HandlerResult:
+    raise Unavailable("the SQLite database is locked: database is locked")
 
 
 async def _echo(call: Call) -> HandlerResult:
@@ -86,6 +91,7 @@ ROUTES = [
         mounted_with={Feature.DATABASE},
         serves_with={Feature.AGENT_CA},
     ),
+    Route("GET", "/locked", AuthKind.PUBLIC, _locked),
 ]
 
 
@@ -178,6 +184,20 @@ class GeneralRulesTests(SynchronousTestCase):
         self.assertEqual(answer.body, b'{"error":"server_error"}')
         self.assertEqual(len(self.flushLoggedErrors(Boom)), 1)
 
+    def test_database_unavailable_is_503(self) -> None:
+        """A database that cannot serve now is 503 database_unavailable, a warning not a failure."""
+        with capturedLogs() as events:
+            answer = request(self, _app().resource(), "GET", "/locked")
+        self.assertEqual(answer.status, 503)
+        self.assertEqual(
+            answer.json(),
+            {"error": "temporarily_unavailable", "error_description": "database_unavailable"},
+        )
+        self.assertEqual(answer.header("Retry-After"), "5")
+        self.assertStamped(answer)
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertTrue(any("database unavailable" in str(e.get("log_format")) for e in events))
+
     def test_not_found_body(self) -> None:
         """An unknown route is 404 not_found without description."""
         answer = self.call("GET", "/nope")
@@ -252,14 +272,26 @@ class JsonBodyTests(SynchronousTestCase):
             )
 
     def test_size_cap(self) -> None:
-        """A body over the cap is 400 body_too_large; one at the cap is accepted."""
+        """A body over the cap is 413 request_too_large; one at the cap is accepted."""
         at_cap = b'{"k":"' + b"x" * (1024 - 8) + b'"}'
         self.assertEqual(len(at_cap), 1024)
         self.assertEqual(self.post("/echo/a", at_cap).status, 200)
         answer = self.post("/echo/a", at_cap + b" ")
+        self.assertEqual(answer.status, 413)
         self.assertEqual(
-            (answer.status, answer.json()["error_description"]), (400, "body_too_large")
+            answer.json(),
+            {
+                "error": "request_too_large",
+                "error_description": "body_too_large",
+                "max_body_bytes": 1024,
+            },
         )
+
+    def test_size_cap_before_authentication(self) -> None:
+        """An oversized body is 413 on an authenticated route, without credentials."""
+        answer = request(self, _app().resource(), "POST", "/who", body=b"x" * 1025)
+        self.assertEqual(answer.status, 413)
+        self.assertIsNotNone(answer.header("X-Request-ID"))
 
     def test_not_object(self) -> None:
         """A JSON array or invalid JSON is 400."""

@@ -42,6 +42,7 @@ from svc.control.openapi import (
     openapi_document,
     openapi_document_bytes,
 )
+from svc.control.routes_access import AccessDeps, access_routes
 from svc.control.routes_dataplane import DataPlaneQueryDeps, dataplane_query_routes
 from svc.control.routes_enrollment import enrollment_authenticators, enrollment_routes
 from svc.control.routes_entities import EntityDeps, entity_routes
@@ -295,8 +296,8 @@ class DocumentTests(SynchronousTestCase):
 def mounted_with_every_feature(case: SynchronousTestCase) -> tuple[MountedRoute, ...]:
     """
     The routes mounted by an app built with every feature from the entity,
-    enrollment and mount-lease declarations (plus whoami, healthz and the
-    document), as the tap builds them.
+    access, enrollment and mount-lease declarations (plus whoami, healthz and
+    the document), as the tap builds them.
     """
     clock = Clock()
     settings = ControlSettings.from_environ(ALL_FEATURES_ENVIRON)
@@ -310,6 +311,7 @@ def mounted_with_every_feature(case: SynchronousTestCase) -> tuple[MountedRoute,
     enrollment = EnrollmentDeps.build(store, AgentCAProvider(no_ca), settings, clock.seconds)
     routes = [
         *entity_routes(EntityDeps(store, settings, clock, fake_client({}, clock), pushes)),
+        *access_routes(AccessDeps(store, clock)),
         *mount_routes(MountDeps(store, clock, pushes)),
         *enrollment_routes(enrollment),
         *dataplane_query_routes(DataPlaneQueryDeps(store, clock.seconds)),
@@ -640,6 +642,63 @@ class ExchangeContract(EntityRouteCase):
         self.ca_ready = False
         await self.exchange("purge_sweep", 503)
         self.assert_all_statuses_seen("purge_sweep")
+
+    async def test_suspend_account(self) -> None:
+        """Suspending an account twice; bad id, unknown."""
+        await self.exchange("provision_entity", 200, self.example("provision_entity", "agent"))
+        for _ in range(2):
+            answer = await self.exchange("suspend_account", 200)
+            self.assertTrue(answer.json()["suspended"])
+        await self.refusals("suspend_account")
+        await self.exchange("suspend_account", 400, params={"owner": "a..b"})
+        await self.exchange("suspend_account", 404, params={"owner": "nobody"})
+        self.assert_all_statuses_seen("suspend_account")
+
+    async def test_reinstate_account(self) -> None:
+        """Reinstating a suspended account; bad id, unknown."""
+        await self.exchange("provision_entity", 200, self.example("provision_entity", "agent"))
+        await self.exchange("suspend_account", 200)
+        answer = await self.exchange("reinstate_account", 200)
+        self.assertFalse(answer.json()["suspended"])
+        await self.refusals("reinstate_account")
+        await self.exchange("reinstate_account", 400, params={"owner": "-x"})
+        await self.exchange("reinstate_account", 404, params={"owner": "nobody"})
+        self.assert_all_statuses_seen("reinstate_account")
+
+    async def test_suspend_tenant(self) -> None:
+        """Suspending a tenant twice; bad id, unknown."""
+        await self.exchange("provision_entity", 200, self.example("provision_entity", "agent"))
+        for _ in range(2):
+            answer = await self.exchange("suspend_tenant", 200)
+            self.assertTrue(answer.json()["suspended"])
+        await self.refusals("suspend_tenant")
+        await self.exchange("suspend_tenant", 400, params={"tenant": "a..b"})
+        await self.exchange("suspend_tenant", 404, params={"tenant": "nobody"})
+        self.assert_all_statuses_seen("suspend_tenant")
+
+    async def test_reinstate_tenant(self) -> None:
+        """Reinstating a suspended tenant; bad id, unknown."""
+        await self.exchange("provision_entity", 200, self.example("provision_entity", "agent"))
+        await self.exchange("suspend_tenant", 200)
+        answer = await self.exchange("reinstate_tenant", 200)
+        self.assertFalse(answer.json()["suspended"])
+        await self.refusals("reinstate_tenant")
+        await self.exchange("reinstate_tenant", 400, params={"tenant": "-x"})
+        await self.exchange("reinstate_tenant", 404, params={"tenant": "nobody"})
+        self.assert_all_statuses_seen("reinstate_tenant")
+
+    async def test_revoke_enroll_token(self) -> None:
+        """Revoking a minted token twice; unknown and malformed ids."""
+        await self.exchange("provision_entity", 200, self.example("provision_entity", "agent"))
+        minted = await self.exchange("mint_enroll_token", 200)
+        token_id = minted.json()["token_id"]
+        for _ in range(2):
+            answer = await self.exchange("revoke_enroll_token", 200, params={"token_id": token_id})
+            self.assertEqual(answer.json()["state"], "revoked")
+        await self.refusals("revoke_enroll_token")
+        await self.exchange("revoke_enroll_token", 404)
+        await self.exchange("revoke_enroll_token", 404, params={"token_id": "not-a-token"})
+        self.assert_all_statuses_seen("revoke_enroll_token")
 
 
 class ExchangeTests(ExchangeContract, SQLiteBackend):

@@ -1,7 +1,7 @@
 """
-Tests for L{svc.control.operator_cli}: C{svc ca init}, C{svc token issue}
-and C{svc user seed}, run in-process against a temporary SQLite database
-and secrets directory.
+Tests for L{svc.control.operator_cli}: C{svc ca init}, C{svc token issue|revoke},
+C{svc user seed|suspend|reinstate} and C{svc tenant suspend|reinstate}, run
+in-process against a temporary SQLite database and secrets directory.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.control import operator_cli
 from svc.control.enrollment import hash_token
 from svc.control.operator_cli import OperatorContext, operator_main
+from svc.control.owner_auth import hash_link_secret
 from svc.control.store.interface import ControlStore
 from svc.control.store.opening import open_store
-from svc.control.store.outcomes import EnrollGrant
+from svc.control.store.outcomes import EnrollGrant, EnrollRefusal, EnrollRefusalReason
 from svc.control.store.values import CertificateKind
 from svc.control.test.test_enrollment_support import NOW, control_environ
 from svc.pki import names
@@ -32,8 +33,8 @@ from svc.testing.control_store import TEST_SESSION_KEY
 from svc.testing.worker import ImmediateWorker
 
 
-class OperatorCommandTests(SynchronousTestCase):
-    """The commands against a temporary database and secrets directory."""
+class OperatorCase(SynchronousTestCase):
+    """Runs commands against a temporary database and secrets directory."""
 
     def setUp(self) -> None:
         base = Path(self.mktemp()).absolute()
@@ -80,6 +81,10 @@ class OperatorCommandTests(SynchronousTestCase):
                 agent_id=agent_id, owner_id="alice", tenant_id="acme", grant_bytes=1, now=NOW
             )
         )
+
+
+class OperatorCommandTests(OperatorCase):
+    """The commands against a temporary database and secrets directory."""
 
     def test_ca_init(self) -> None:
         """ca init writes an encrypted root, prints its details and records it."""
@@ -188,12 +193,15 @@ class OperatorCommandTests(SynchronousTestCase):
             self.assertEqual(raised.exception.code, 2)
 
     def test_user_seed(self) -> None:
-        """user seed creates the user and prints a session token that authenticates."""
+        """user seed creates the user and prints a sign-in link secret, never a cookie secret."""
         self.assertEqual(self.run_command("user", "seed", "--user", "alice", "--name", "Alice"), 0)
         token = self.stdout.getvalue().strip()
         self.assertRegex(token, r"^[A-Za-z0-9_-]{43}$")
+        self.assertIsNone(
+            self.successResultOf(self.store().authenticate_admin_session(hash_token(token), NOW))
+        )
         found = self.successResultOf(
-            self.store().authenticate_admin_session(hash_token(token), NOW)
+            self.store().authenticate_admin_session(hash_link_secret(token), NOW)
         )
         assert found is not None
         session, user = found
@@ -216,6 +224,78 @@ class OperatorCommandTests(SynchronousTestCase):
         self.assertEqual(self.stdout.getvalue(), "")
 
 
+class AccessCommandTests(OperatorCase):
+    """C{svc user suspend|reinstate}, C{svc tenant suspend|reinstate}, C{svc token revoke}."""
+
+    def issue(self) -> tuple[str, str]:
+        """A fresh enroll token for agent-1: the token and its id."""
+        self.assertEqual(self.run_command("token", "issue", "--agent", "agent-1"), 0)
+        token = self.stdout.getvalue().strip()
+        grant = self.successResultOf(self.store().peek_enroll_token(hash_token(token), NOW))
+        assert isinstance(grant, EnrollGrant)
+        return token, grant.token_id
+
+    def verdict(self, token: str) -> object:
+        return self.successResultOf(self.store().peek_enroll_token(hash_token(token), NOW))
+
+    def test_user_suspend_and_reinstate(self) -> None:
+        """user suspend refuses the user's enrollment; user reinstate lifts it."""
+        self.provision()
+        token, _ = self.issue()
+        self.assertEqual(self.run_command("user", "suspend", "--user", "alice"), 0)
+        self.assertEqual(self.stdout.getvalue(), "user alice suspended\n")
+        self.assertEqual(self.verdict(token), EnrollRefusal(EnrollRefusalReason.USER_SUSPENDED))
+        self.assertEqual(self.run_command("user", "reinstate", "--user", "alice"), 0)
+        self.assertIn("reinstated", self.stdout.getvalue())
+        self.assertIsInstance(self.verdict(token), EnrollGrant)
+
+    def test_tenant_suspend_and_reinstate(self) -> None:
+        """tenant suspend refuses the tenant's enrollment; tenant reinstate lifts it."""
+        self.provision()
+        token, _ = self.issue()
+        self.assertEqual(self.run_command("tenant", "suspend", "--tenant", "acme"), 0)
+        self.assertEqual(self.stdout.getvalue(), "tenant acme (owner alice) suspended\n")
+        self.assertEqual(self.verdict(token), EnrollRefusal(EnrollRefusalReason.TENANT_SUSPENDED))
+        self.assertEqual(self.run_command("tenant", "reinstate", "--tenant", "acme"), 0)
+        self.assertIsInstance(self.verdict(token), EnrollGrant)
+
+    def test_unknown_and_bad_ids(self) -> None:
+        """Unknown users or tenants and malformed ids exit 1 naming the problem."""
+        self.assertEqual(self.run_command("user", "suspend", "--user", "nobody"), 1)
+        self.assertIn("svc: user suspend: not found", self.stderr.getvalue())
+        self.assertEqual(self.run_command("tenant", "reinstate", "--tenant", "nobody"), 1)
+        self.assertIn("svc: tenant reinstate: not found", self.stderr.getvalue())
+        self.assertEqual(self.run_command("tenant", "suspend", "--tenant", "../x"), 1)
+        self.assertIn("--tenant", self.stderr.getvalue())
+
+    def test_token_revoke(self) -> None:
+        """token revoke stops one unspent token; the agent's other tokens still work."""
+        self.provision()
+        token, token_id = self.issue()
+        other, _ = self.issue()
+        self.assertEqual(self.run_command("token", "revoke", "--id", token_id), 0)
+        self.assertIn(f"enroll token {token_id} revoked at", self.stdout.getvalue())
+        self.assertEqual(self.verdict(token), EnrollRefusal(EnrollRefusalReason.REVOKED))
+        self.assertIsInstance(self.verdict(other), EnrollGrant)
+        self.assertEqual(self.run_command("token", "revoke", "--id", token_id), 0)
+
+    def test_token_revoke_spent(self) -> None:
+        """Revoking a spent token is refused (exit 1): nothing was revoked."""
+        self.provision()
+        token, token_id = self.issue()
+        self.successResultOf(self.store().consume_enroll_token(hash_token(token), NOW))
+        self.assertEqual(self.run_command("token", "revoke", "--id", token_id), 1)
+        self.assertIn("was spent at", self.stderr.getvalue())
+        self.assertEqual(self.stdout.getvalue(), "")
+
+    def test_token_revoke_unknown(self) -> None:
+        """An unknown or malformed token id exits 1."""
+        self.assertEqual(self.run_command("token", "revoke", "--id", "0" * 32), 1)
+        self.assertIn("not found", self.stderr.getvalue())
+        self.assertEqual(self.run_command("token", "revoke", "--id", "xyz"), 1)
+        self.assertIn("--id", self.stderr.getvalue())
+
+
 class RegistrationTests(SynchronousTestCase):
     """register() plugs the commands into the svc command's parser."""
 
@@ -231,6 +311,14 @@ class RegistrationTests(SynchronousTestCase):
             parser.parse_args(["user", "seed", "--user", "u"]).operator_command,
             operator_cli.user_seed,
         )
+        for argv, command in (
+            (["user", "suspend", "--user", "u"], operator_cli.user_suspend),
+            (["user", "reinstate", "--user", "u"], operator_cli.user_reinstate),
+            (["tenant", "suspend", "--tenant", "t"], operator_cli.tenant_suspend),
+            (["tenant", "reinstate", "--tenant", "t"], operator_cli.tenant_reinstate),
+            (["token", "revoke", "--id", "0" * 32], operator_cli.token_revoke),
+        ):
+            self.assertIs(parser.parse_args(argv).operator_command, command, argv)
 
 
 class ProcessTests(SynchronousTestCase):

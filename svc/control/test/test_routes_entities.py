@@ -16,6 +16,7 @@ from twisted.web.resource import Resource
 
 from svc.control.app import build_control_app
 from svc.control.dataplane_client import QuotaUpdate
+from svc.control.routes_access import AccessDeps, access_routes
 from svc.control.routes_entities import EntityDeps, entity_routes, new_enroll_token
 from svc.control.routing import Feature
 from svc.control.settings import ControlSettings
@@ -63,7 +64,10 @@ class RecordedPushes:
 
 
 class EntityRouteCase(RouteBackend):
-    """An app with the entity routes over a fresh store (on either backend)."""
+    """
+    An app with the service-token entity and access routes over a fresh
+    store (on either backend).
+    """
 
     async def set_up(self) -> None:
         self.clock = Clock()
@@ -84,7 +88,7 @@ class EntityRouteCase(RouteBackend):
         app = build_control_app(
             deps.settings,
             self.clock.seconds,
-            entity_routes(deps),
+            [*entity_routes(deps), *access_routes(AccessDeps(self.store, self.clock))],
             ready=lambda feature: feature is not Feature.AGENT_CA or self.ca_ready,
         )
         self.resource: Resource = app.resource()

@@ -90,11 +90,15 @@ class MountRouteCase(RouteBackend):
             pushes=self.pushes,
             lease_ttl=timedelta(seconds=TTL),
         )
+        agent = self.authenticator()
+        holder = (
+            agent.for_lease_holder() if isinstance(agent, AgentIdentityAuthenticator) else agent
+        )
         self.resource: Resource = build_control_app(
             settings,
             self.clock.seconds,
             [*entity_routes(entities), *mount_routes(mounts)],
-            {AuthKind.AGENT_IDENTITY: self.authenticator()},
+            {AuthKind.AGENT_IDENTITY: agent, AuthKind.LEASE_HOLDER: holder},
         ).resource()
         body = {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 10}
         provisioned = await self.post_json("/v1/entities", body, SERVICE)
@@ -363,6 +367,28 @@ class FingerprintIdentityContract(MountRouteCase):
         answer = await self.mount(body={"agent_fingerprint": fingerprint})
         self.assertError(answer, 401, "invalid_client")
 
+    async def test_force_unmounted_holder_lease_lost(self) -> None:
+        """Owner-forced unmount: the holder's refresh and release are 410 lease_lost."""
+        fingerprint = "e" * 64
+        leaf = IssuedCertificate(
+            serial="def456",
+            kind=CertificateKind.AGENT_LEAF,
+            subject="acme",
+            not_after=LEAF_EXPIRY,
+            issued_at=NOW,
+            tenant_id="acme",
+            agent_id="a1",
+            fingerprint=fingerprint,
+        )
+        await self.result(self.store.record_certificate(leaf))
+        identity = {"agent_fingerprint": fingerprint}
+        self.assertEqual((await self.mount(body=identity)).status, 200)
+        ended = await self.result(self.store.force_unmount(self.allocation_id, "acme", self.now()))
+        self.assertIsNotNone(ended)
+        self.assertError(await self.mount(body=identity, path="/refresh"), 410, "lease_lost")
+        self.assertError(await self.mount(body=identity, method="DELETE"), 410, "lease_lost")
+        self.assertError(await self.mount(body=identity), 401, "invalid_client")
+
 
 # Each contract on both backends: SQLite in memory, synchronously; PostgreSQL.
 
@@ -477,6 +503,25 @@ class RenewedLeafContract(RouteBackend):
         self.assertGreaterEqual(self.world.pushes.revocations, 1)
         stale = await self.signed(self.enrolled, "POST", "/agent/renew")
         self.assertEqual(stale.status, 401, stale.body)
+
+    async def test_force_unmount_then_refresh_is_lease_lost(self) -> None:
+        """Owner-forced unmount: the holder's signed refresh and release are 410 lease_lost."""
+        acquired = await self.signed(self.enrolled, "POST", self.mount_path)
+        self.assertEqual(acquired.status, 200, acquired.body)
+        allocation_id = self.enrolled.body["allocation_id"]
+        allocation = await self.world.result(self.world.store.get_allocation(allocation_id))
+        ended = await self.world.result(
+            self.world.store.force_unmount(allocation_id, allocation.owner_id, self.world.now())
+        )
+        self.assertIsNotNone(ended)
+        refresh = await self.signed(self.enrolled, "POST", self.mount_path + "/refresh")
+        self.assertEqual((refresh.status, refresh.json()["error"]), (410, "lease_lost"))
+        release = await self.signed(self.enrolled, "DELETE", self.mount_path)
+        self.assertEqual((release.status, release.json()["error"]), (410, "lease_lost"))
+        again = await self.signed(self.enrolled, "POST", self.mount_path)
+        self.assertEqual((again.status, again.json()["error"]), (401, "invalid_client"))
+        renew = await self.signed(self.enrolled, "POST", "/agent/renew")
+        self.assertEqual(renew.status, 401, renew.body)
 
     async def test_renewal_without_lease(self) -> None:
         """Renewing a leaf holding no lease mints the leaf and leaves the allocation unmounted."""

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 from twisted.internet.task import Clock
 from twisted.web.resource import Resource
 
 from svc.control.app import build_control_app
-from svc.control.owner_auth import OwnerAuthenticator, csrf_token_for, hash_secret
+from svc.control.owner_auth import (
+    OwnerAuthenticator,
+    csrf_token_for,
+    hash_link_secret,
+    hash_secret,
+)
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_owner import MAX_LIVE_TOKENS, OwnerDeps, owner_routes
 from svc.control.routing import AuthKind, Route
@@ -86,7 +92,7 @@ class OwnerRouteCase(RouteBackend):
     async def seed_link(self, user: str, secret: str, ttl: timedelta = timedelta(hours=1)) -> None:
         await self.result(self.store.put_user(user, user.title(), NOW))
         await self.result(
-            self.store.create_admin_session(user, hash_secret(secret), NOW, NOW + ttl)
+            self.store.create_admin_session(user, hash_link_secret(secret), NOW, NOW + ttl)
         )
 
     async def sign_in(self, link: str = LINK) -> str:
@@ -135,7 +141,7 @@ class SignInTests(OwnerRouteCase):
     ) -> None:
         answer = await self.send(self.resource, "GET", f"/admin/session?token={LINK}")
         self.assertEqual(answer.status, 303)
-        self.assertEqual(answer.header("location"), "/dashboard")
+        self.assertEqual(answer.header("location"), "../dashboard")
         cookie = answer.header("set-cookie") or ""
         attributes = [part.strip() for part in cookie.split(";")]
         self.assertIn("HttpOnly", attributes)
@@ -144,6 +150,38 @@ class SignInTests(OwnerRouteCase):
         self.assertIn("Max-Age=3600", attributes)
         self.assertNotIn("Secure", attributes)  # SVC_DEV_MODE=1 in these tests
         self.assertNotEqual(cookie_value(answer), LINK)
+
+    async def test_sign_in_and_logout_under_api(self) -> None:
+        """/api/admin/session signs in (to /api/dashboard); /api/auth/logout ends it."""
+        answer = await self.send(self.resource, "GET", f"/api/admin/session?token={LINK}")
+        self.assertEqual(answer.status, 303, answer.body)
+        location = answer.header("location") or ""
+        self.assertEqual(
+            urljoin("https://c.test/api/admin/session", location), "https://c.test/api/dashboard"
+        )
+        self.assertEqual(
+            urljoin("https://c.test/admin/session", location), "https://c.test/dashboard"
+        )
+        cookie = cookie_value(answer)
+        self.assertEqual((await self.call("GET", "/api/me", cookie=cookie)).status, 200)
+        out = await self.call("POST", "/api/auth/logout", cookie=cookie)
+        self.assertEqual(out.status, 204, out.body)
+        self.assertError(await self.call("GET", "/me", cookie=cookie), 401, "invalid_token")
+
+    async def test_link_secret_is_no_cookie(self) -> None:
+        """A link's secret sent as the cookie signs nobody in and does not spend the link."""
+        self.assertError(await self.call("GET", "/me", cookie=LINK), 401, "invalid_token")
+        self.assertError(await self.call("POST", "/auth/logout", cookie=LINK), 401, "invalid_token")
+        cookie = await self.sign_in()
+        self.assertNotEqual(cookie, LINK)
+        self.assertEqual((await self.call("GET", "/me", cookie=cookie)).status, 200)
+
+    async def test_cookie_secret_is_no_link(self) -> None:
+        """A browser session's cookie secret is not accepted as a sign-in link."""
+        cookie = await self.sign_in()
+        answer = await self.send(self.resource, "GET", f"/admin/session?token={cookie}")
+        self.assertError(answer, 401, "invalid_token")
+        self.assertEqual((await self.call("GET", "/me", cookie=cookie)).status, 200)
 
     async def test_link_is_spent_by_its_first_use(self) -> None:
         await self.sign_in()

@@ -4,7 +4,9 @@ C{DELETE /v1/entities/...} and reassignment revoke the leaves of every
 enrollment of the agent (also one that never held the mount lease) and push
 at once; afterwards C{/agent/renew} and the mount-lease routes answer each
 enrollment 410 C{revoked} (revoked allocation) or 401 (a deny-listed leaf of
-a live allocation). The real agent-identity authenticator, signed requests.
+a live allocation; 410 C{lease_lost} on the lease holder's refresh and
+release when the allocation is live in the leaf's tenant). The real
+agent-identity authenticator, signed requests.
 """
 
 from __future__ import annotations
@@ -126,13 +128,19 @@ class AgentRevocationContract(RouteBackend):
 
     async def test_released_leaf_of_live_allocation_is_unauthorized(self) -> None:
         """
-        After a mount release the holder's deny-listed leaf gets 401 (its
-        allocation is live); the second enrollment is untouched and mounts.
+        After a mount release the holder's deny-listed leaf gets 401 on
+        renewal and acquisition and 410 lease_lost on refresh (its allocation
+        is live); the second enrollment is untouched and mounts.
         """
         released = await self.signed(self.holder, "DELETE", self.mount_path)
         self.assertEqual(released.status, 204, released.body)
         self.assertEqual(await self.revoked_serials(), [self.holder.serial])
-        await self.assertAnswers(self.holder, 401, "invalid_client")
+        renew = await self.signed(self.holder, "POST", "/agent/renew")
+        self.assertEqual((renew.status, renew.json()["error"]), (401, "invalid_client"))
+        refresh = await self.signed(self.holder, "POST", self.mount_path + "/refresh")
+        self.assertEqual((refresh.status, refresh.json()["error"]), (410, "lease_lost"))
+        again = await self.signed(self.holder, "POST", self.mount_path)
+        self.assertEqual((again.status, again.json()["error"]), (401, "invalid_client"))
         mounted = await self.signed(self.second, "POST", self.mount_path)
         self.assertEqual(mounted.status, 200, mounted.body)
 

@@ -15,21 +15,16 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 from treq.client import HTTPClient
 from twisted.internet import reactor as global_reactor
-from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import SSL4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol, connectionDone
-from twisted.internet.ssl import CertificateOptions, TLSVersion
-from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.internet.ssl import CertificateOptions
 from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
-from twisted.web.resource import Resource
-from twisted.web.server import Request, Site
 
 from svc.config import ConfigError
 from svc.control.dataplane_client import AgentGrant
@@ -37,13 +32,13 @@ from svc.control.revocation_push import ControlPushLoop
 from svc.control.tap import (
     DEFAULT_LISTEN,
     ControlPlaneService,
-    OptionalClientCertificateOptions,
     Options,
     TapSettings,
     makeService,
 )
+from svc.control.test.test_tls_listener import key_pem, operator_chain, pem, tls_get
 from svc.pki.filesystem import FilesystemCA
-from svc.testing.pki import TestPKI, shared_test_pki
+from svc.pki.tls import org_root_trust
 
 TOKEN = "service-token-" + "y" * 30
 KEK = base64.b64encode(b"k" * 32).decode()
@@ -116,6 +111,24 @@ class TapSettingsTests(SynchronousTestCase):
         )
         self.assertEqual(settings, TapSettings(300, 5, 3, "control.example"))
 
+    def test_operator_certificate_files(self) -> None:
+        """The operator's TLS files are read as a pair; one without the other is refused."""
+        settings = TapSettings.from_environ(
+            {"SVC_CONTROL_TLS_CERT_FILE": "/etc/c.pem", "SVC_CONTROL_TLS_KEY_FILE": "/etc/k.pem"}
+        )
+        self.assertEqual(
+            (settings.tls_cert_file, settings.tls_key_file),
+            (Path("/etc/c.pem"), Path("/etc/k.pem")),
+        )
+        for present, missing in (
+            ("SVC_CONTROL_TLS_CERT_FILE", "SVC_CONTROL_TLS_KEY_FILE"),
+            ("SVC_CONTROL_TLS_KEY_FILE", "SVC_CONTROL_TLS_CERT_FILE"),
+        ):
+            error = self.assertRaises(
+                ConfigError, TapSettings.from_environ, {present: "/etc/x.pem"}
+            )
+            self.assertEqual(error.variable, missing)
+
     def test_refused(self) -> None:
         """Out-of-range numbers and bad host names are refused naming the variable."""
         for name, value in (
@@ -126,105 +139,6 @@ class TapSettingsTests(SynchronousTestCase):
         ):
             error = self.assertRaises(ConfigError, TapSettings.from_environ, {name: value})
             self.assertIn(name, str(error))
-
-
-class _PeerRecorder(Resource):
-    isLeaf = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.peers: list[Any] = []
-
-    def render(self, request: Request) -> bytes:
-        handle = request.transport.getHandle()  # type: ignore[union-attr]
-        self.peers.append(handle.get_peer_certificate(as_cryptography=True))
-        return b"ok"
-
-
-class OptionalClientCertificateTests(TestCase):
-    """The TLS listener asks for, but does not require, a client certificate."""
-
-    def setUp(self) -> None:
-        self.pki: TestPKI = shared_test_pki()
-        self.recorder = _PeerRecorder()
-        server_options: Any = OptionalClientCertificateOptions(self.pki.server, self.pki.root.cert)
-        site: Any = Site(self.recorder)
-        factory = TLSMemoryBIOFactory(server_options, False, site)
-        port = _reactor.listenTCP(0, factory, interface="127.0.0.1")
-        self.addCleanup(port.stopListening)
-        self.port = port.getHost().port
-
-    async def get(self, client_options: Any) -> bytes:
-        endpoint = SSL4ClientEndpoint(_reactor, "127.0.0.1", self.port, client_options)
-        done: Deferred[bytes] = Deferred()
-        received: list[bytes] = []
-
-        class Client(Protocol):
-            def connectionMade(self) -> None:
-                transport: Any = self.transport
-                transport.write(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
-
-            def dataReceived(self, data: bytes) -> None:
-                received.append(data)
-
-            def connectionLost(self, reason: Failure = connectionDone) -> None:
-                done.callback(b"".join(received))
-
-        await connectProtocol(endpoint, Client())
-        return await done
-
-    async def test_with_agent_certificate(self) -> None:
-        """An agent's leaf (with its intermediate) is seen by the application."""
-        agent = self.pki.agent("tenant-a", "agent-1")
-        settings: dict[str, Any] = {
-            "privateKey": agent.leaf.key,
-            "certificate": agent.leaf.cert,
-            "extraCertChain": list(agent.chain),
-            "trustRoot": self.pki.trust_root(),
-            "raiseMinimumTo": TLSVersion.TLSv1_3,
-        }
-        client = CertificateOptions(**settings)
-        answer = await self.get(client)
-        self.assertTrue(answer.endswith(b"ok"))
-        self.assertEqual(self.recorder.peers, [agent.leaf.cert])
-
-    async def test_without_certificate(self) -> None:
-        """A client with no certificate is served too."""
-        client = CertificateOptions(trustRoot=self.pki.trust_root())
-        answer = await self.get(client)
-        self.assertTrue(answer.endswith(b"ok"))
-        self.assertEqual(self.recorder.peers, [None])
-
-    async def test_foreign_certificate_refused(self) -> None:
-        """A client certificate from another org's root fails the handshake."""
-        agent = self.pki.foreign_agent("tenant-a", "agent-1")
-        settings: dict[str, Any] = {
-            "privateKey": agent.leaf.key,
-            "certificate": agent.leaf.cert,
-            "extraCertChain": list(agent.chain),
-            "trustRoot": self.pki.trust_root(),
-        }
-        client = CertificateOptions(**settings)
-        answer = await self.get(client)
-        self.assertEqual(answer, b"")
-        self.assertEqual(self.recorder.peers, [])
-
-
-class CertificateRotationTests(SynchronousTestCase):
-    """The TLS listener's leaf can be replaced for new connections."""
-
-    def test_replace(self) -> None:
-        """replace() swaps the leaf and context; renewal falls at two thirds of its life."""
-        pki = shared_test_pki()
-        options = OptionalClientCertificateOptions(pki.server, pki.root.cert)
-        first = options.getContext()
-        self.assertIs(options.getContext(), first)
-        other = pki.server_leaf("other.test")
-        options.replace(other)
-        self.assertIs(options.leaf, other)
-        self.assertIsNot(options.getContext(), first)
-        start, end = other.cert.not_valid_before_utc, other.cert.not_valid_after_utc
-        self.assertEqual(options.renew_at, start + (end - start) * 2 / 3)
 
 
 class ControlPlaneServiceTests(TestCase):
@@ -326,6 +240,48 @@ class ControlPlaneServiceTests(TestCase):
         response = await self.http.get(base + "/healthz")
         self.assertEqual(response.code, 200)
         await response.content()
+
+    def init_root(self, environ: dict[str, str]) -> FilesystemCA:
+        ca = FilesystemCA(Path(environ["SVC_SECRETS_DIR"]), "svc.test", b"k" * 32)
+        ca.init_root("Test Org", datetime.now(UTC))
+        return ca
+
+    async def test_tls_listener_serves_ecdsa_leaf(self) -> None:
+        """--tls-listen serves an ECDSA P-256 leaf for SVC_CONTROL_FQDN under the org root."""
+        environ = self.environ(SVC_CONTROL_FQDN="control.test")
+        root = self.init_root(environ).load_root().cert
+        service = await self.start(environ, ["--tls-listen", "tcp:0:interface=127.0.0.1"])
+        trust = CertificateOptions(trustRoot=org_root_trust(root))
+        answer, served = await tls_get(service.addresses[0].port, trust)
+        self.assertIn(b'{"status":"ok"}', answer)
+        self.assertIsInstance(served.public_key(), ec.EllipticCurvePublicKey)
+        self.assertIsInstance(served.public_key().curve, ec.SECP256R1)
+        served.verify_directly_issued_by(root)
+        sans = served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual(sans.get_values_for_type(x509.DNSName), ["control.test"])
+
+    async def test_tls_listener_serves_operator_files(self) -> None:
+        """With the operator's files the listener serves them, and their replacement later."""
+        ca, leaf, key = operator_chain()
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        cert_file, key_file = directory / "cert.pem", directory / "key.pem"
+        cert_file.write_bytes(pem(leaf, ca))
+        key_file.write_bytes(key_pem(key))
+        environ = self.environ(
+            SVC_CONTROL_TLS_CERT_FILE=str(cert_file), SVC_CONTROL_TLS_KEY_FILE=str(key_file)
+        )
+        self.init_root(environ)
+        service = await self.start(environ, ["--tls-listen", "tcp:0:interface=127.0.0.1"])
+        port = service.addresses[0].port
+        _, served = await tls_get(port, CertificateOptions())
+        self.assertEqual(served, leaf)
+        ca2, leaf2, key2 = operator_chain()
+        cert_file.write_bytes(pem(leaf2, ca2))
+        key_file.write_bytes(key_pem(key2))
+        await service.check_tls_certificate()
+        _, served = await tls_get(port, CertificateOptions())
+        self.assertEqual(served, leaf2)
 
     async def test_start_failure(self) -> None:
         """A database that cannot be opened fails the start."""

@@ -15,6 +15,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import TestCase
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.interface import ControlStore
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
@@ -191,6 +192,22 @@ class PostgresOpeningTests(PostgresCase):
         )
         await gatherResults(recovered)
         self.assertEqual((await store.get_user("alice")).display_name, "Alice")
+
+    async def test_locked_table_unavailable(self) -> None:
+        """A write waiting on another session's lock past the lock timeout fails Unavailable."""
+        store = await PostgresControlStore.open(
+            self.url, reactor, NOW, pool_size=1, session_key=SESSION_KEY, lock_timeout_ms=200
+        )
+        self.addCleanup(store.close)
+        await store.put_user("alice", "Alice", NOW)
+        other = psycopg2.connect(self.url, connect_timeout=5)
+        self.addCleanup(other.close)
+        with other.cursor() as cursor:
+            cursor.execute("LOCK TABLE users IN ACCESS EXCLUSIVE MODE")
+        failure = await self.assertFailure(store.put_user("alice", "Alice B", NOW), Unavailable)
+        self.assertIn("lock", str(failure))
+        other.rollback()
+        self.assertEqual((await store.put_user("alice", "Alice B", NOW)).display_name, "Alice B")
 
     def test_short_session_key_refused(self) -> None:
         """A session key shorter than 16 bytes is refused at once, before connecting."""

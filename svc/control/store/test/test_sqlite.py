@@ -6,14 +6,17 @@ of connections on one file, the real single-thread worker).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
-from twisted.trial.unittest import TestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from svc.control.store.errors import Unavailable
 from svc.control.store.interface import ControlStore
 from svc.control.store.migrations import migrate
 from svc.control.store.migrations.sqlite import MIGRATIONS, PRELUDE
@@ -181,3 +184,81 @@ class OpenStoreSQLiteTests(TestCase):
                 session_key=key,
             )
         self.assertEqual(list(directory.iterdir()), [])
+
+
+class SQLiteFileTests(SynchronousTestCase):
+    """The database file itself."""
+
+    def test_created_private(self) -> None:
+        """A new database file, and its -wal and -shm files, are mode 0600 whatever the umask."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        previous = os.umask(0o022)
+        self.addCleanup(os.umask, previous)
+        store = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(store.close)
+        self.successResultOf(store.put_user("alice", "Alice", NOW))
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir()}
+        self.assertEqual(
+            modes, {"control.db": 0o600, "control.db-wal": 0o600, "control.db-shm": 0o600}
+        )
+
+    def test_existing_file_keeps_its_mode(self) -> None:
+        """An existing database file is opened as it is (its mode is the operator's)."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        path.touch(mode=0o640)
+        path.chmod(0o640)
+        store = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(store.close)
+        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o640)
+
+
+class SQLiteLockTests(SynchronousTestCase):
+    """A database another connection keeps locked."""
+
+    def test_locked_database_unavailable(self) -> None:
+        """A write meeting another connection's lock past the busy timeout fails Unavailable."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        opened = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(opened.close)
+        impatient = SQLiteControlStore(
+            connect(str(path), busy_timeout_ms=0), ImmediateWorker(), session_key=SESSION_KEY
+        )
+        self.addCleanup(impatient.close)
+        holder_connection = sqlite3.connect(path, isolation_level=None)
+        self.addCleanup(holder_connection.close)
+        holder_connection.execute("BEGIN EXCLUSIVE")
+        failure = self.failureResultOf(impatient.put_user("alice", "Alice", NOW), Unavailable)
+        self.assertIn("locked", failure.getErrorMessage())
+        holder_connection.execute("ROLLBACK")
+        user = self.successResultOf(impatient.put_user("alice", "Alice", NOW))
+        self.assertEqual(user.user_id, "alice")
+
+    def test_other_operational_errors_unchanged(self) -> None:
+        """An operational error that is not a lock (here: a read-only file) is not Unavailable."""
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        path = directory / "control.db"
+        opened = self.successResultOf(
+            SQLiteControlStore.open(path, ImmediateWorker(), NOW, session_key=SESSION_KEY)
+        )
+        self.addCleanup(opened.close)
+        read_only = SQLiteControlStore(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None),
+            ImmediateWorker(),
+            session_key=SESSION_KEY,
+        )
+        self.addCleanup(read_only.close)
+        failure = self.failureResultOf(read_only.put_user("alice", "Alice", NOW))
+        self.assertIsInstance(failure.value, sqlite3.OperationalError)
