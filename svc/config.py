@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 class ConfigError(Exception):
@@ -77,6 +78,25 @@ def env_path(environ: Mapping[str, str], name: str, default: str | None = None) 
     A filesystem path setting (not checked for existence).
     """
     return Path(env_str(environ, name, default))
+
+
+def check_http_url(variable: str, raw: str) -> str:
+    """
+    C{raw} if it is an C{http://} or C{https://} URL with a host, a valid
+    port, and no query or fragment; without its trailing C{/}.
+
+    @raise ConfigError: naming C{variable}.
+    """
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as e:
+        raise ConfigError(variable, f"not a valid URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(variable, f"must be an http:// or https:// URL, got {raw!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(variable, "must have no query or fragment")
+    return raw.rstrip("/")
 
 
 def process_environ() -> Mapping[str, str]:

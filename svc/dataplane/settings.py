@@ -16,14 +16,20 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import attrs
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.testing import MemoryReactor
 
 from svc.audit.sink import DEFAULT_AUDIT_LOG
-from svc.config import ConfigError, env_int, env_optional, env_path, env_str
+from svc.config import (
+    ConfigError,
+    check_http_url,
+    env_int,
+    env_optional,
+    env_path,
+    env_str,
+)
 from svc.dataplane.answer_budget import MIB, AnswerLimits
 from svc.dataplane.factory import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -436,18 +442,7 @@ def _service_token(environ: Mapping[str, str]) -> str:
 
 def _control_url(environ: Mapping[str, str]) -> str | None:
     raw = env_optional(environ, "SVC_CONTROL_URL")
-    if raw is None:
-        return None
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 (raises ValueError for a bad port)
-    except ValueError as e:
-        raise ConfigError("SVC_CONTROL_URL", f"not a valid URL: {e}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("SVC_CONTROL_URL", f"must be an http:// or https:// URL, got {raw!r}")
-    if parts.query or parts.fragment:
-        raise ConfigError("SVC_CONTROL_URL", "must have no query or fragment")
-    return raw.rstrip("/")
+    return None if raw is None else check_http_url("SVC_CONTROL_URL", raw)
 
 
 def _address(environ: Mapping[str, str], variable: str) -> str | None:
