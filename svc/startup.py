@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NoReturn, cast
+from typing import IO, Any, NoReturn, cast
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.error import CannotListenError, ReactorNotRunning
@@ -112,11 +112,11 @@ def failure_line(process: str, error: BaseException) -> str:
 
 def _fields(error: BaseException) -> dict[str, object]:
     if isinstance(error, ConfigError):
-        return {
-            "resource": error.variable,
-            "problem": error.problem,
-            "fix": getattr(error, "fix", None),
-        }
+        fields: dict[str, object] = {"resource": error.variable, "problem": error.problem}
+        fix = getattr(error, "fix", None)
+        if fix is not None:
+            fields["fix"] = fix
+        return fields
     return {}
 
 
@@ -124,12 +124,15 @@ def _escaped(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def _say_on_stderr(line: str) -> None:
-    """C{line} on the process's real stderr, unless the log already goes there."""
+def _say_on_stderr(line: str, stream: IO[str] | None) -> None:
+    """
+    C{line} on C{stream} (L{None}: the process's real stderr, which logging
+    does not redirect), unless the log goes to that file already.
+    """
     target = current_target()
     if target is not None and target.is_stderr():
         return
-    stream = sys.__stderr__
+    stream = sys.__stderr__ if stream is None else stream
     if stream is not None:
         stream.write(line + "\n")
         stream.flush()
@@ -153,6 +156,7 @@ def end_start(
     *,
     status: int = FAILED_STATUS,
     exit: Callable[[int], object] = os._exit,
+    stderr: IO[str] | None = None,
 ) -> None:
     """
     The start of C{process} failed with C{failure}: log its line at error
@@ -165,7 +169,7 @@ def end_start(
     _log.error(_escaped(line), svc_start_failed=True, process=process, **_fields(error))
     if not isinstance(error, ConfigError):
         _log.failure("{process}: the error's traceback", failure, LogLevel.debug, process=process)
-    _say_on_stderr(line)
+    _say_on_stderr(line, stderr)
 
     def finish() -> None:
         _flush_all()
@@ -187,7 +191,12 @@ def _stop(reactor: Any) -> None:
         pass
 
 
-def refuse_start(options: usage.Options, process: str, error: ConfigError) -> NoReturn:
+def refuse_start(
+    options: usage.Options,
+    process: str,
+    error: ConfigError,
+    stderr: IO[str] | None = None,
+) -> NoReturn:
     """
     Refuse to start for a bad variable or option: under C{twist}, its line
     in the log and on stderr, then exit status 64; parsed by anything else
@@ -209,7 +218,7 @@ def refuse_start(options: usage.Options, process: str, error: ConfigError) -> No
                 **_fields(error),
             }
         )
-    _say_on_stderr(line)
+    _say_on_stderr(line, stderr)
     raise SystemExit(USAGE_STATUS)
 
 

@@ -365,7 +365,8 @@ class ControlResource(Resource):
     def _log_request(
         self, result: object, request: Request, request_id: str, started: float
     ) -> None:
-        _log.info(
+        # An access line: per-request chatter, shown with SVC_LOG_LEVEL=debug.
+        _log.debug(
             "{method} {path} {status} {duration:.3f}s request_id={request_id}",
             method=_text(request.method),
             path=_text(request.path),

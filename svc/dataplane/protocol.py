@@ -319,7 +319,7 @@ class DataPlaneServerProtocol(Protocol):
         self.state = ConnectionState.OPEN
         self._tls.registerProducer(self, True)
         self._send(hello_frame(self._limits.hello()))
-        _log.info(
+        _log.debug(
             "data-plane connection {connection_id} from {peer} admitted: "
             "tenant {tenant_id} agent {agent_id} serial {serial}",
             connection_id=connection_id,
@@ -361,7 +361,7 @@ class DataPlaneServerProtocol(Protocol):
     def _finish_lost(self, admitted: bool) -> None:
         self._gone = True
         if admitted:
-            _log.info(
+            _log.debug(
                 "data-plane connection {connection_id} closed: {reason}",
                 connection_id=self.connection_id,
                 reason=self._close_reason,
@@ -520,7 +520,7 @@ class DataPlaneServerProtocol(Protocol):
         except (RequestRefused, CodecError) as error:
             self._protocol_error(f"malformed GOAWAY: {error}")
             return
-        _log.info(
+        _log.debug(
             "data-plane client on {connection_id} going away: {reason}",
             connection_id=self.connection_id,
             reason=goaway.reason,
@@ -784,7 +784,7 @@ class DataPlaneServerProtocol(Protocol):
 
     def _idle_timed_out(self) -> None:
         self._timers.pop("idle", None)
-        _log.info("data-plane connection {connection_id} idle", connection_id=self.connection_id)
+        _log.debug("data-plane connection {connection_id} idle", connection_id=self.connection_id)
         self.go_away(GoAwayReason.IDLE_TIMEOUT, "no request for too long")
 
     def _handshake_timed_out(self) -> None:
