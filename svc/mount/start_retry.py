@@ -86,8 +86,8 @@ def refused_at_start(step: str, error: Exception, control_url: str) -> StartErro
     if error.status in (404, 405):
         return StartError(
             "SVC_CONTROL_URL",
-            f"{control_url} answered {error}: not the control plane's base URL",
-            "set the URL the control plane serves",
+            f"{control_url} answered {error}: not a control plane that enrolls agents",
+            "set the base URL of the control plane (one with DATABASE_URL and an agent CA)",
         )
     if step == "enrollment" and isinstance(error, Unauthorized):
         return StartError(

@@ -26,6 +26,7 @@ from twisted.application.service import IService, Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python import usage
+from twisted.python.failure import Failure
 
 from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
@@ -47,6 +48,8 @@ from svc.mount.start_retry import refused_at_start, until_answered
 from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
+from svc.pki.errors import PKIError
+from svc.pki.pem import certs_from_pem
 from svc.policy import UNRESTRICTED, PolicyError, load_policy_file
 from svc.startup import blame, end_start, refusing
 from svc.worker import ThreadWorker
@@ -129,6 +132,17 @@ class Options(usage.Options):
                 load_policy_file(settings.policy_file)
             except PolicyError as error:
                 raise ConfigError("SVC_POLICY_FILE", str(error)) from None
+        if settings.ca_file is not None:
+            _check_ca_file(settings.ca_file)
+
+
+def _check_ca_file(path: Path) -> None:
+    try:
+        certs_from_pem(path.read_bytes())
+    except OSError as e:
+        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
+    except PKIError as e:
+        raise ConfigError("SVC_CA_FILE", str(e)) from None
 
 
 def agent_id_of(leaf: Any) -> str:
@@ -151,14 +165,17 @@ class MountService(Service):
         settings: MountSettings,
         *,
         install_signal: InstallSignal | None = signal.signal,
+        exit_on_failure: bool = True,
     ) -> None:
         """
         @param install_signal: installs the SIGHUP handler that reopens the
             audit log (L{None}: none).
+        @param exit_on_failure: end the process when the start fails.
         """
         self._reactor = reactor
         self._settings = settings
         self._install_signal = install_signal
+        self._exit_on_failure = exit_on_failure
         self._stopping = False
         self._timers: list[Any] = []
         self._fs: Any = None
@@ -182,15 +199,21 @@ class MountService(Service):
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
-        starting = self.started = Deferred.fromCoroutine(self._start())
+        self.started = Deferred.fromCoroutine(self._start())
 
-        def failed(reason: Any) -> None:
+        def done(result: object) -> object:
+            if not isinstance(result, Failure):
+                self.ready.callback(None)
+                return result
+            if not self._exit_on_failure:
+                return result
             if not self._stopping:
                 # After the services stopped (unmounting whatever was
                 # mounted), end with a failure status instead of twist's 0.
-                end_start(self._reactor, "svc-mount", reason)
+                end_start(self._reactor, "svc-mount", result)
+            return None
 
-        starting.addCallbacks(self.ready.callback, failed)
+        self.started.addBoth(done)
 
     async def _start(self) -> None:
 

@@ -12,11 +12,12 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.twist._options import TwistOptions
 from twisted.internet.protocol import Factory
 from twisted.logger import (
+    ILogObserver,
     LogEvent,
     Logger,
     LogLevel,
@@ -52,7 +53,8 @@ def lines_of(events: list[LogEvent], log_format: str = "json", level: str = "inf
 def logged(emit: Any) -> list[LogEvent]:
     """The events C{emit(logger)} logs (to no other observer)."""
     events: list[LogEvent] = []
-    emit(Logger(namespace="svc.test", observer=events.append))
+    observer = cast(ILogObserver, events.append)
+    emit(Logger(namespace="svc.test", observer=observer))
     return events
 
 
@@ -163,8 +165,9 @@ class JsonLineTests(SynchronousTestCase):
     def test_legacy_event(self) -> None:
         """A twisted.python.log line is its text, without the legacy keys."""
         observed: list[LogEvent] = []
-        globalLogPublisher.addObserver(observed.append)
-        self.addCleanup(globalLogPublisher.removeObserver, observed.append)
+        observer = cast(ILogObserver, observed.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
         legacy_log.msg("Site starting on 8080")
         [line] = lines_of([e for e in observed if e.get("log_namespace") == "log_legacy"])
         record = json.loads(line)
