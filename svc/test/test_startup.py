@@ -18,7 +18,7 @@ from typing import Any
 from twisted.application.twist._options import TwistOptions
 from twisted.internet.defer import CancelledError
 from twisted.internet.error import CannotListenError
-from twisted.internet.testing import MemoryReactor
+from twisted.internet.testing import MemoryReactor, MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.python import usage
 from twisted.python.failure import Failure
@@ -137,7 +137,7 @@ class EndStartTests(SynchronousTestCase):
         }
         parsed = ControlOptions(environ)
         parsed.parseOptions(["--listen", "tcp:0"])
-        reactor = MemoryReactor()
+        reactor = MemoryReactorClock()
         self.patch(logs._Adopted, "target", None)
         service = ControlPlaneService(
             parsed["settings"], parsed["tap_settings"], parsed["listen"], [], reactor
@@ -150,7 +150,7 @@ class EndStartTests(SynchronousTestCase):
         self.assertFalse(reactor.running)
         self.assertEqual(len(reactor.triggers["after"]["shutdown"]), 1)
         [line] = stderr.getvalue().splitlines()
-        self.assertIn("SVC_IDENTITY_PUBLIC_KEY_FILE", line)
+        self.assertIn("SVC_IDENTITY_PUBLIC_KEY_FILE: cannot read /nonexistent/key.pem", line)
         [event] = [e for e in events if e.get("svc_start_failed")]
         self.assertEqual(event["resource"], "SVC_IDENTITY_PUBLIC_KEY_FILE")
 
