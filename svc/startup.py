@@ -43,6 +43,9 @@ USAGE_STATUS = 64
 FAILED_STATUS = 1
 """Exit status of a start that failed after the options were accepted."""
 
+LISTEN_FIX = "choose a free port (or stop the process that holds it) and an address of this host"
+"""The fix of a listener that could not open."""
+
 _log = Logger(namespace="svc.startup")
 
 

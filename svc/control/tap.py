@@ -75,14 +75,12 @@ from svc.pki.errors import InvalidName
 from svc.pki.issuance import CertifiedKey
 from svc.pki.tls import org_root_trust
 from svc.sessions import session_key
-from svc.startup import StartError, blame, end_start, refusing
+from svc.startup import LISTEN_FIX, StartError, blame, end_start, refusing
 from svc.worker import ThreadWorker
 
 DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
 DEFAULT_CONTROL_FQDN = "localhost"
 TLS_RENEWAL_CHECK_SECONDS = 3600
-
-_LISTEN_FIX = "choose a free port (or stop the process that holds it) and an address of this host"
 
 _log = Logger()
 
@@ -357,7 +355,7 @@ class ControlPlaneService(MultiService):
             )
         site = QuietSite(app.resource())  # type: ignore[no-untyped-call]
         for description in self._listen:
-            with blame(f"--listen {description}", _LISTEN_FIX):
+            with blame(f"--listen {description}", LISTEN_FIX):
                 endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
                 port = await endpoint.listen(site)
             self._listened(port, "http")
@@ -427,7 +425,7 @@ class ControlPlaneService(MultiService):
         wrapped: Any = site
         factory = TLSMemoryBIOFactory(cast(Any, options), False, wrapped)
         for description in self._tls_listen:
-            with blame(f"--tls-listen {description}", _LISTEN_FIX):
+            with blame(f"--tls-listen {description}", LISTEN_FIX):
                 endpoint: Any = serverFromString(self._reactor, description)  # type: ignore[no-untyped-call]
                 port = await endpoint.listen(factory)
             self._listened(port, "https")

@@ -48,7 +48,6 @@ from svc.dataplane.servercert import (
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
-from svc.pki.pem import certs_from_pem
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
 from svc.store.chunks import MAX_CHUNK_SIZE
 from svc.store.footprint import (
@@ -59,6 +58,7 @@ from svc.store.footprint import (
 )
 from svc.store.lease_values import LeaseTimings
 from svc.store.tenant import RetentionPolicy
+from svc.web.clients import check_ca_file
 
 DEFAULT_LISTEN = "tcp:7443:interface=127.0.0.1"
 DEFAULT_HTTP_LISTEN = "tcp:7444:interface=127.0.0.1"
@@ -312,7 +312,8 @@ class TapConfig:
                 raise ConfigError(
                     "SVC_CONTROL_URL", "is required unless --cert, --key and --root are given"
                 )
-            _check_ca_file(settings.ca_file)
+            if settings.ca_file is not None:
+                check_ca_file(settings.ca_file)
             fqdn = settings.server_fqdn
             registration = Registration(
                 fqdn=fqdn,
@@ -397,17 +398,6 @@ def _static_credentials(
     except (PKIError, ServerCertificateError) as e:
         raise ConfigError(FILES, str(e)) from None
     return credentials
-
-
-def _check_ca_file(path: Path | None) -> None:
-    if path is None:
-        return
-    try:
-        certs_from_pem(path.read_bytes())
-    except OSError as e:
-        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
-    except PKIError as e:
-        raise ConfigError("SVC_CA_FILE", str(e)) from None
 
 
 def _checked(variable: str, check: Callable[[str], str], value: str) -> str:

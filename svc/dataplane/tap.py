@@ -79,7 +79,7 @@ from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
-from svc.startup import blame, end_start, refusing
+from svc.startup import LISTEN_FIX, blame, end_start, refusing
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.web.clients import control_plane_http_client
 from svc.worker import IWorker, ThreadWorker
@@ -103,8 +103,6 @@ Seconds between trims of the reused chunk and request buffers: one idle
 through a whole interval is freed, so the memory of a burst goes back to
 the system two to four seconds after it.
 """
-
-_LISTEN_FIX = "choose a free port (or stop the process that holds it) and an address of this host"
 
 _log = Logger()
 
@@ -424,7 +422,7 @@ class DataPlaneServer(MultiService):
             announce=self.service.announce,
             placements=self.placements,
         )
-        with blame(f"--listen {self._config.listen}", _LISTEN_FIX):
+        with blame(f"--listen {self._config.listen}", LISTEN_FIX):
             port = await listen_dataplane(
                 reactor, self._config.listen, self.factory, self._frame_tls
             )
@@ -433,7 +431,7 @@ class DataPlaneServer(MultiService):
         creator: Any = self._http_tls
         wrapped: Any = site
         https = TLSMemoryBIOFactory(creator, False, wrapped)
-        with blame(f"--http-listen {self._config.http_listen}", _LISTEN_FIX):
+        with blame(f"--http-listen {self._config.http_listen}", LISTEN_FIX):
             endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
             https_port = await endpoint.listen(https)
         self._listened(https_port, "HTTPS")

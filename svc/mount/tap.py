@@ -48,10 +48,9 @@ from svc.mount.start_retry import refused_at_start, until_answered
 from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
-from svc.pki.errors import PKIError
-from svc.pki.pem import certs_from_pem
 from svc.policy import UNRESTRICTED, PolicyError, load_policy_file
 from svc.startup import blame, end_start, refusing
+from svc.web.clients import check_ca_file
 from svc.worker import ThreadWorker
 
 _log = Logger()
@@ -133,16 +132,7 @@ class Options(usage.Options):
             except PolicyError as error:
                 raise ConfigError("SVC_POLICY_FILE", str(error)) from None
         if settings.ca_file is not None:
-            _check_ca_file(settings.ca_file)
-
-
-def _check_ca_file(path: Path) -> None:
-    try:
-        certs_from_pem(path.read_bytes())
-    except OSError as e:
-        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
-    except PKIError as e:
-        raise ConfigError("SVC_CA_FILE", str(e)) from None
+            check_ca_file(settings.ca_file)
 
 
 def agent_id_of(leaf: Any) -> str:
