@@ -605,8 +605,9 @@ class ServerCertificate(Service):
             delay = self._retry.delay(self.failures, self._draw(), retry_after)
             log = _log.warn if refusal is None else _log.error
             log(
-                "server certificate request failed ({failures} in a row): {error};"
+                "server certificate request to {url} failed ({failures} in a row): {error};"
                 " retrying in {delay:.0f}s",
+                url=self._signer.control_url,
                 failures=self.failures,
                 error=str(e) if refusal is None else str(refusal),
                 delay=delay,
