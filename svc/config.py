@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 class ConfigError(Exception):
@@ -140,6 +141,25 @@ def _secret_from_file(variable: str, path: Path, read_file: Callable[[Path], byt
     if not text:
         raise ConfigError(variable, f"{path} is empty")
     return text
+
+
+def check_http_url(variable: str, raw: str) -> str:
+    """
+    C{raw} if it is an C{http://} or C{https://} URL with a host, a valid
+    port, and no query or fragment; without its trailing C{/}.
+
+    @raise ConfigError: naming C{variable}.
+    """
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as e:
+        raise ConfigError(variable, f"not a valid URL: {e}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(variable, f"must be an http:// or https:// URL, got {raw!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(variable, "must have no query or fragment")
+    return raw.rstrip("/")
 
 
 def process_environ() -> Mapping[str, str]:

@@ -9,9 +9,10 @@ Three pieces, usable on their own:
     agent credential on demand, bad variants included);
   - L{DataPlaneProcess}: one server process on free loopback ports, started
     with the static certificate files, waited for until C{/healthz}
-    answers (30 s at most), its log and audit log kept in its work
-    directory; blocking HTTPS helpers for C{/healthz}, C{/metrics},
-    C{/audit} and C{/control/*};
+    answers (30 s at most), its log (JSON lines, checked when it stops:
+    L{tests.json_logs}) and audit log kept in its work directory; blocking
+    HTTPS helpers for C{/healthz}, C{/metrics}, C{/audit} and
+    C{/control/*};
   - L{connect_agent}: a real L{DataPlaneClient} (Twisted, the reactor given)
     for an agent credential.
 
@@ -62,6 +63,7 @@ from svc.pki.issuance import CertifiedKey
 from svc.pki.names import format_serial
 from svc.pki.pem import cert_to_pem, certs_to_pem, key_to_pem
 from svc.testing.pki import TENANTS, AgentCredentials, TestPKI
+from tests.json_logs import JSON_LOGS, check_json_log
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -297,6 +299,7 @@ class DataPlaneProcess:
             # No control plane places identities here: serve every admitted
             # one (tests/test_dataplane_placement.py turns the check on).
             "SVC_PLACEMENT_CHECK": "off",
+            **JSON_LOGS,
             **self.extra_environ,
         }
 
@@ -309,7 +312,6 @@ class DataPlaneProcess:
         return [
             *prefix,
             str(self.twist),
-            "--log-format=text",
             f"--log-file={self.log_file}",
             "svc-dataplane",
             f"--listen=tcp:{self.frame_port}:interface={LOOPBACK}",
@@ -392,6 +394,8 @@ class DataPlaneProcess:
         """
         Stop with C{signum} and wait (killing it after C{timeout}); the exit
         status, or L{None} if it never ran.
+
+        @raise AssertionError: a line of its log is not plain JSON.
         """
         _RUNNING.discard(self)
         if self.process is None:
@@ -403,7 +407,12 @@ class DataPlaneProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=timeout)
+        self.check_log()
         return self.process.returncode
+
+    def check_log(self) -> None:
+        """Every log of every start is JSON lines (L{tests.json_logs.check_json_log})."""
+        check_json_log(self.workdir / f"dataplane-{n}.log" for n in range(1, self.starts + 1))
 
     def wait(self, timeout: float = STOP_TIMEOUT) -> int:
         """

@@ -3,7 +3,8 @@ Shared plumbing for system tests through a real FUSE mount: the quickstart
 stack (C{python -m svc.quickstart start}) with its own mount stopped, and
 C{twist svc-mount} processes started by the test with their own cache, audit
 log and (optionally) policy file. Cleanup always stops the stack and leaves
-nothing mounted.
+nothing mounted, then checks that every process logged JSON lines
+(L{tests.json_logs}).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT, http
+from tests.json_logs import JSON_LOGS, check_json_log
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -105,15 +107,15 @@ EVIDENCE_MARKERS = (
     "#critical]",
     "never came",
     "Traceback",
-    '"name": "warn"',
-    '"name": "error"',
-    '"name": "critical"',
+    '"level":"warn"',
+    '"level":"error"',
+    '"level":"critical"',
     '"allowed":false',
 )
 """
 Log lines worth showing when a crash test fails (L{shows_evidence}): the
-mount's text log's warnings, errors and settled outcomes, the data plane's
-JSON log's warnings and errors, and the audit logs' refusals.
+warnings, errors and settled outcomes of the processes' logs (JSON lines,
+or text), and the audit logs' refusals.
 """
 
 EVIDENCE_LINES = 60
@@ -191,6 +193,7 @@ class MountStackCase(TestCase):
         self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-workloads-"))
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.stack = self.tmp / "stack"
+        self.addCleanup(self.check_logs)
         self.addCleanup(self._stop_stack)
         started = self.quickstart("start")
         self.assertEqual(started.returncode, 0, started.stdout + started.stderr)
@@ -209,9 +212,15 @@ class MountStackCase(TestCase):
             capture_output=True,
             text=True,
             cwd=ROOT,
+            env={**os.environ, **JSON_LOGS},
             timeout=180,
             check=False,
         )
+
+    def check_logs(self) -> None:
+        """Cleanup: the stack's three processes and every mount logged JSON lines."""
+        stack_logs = [self.stack / f"{name}.log" for name in ("control", "dataplane", "mount")]
+        check_json_log([*stack_logs, *sorted(self.tmp.glob("mount-*.log"))])
 
     def _stop_stack(self) -> None:
         self.quickstart("stop")
@@ -281,6 +290,7 @@ class MountStackCase(TestCase):
             "SVC_CACHE_DIR": str(cache),
             "SVC_AUDIT_LOG": str(audit),
             "SVC_MOUNT_FORCE": "1",
+            **JSON_LOGS,
         }
         if policy is not None:
             policy_file = self.tmp / f"policy-{label}.json"
@@ -288,7 +298,7 @@ class MountStackCase(TestCase):
             environ["SVC_POLICY_FILE"] = str(policy_file)
         with log.open("wb") as output:
             process = subprocess.Popen(
-                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
+                [str(BIN / "twist"), "svc-mount"],
                 env=environ,
                 cwd=ROOT,
                 stdout=output,

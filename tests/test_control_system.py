@@ -43,6 +43,7 @@ from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.testing.postgres import database_for_test, in_ci
+from tests.json_logs import JSON_LOGS, check_json_log
 
 REPO = Path(__file__).resolve().parent.parent
 TWIST = Path(sys.executable).with_name("twist")
@@ -129,14 +130,13 @@ class ControlProcess:
         log = self.workdir / f"control-{self.starts}.log"
         command = [
             str(TWIST),
-            "--log-format=text",
             f"--log-file={log}",
             "svc-control",
             f"--listen=tcp:{self.port}:interface=127.0.0.1",
         ]
         if self.tls:
             command.append(f"--tls-listen=tcp:{self.tls_port}:interface=127.0.0.1")
-        self.process = subprocess.Popen(command, env=self.environ, cwd=REPO)
+        self.process = subprocess.Popen(command, env={**self.environ, **JSON_LOGS}, cwd=REPO)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -156,8 +156,10 @@ class ControlProcess:
         return self.process.wait(timeout=30)
 
     def stop(self) -> None:
+        """SIGTERM it; then every line it logged must be JSON (L{check_json_log})."""
         if self.process is not None and self.process.poll() is None:
             self.kill(signal.SIGTERM)
+        check_json_log(self.workdir / f"control-{n}.log" for n in range(1, self.starts + 1))
 
 
 class FakeDataPlane:

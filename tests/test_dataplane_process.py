@@ -44,6 +44,7 @@ from tests.dataplane_harness import (
     free_ports,
     standard_server,
 )
+from tests.json_logs import JSON_LOGS, check_json_log
 
 _reactor: Any = reactor
 
@@ -271,17 +272,18 @@ class ManagedCertificateTests(TestCase):
             SVC_CONTROL_PLANE_TOKEN=TOKEN,
             SVC_CONTROL_URL=control.url,
             SVC_STATE_DIR=str(state),
+            **JSON_LOGS,
         )
         log = workdir / "dataplane.log"
         command = [
             str(TWIST),
-            "--log-format=text",
             f"--log-file={log}",
             "svc-dataplane",
             f"--listen=tcp:{frame}:interface=127.0.0.1",
             f"--http-listen=tcp:{http}:interface=127.0.0.1",
         ]
         process = subprocess.Popen(command, env=environ, cwd=workdir)
+        self.addCleanup(check_json_log, [log])
         self.addCleanup(stop_process, process)
         deadline = time.monotonic() + 30
         status = None

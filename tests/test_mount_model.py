@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.quickstart import DEMO_AGENT, http
+from tests.json_logs import JSON_LOGS, check_json_log
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -344,6 +345,7 @@ class StackTestCase(TestCase):
         self.tmp = Path(tempfile.mkdtemp(prefix="svc-mount-model-"))
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.stack = self.tmp / "stack"
+        self.addCleanup(self.check_logs)
         self.addCleanup(self.unmount_leftover)
         self.addCleanup(self.quickstart, "stop")
         started = self.quickstart("start")
@@ -359,9 +361,15 @@ class StackTestCase(TestCase):
             capture_output=True,
             text=True,
             cwd=ROOT,
+            env={**os.environ, **JSON_LOGS},
             timeout=180,
             check=False,
         )
+
+    def check_logs(self) -> None:
+        """Cleanup: the stack's processes and the test's mounts logged JSON lines."""
+        stack_logs = [self.stack / f"{name}.log" for name in ("control", "dataplane", "mount")]
+        check_json_log([*stack_logs, *sorted(self.tmp.glob("mount-*.log"))])
 
     def unmount_leftover(self) -> None:
         for directory in (self.tmp / "stack" / "mnt", self.tmp):
@@ -420,13 +428,14 @@ class TwoMountsTests(StackTestCase):
             "SVC_MOUNT_POINT": str(point),
             "SVC_CACHE_DIR": str(self.tmp / f"cache-{label}"),
             "SVC_AUDIT_LOG": str(self.tmp / f"audit-{label}.jsonl"),
+            **JSON_LOGS,
         }
         environ.pop("SVC_MOUNT_FORCE", None)
         if force:
             environ["SVC_MOUNT_FORCE"] = "1"
         with log.open("wb") as output:
             process = subprocess.Popen(
-                [str(BIN / "twist"), "--log-format=text", "svc-mount"],
+                [str(BIN / "twist"), "svc-mount"],
                 env=environ,
                 cwd=ROOT,
                 stdout=output,
@@ -465,7 +474,7 @@ class TwoMountsTests(StackTestCase):
         text = log.read_text(errors="replace")
         self.assertFalse(os.path.ismount(point), text)
         self.assertIn("lease_live", text)
-        self.assertIn("could not start", text)
+        self.assertIn("failed to start", text)
         # The quickstart's mount still writes.
         (first / "still-mine.txt").write_bytes(b"ok\n")
 

@@ -356,9 +356,9 @@ def log_request(
     """
     The one log line of a finished request: the method, the path without
     its query string (a query may carry a token), the status, the duration
-    and the request id.
+    and the request id. Per-request chatter: shown with C{SVC_LOG_LEVEL=debug}.
     """
-    _log.info(
+    _log.debug(
         "{method} {path} {status} {duration:.3f}s request_id={request_id}",
         method=method,
         path=path,

@@ -164,6 +164,8 @@ class ControlSettings:
             if env_optional(environ, "SVC_SECRETS_DIR")
             else None
         )
+        if secrets_dir is not None and secrets_dir.exists() and not secrets_dir.is_dir():
+            raise ConfigError("SVC_SECRETS_DIR", f"{secrets_dir} is not a directory")
         dev_mode = _boolean(environ, "SVC_DEV_MODE")
         ca_configured = backend is SecretsBackend.POSTGRES or secrets_dir is not None
 

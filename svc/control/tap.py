@@ -12,18 +12,19 @@ L{svc.control.tls_listener}) and I{asks} for, but does not require, a client
 certificate verified against the org root: an agent presenting its leaf
 there is identified by it on the mount routes.
 Everything else comes from the environment (L{ControlSettings} and
-L{TapSettings}); a bad value refuses to start naming the variable.
+L{TapSettings}); a bad value refuses to start naming the variable (one
+line, exit status 64: L{svc.startup}).
 
 L{ControlPlaneService} opens the store (applying migrations), opens the agent
 CA, builds the app with every route, listens, and runs the push loop; a
-failure to start stops the process with exit status 1. Stopping closes the
-listeners, waits for the push round in progress and closes the store.
+failure to start is one line naming the variable or resource at fault and
+ends the process with exit status 1. Stopping closes the listeners, waits
+for the push round in progress and closes the store.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,7 +49,6 @@ from svc.control.dataplane_client import (
     DEFAULT_CALL_TIMEOUT_SECONDS,
     ControlCertificateIssuer,
     ControlCertificateKeeper,
-    ControlCertificateUnavailable,
     DataPlaneClient,
     mtls_http_client,
 )
@@ -81,16 +81,26 @@ from svc.control.tls_listener import (
 from svc.pki import names
 from svc.pki.errors import InvalidName
 from svc.sessions import session_key
+from svc.startup import LISTEN_FIX, StartError, blame, end_start, refusing
 from svc.version import exit_with_version
 from svc.web.readiness import ReadinessProbe
 from svc.worker import ThreadWorker
 
 DEFAULT_LISTEN = "tcp:8080:interface=127.0.0.1"
 DEFAULT_CONTROL_FQDN = "localhost"
-START_FAILED_STATUS = 1
 TLS_RENEWAL_CHECK_SECONDS = 3600
 
 _log = Logger()
+
+
+def _ca_resource(settings: ControlSettings) -> tuple[str, str]:
+    """The variable to blame when the agent CA cannot be opened, and the fix."""
+    if settings.agent_ca_configured and settings.secrets_dir is None:
+        return ("SVC_SECRETS_BACKEND", "check the CA tables of the postgres DATABASE_URL")
+    return (
+        "SVC_SECRETS_DIR",
+        "it must be the directory 'svc ca init' wrote, readable by this user",
+    )
 
 
 @attrs.frozen
@@ -174,14 +184,14 @@ class Options(usage.Options):
         Serve plain HTTP on this endpoint (repeatable; default
         tcp:8080:interface=127.0.0.1).
         """
-        self["listen"].append(_endpoint(description, "--listen"))
+        self["listen"].append(description)
 
     def opt_tls_listen(self, description: str) -> None:
         """
         Serve HTTPS on this stream endpoint, asking agents for their client
         certificate (repeatable; needs an agent CA).
         """
-        self["tls_listen"].append(_endpoint(description, "--tls-listen"))
+        self["tls_listen"].append(description)
 
     opt_l = opt_listen
 
@@ -190,28 +200,29 @@ class Options(usage.Options):
         exit_with_version("svc-control")
 
     def postOptions(self) -> None:
-        if not self["listen"] and not self["tls_listen"]:
-            self["listen"] = [DEFAULT_LISTEN]
-        try:
+        with refusing(self, "svc-control", self._environ):
+            for option, key in (("--listen", "listen"), ("--tls-listen", "tls_listen")):
+                for description in self[key]:
+                    _check_endpoint(description, option)
+            if not self["listen"] and not self["tls_listen"]:
+                self["listen"] = [DEFAULT_LISTEN]
             self["settings"] = settings = ControlSettings.from_environ(self._environ)
             self["tap_settings"] = TapSettings.from_environ(self._environ)
-        except ConfigError as e:
-            raise usage.UsageError(str(e)) from None
-        if self["tls_listen"] and not (
-            settings.agent_ca_configured and settings.database_url is not None
-        ):
-            raise usage.UsageError(
-                "--tls-listen needs DATABASE_URL and an agent CA (SVC_SECRETS_DIR or "
-                "SVC_SECRETS_BACKEND=postgres) to issue the control plane's server certificate"
-            )
+            if self["tls_listen"] and not (
+                settings.agent_ca_configured and settings.database_url is not None
+            ):
+                raise ConfigError(
+                    "--tls-listen",
+                    "needs DATABASE_URL and an agent CA (SVC_SECRETS_DIR or "
+                    "SVC_SECRETS_BACKEND=postgres) to issue the control plane's server certificate",
+                )
 
 
-def _endpoint(description: str, option: str) -> str:
+def _check_endpoint(description: str, option: str) -> None:
     try:
         serverFromString(MemoryReactor(), description)  # type: ignore[no-untyped-call]
     except Exception as e:
-        raise usage.UsageError(f"{option}: not a server endpoint: {description!r} ({e})") from None
-    return description
+        raise ConfigError(option, f"not a server endpoint: {description!r} ({e})") from None
 
 
 def makeService(options: Options) -> IService:
@@ -285,24 +296,31 @@ class ControlPlaneService(MultiService):
         if settings.database_url is not None:
             if settings.control_plane_token is None:  # from_environ requires it with a database
                 raise ConfigError("SVC_CONTROL_PLANE_TOKEN", "is required with DATABASE_URL")
-            store = self._store = await open_store(
-                settings.database_url,
-                reactor,
-                session_key=session_key(settings.control_plane_token),
-            )
+            with blame(
+                "DATABASE_URL",
+                "check that the database is running and that DATABASE_URL names it"
+                " (a SQLite file's directory must exist and be writable)",
+            ):
+                store = self._store = await open_store(
+                    settings.database_url,
+                    reactor,
+                    session_key=session_key(settings.control_plane_token),
+                )
             routes, authenticators = await self._database_routes(store)
         routes.extend(readiness_routes(self._readiness_probe()))
-        app = build_control_app(
-            settings,
-            reactor.seconds,
-            routes,
-            authenticators,
-            ready=self._ready,
-        )
+        with blame("SVC_IDENTITY_PUBLIC_KEY_FILE"):
+            app = build_control_app(
+                settings,
+                reactor.seconds,
+                routes,
+                authenticators,
+                ready=self._ready,
+            )
         site = ControlSite(app.resource(), settings.max_body_bytes, reactor=reactor)
         for description in self._listen:
-            endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
-            port = await endpoint.listen(site)
+            with blame(f"--listen {description}", LISTEN_FIX):
+                endpoint: Any = serverFromString(reactor, description)  # type: ignore[no-untyped-call]
+                port = await endpoint.listen(site)
             self._listened(port, "http")
         if self._tls_listen:
             await self._listen_tls(site)
@@ -310,7 +328,8 @@ class ControlPlaneService(MultiService):
 
     async def _database_routes(self, store: ControlStore) -> tuple[list[Route], dict[Any, Any]]:
         settings, reactor = self._settings, self._reactor
-        provider = await AgentCAProvider.opened(settings, store, self._worker)
+        with blame(*_ca_resource(settings)):
+            provider = await AgentCAProvider.opened(settings, store, self._worker)
         self._provider = provider
         keeper = None
         if settings.agent_ca_configured:
@@ -373,16 +392,18 @@ class ControlPlaneService(MultiService):
     async def _listen_tls(self, site: Site) -> None:
         ca = None if self._provider is None else await self._provider.get()
         if ca is None:
-            raise ControlCertificateUnavailable(
-                "--tls-listen needs the org root: run 'svc ca init' first"
+            raise StartError(
+                "--tls-listen", "there is no org root to sign its certificate", "run 'svc ca init'"
             )
-        serving = await self._serving_certificate(ca)
+        with blame("--tls-listen"):
+            serving = await self._serving_certificate(ca)
         options = self._tls_options = OptionalClientCertificateOptions(serving, ca.root)
         wrapped: Any = site
         factory = TLSMemoryBIOFactory(cast(Any, options), False, wrapped)
         for description in self._tls_listen:
-            endpoint: Any = serverFromString(self._reactor, description)  # type: ignore[no-untyped-call]
-            port = await endpoint.listen(factory)
+            with blame(f"--tls-listen {description}", LISTEN_FIX):
+                endpoint: Any = serverFromString(self._reactor, description)  # type: ignore[no-untyped-call]
+                port = await endpoint.listen(factory)
             self._listened(port, "https")
         self._tls_renewal.clock = self._reactor
         self._tls_renewal.start(TLS_RENEWAL_CHECK_SECONDS, now=False)
@@ -431,11 +452,7 @@ class ControlPlaneService(MultiService):
         )
 
     def _start_failed(self, failure: Any) -> None:
-        _log.failure("svc-control failed to start", failure)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)
-        self._reactor.stop()
+        end_start(self._reactor, "svc-control", failure)
 
     def stopService(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._stop())

@@ -296,7 +296,7 @@ class AgentConnection:
         # the agent's next connection waits for them (DrainFences).
         drained = self._order.drained()
         self._context.draining(self, drained)
-        self._log.info(
+        self._log.debug(
             "connection {connection_id} of {agent} closed: {reason}",
             connection_id=self.connection_id,
             agent=self.agent_id,

@@ -296,7 +296,7 @@ class DataPlaneServerProtocol(Protocol):
         self.state = ConnectionState.OPEN
         self._tls.registerProducer(self, True)
         self._send(hello_frame(self._limits.hello()))
-        _log.info(
+        _log.debug(
             "data-plane connection {connection_id} from {peer} admitted: "
             "tenant {tenant_id} agent {agent_id} serial {serial}",
             connection_id=connection_id,
@@ -339,7 +339,7 @@ class DataPlaneServerProtocol(Protocol):
     def _finish_lost(self, admitted: bool) -> None:
         self._gone = True
         if admitted:
-            _log.info(
+            _log.debug(
                 "data-plane connection {connection_id} closed: {reason}",
                 connection_id=self.connection_id,
                 reason=self._close_reason,
@@ -445,7 +445,7 @@ class DataPlaneServerProtocol(Protocol):
 
     def going_away(self, goaway: GoAway) -> None:
         """The client sent GOAWAY: answer what was read, run nothing new."""
-        _log.info(
+        _log.debug(
             "data-plane client on {connection_id} going away: {reason}",
             connection_id=self.connection_id,
             reason=goaway.reason,
@@ -652,7 +652,7 @@ class DataPlaneServerProtocol(Protocol):
 
     def _idle_timed_out(self) -> None:
         self._timers.pop("idle", None)
-        _log.info("data-plane connection {connection_id} idle", connection_id=self.connection_id)
+        _log.debug("data-plane connection {connection_id} idle", connection_id=self.connection_id)
         self.go_away(GoAwayReason.IDLE_TIMEOUT, "no request for too long")
 
     def _handshake_timed_out(self) -> None:

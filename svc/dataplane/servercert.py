@@ -15,8 +15,15 @@ certificate"):
      checked, written atomically (key mode 0600) and installed.
   3. Renewal (a fresh key and a new leaf) is scheduled at two thirds of the
      leaf's lifetime (C{NotBefore} to C{NotAfter}). A failed attempt is
-     retried after a jittered exponential backoff, bounded by
-     L{RetryPolicy.maximum} and never sooner than a C{Retry-After}.
+     retried after a jittered exponential backoff (L{DEFAULT_RETRY}: from 5 s
+     up to 15 minutes), never sooner than a C{Retry-After}.
+
+While no certificate is installed yet (the server is starting), a refusal
+that cannot fix itself ends the start instead (L{refusal_at_start}): the
+service token refused (401, 403), a URL that is not the control plane's
+(404, 405), the registration refused (any other 4xx but 408 and 429), a
+state directory that cannot be written. A control plane that does not
+answer, or answers 5xx, 408 or 429, is asked again.
 
 "Installed" means the C{on_new_certificate(cert, key, root)} callback ran:
 the caller builds new TLS options for its listeners from it; connections
@@ -39,16 +46,19 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
+from OpenSSL import SSL
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from svc.backoff import Backoff
 from svc.durable import make_directories, write_file_atomically
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import PKIError
 from svc.pki.pem import cert_from_pem, cert_to_pem, key_from_pem, key_to_pem
+from svc.startup import StartError, describe
 from svc.web.clients import AnswerTooLarge, read_bounded
 from svc.worker import IWorker
 
@@ -74,12 +84,69 @@ class ServerCertificateError(Exception):
 class SigningFailed(Exception):
     """
     C{POST /control/sign-server-cert} did not produce a certificate;
-    C{retry_after} is the server's C{Retry-After} in seconds, if any.
+    C{retry_after} is the server's C{Retry-After} in seconds, if any, and
+    C{status} the answer's HTTP status (L{None}: no answer, or an unusable
+    one).
     """
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        retry_after: float | None = None,
+        status: int | None = None,
+        *,
+        untrusted: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
+        self.status = status
+        self.untrusted = untrusted
+        """The control plane's HTTPS certificate failed verification."""
+
+
+_TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def refusal_at_start(error: Exception, control_url: str) -> StartError | None:
+    """
+    The start failure C{error} (from a signing attempt) means while no
+    certificate is installed yet, or L{None} when it is worth another
+    attempt (no answer, 5xx, 408, 425, 429).
+    """
+    if isinstance(error, OSError):
+        return StartError(
+            "SVC_STATE_DIR",
+            f"cannot store the server certificate: {describe(error)}",
+            "make it a directory this user may write",
+        )
+    if isinstance(error, SigningFailed) and error.untrusted:
+        return StartError(
+            "SVC_CA_FILE",
+            f"the HTTPS certificate of {control_url} is not trusted ({error})",
+            "set SVC_CA_FILE to the org root (or the CA) that signed it",
+        )
+    if not isinstance(error, SigningFailed) or error.status is None:
+        return None
+    status = error.status
+    if status in (401, 403):
+        return StartError(
+            "SVC_CONTROL_PLANE_TOKEN",
+            f"the control plane at {control_url} refused it ({error})",
+            "set the control plane's service token",
+        )
+    if status in (404, 405):
+        return StartError(
+            "SVC_CONTROL_URL",
+            f"{control_url} answered {error}: not the control plane's base URL",
+            "set the URL the control plane serves (without /control/...)",
+        )
+    if 400 <= status < 500 and status not in _TRANSIENT_STATUSES:
+        return StartError(
+            "SVC_SERVER_FQDN",
+            f"the control plane at {control_url} refused the registration ({error})",
+            "check SVC_SERVER_FQDN, SVC_ADVERTISE_ADDR and SVC_HTTP_ADVERTISE_ADDR",
+        )
+    return None
 
 
 @attrs.frozen
@@ -203,25 +270,10 @@ def parse_signing_answer(body: bytes, key: Ed25519PrivateKey) -> ServerCredentia
     return ServerCredentials(cert, key, root)
 
 
-@attrs.frozen
-class RetryPolicy:
-    """
-    Backoff after a failed attempt: C{initial * factor**attempt} seconds,
-    capped at C{maximum}, then reduced by up to C{jitter} of itself at random
-    (so a fleet restarted together spreads out), and never below a server's
-    C{Retry-After}.
-    """
-
-    initial: float = 5.0
-    factor: float = 2.0
-    maximum: float = 900.0
-    jitter: float = 0.5
-
-    def delay(self, attempt: int, draw: float, retry_after: float | None = None) -> float:
-        """The delay before retry number C{attempt + 1}; C{draw} is in [0, 1)."""
-        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
-        delay = base * (1 - self.jitter * draw)
-        return max(delay, retry_after or 0.0)
+DEFAULT_RETRY = Backoff(initial=5.0, maximum=900.0, factor=2.0, jitter=0.5)
+"""The pause after a failed attempt: 5 s doubling to 15 minutes, less up to
+half of it at random (a fleet restarted together spreads out), never below a
+server's C{Retry-After}."""
 
 
 class CredentialFiles:
@@ -340,7 +392,8 @@ class SignServerCertCall:
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         self._http = http
-        self._url = control_url.rstrip("/") + SIGN_PATH
+        self.control_url = control_url.rstrip("/")
+        self._url = self.control_url + SIGN_PATH
         self._token = token
         self._clock = clock
         self._timeout = timeout
@@ -373,15 +426,30 @@ class SignServerCertCall:
         except CancelledError:
             raise
         except Exception as e:
-            raise SigningFailed(f"no answer: {type(e).__name__}: {e}") from None
+            raise SigningFailed(
+                f"no answer: {type(e).__name__}: {e}", untrusted=_verify_failed(e)
+            ) from None
         if response.code != 200:
             raise SigningFailed(
-                f"status {response.code}: {_error_code(content)}", _retry_after(response)
+                f"status {response.code}: {_error_code(content)}",
+                _retry_after(response),
+                response.code,
             )
         try:
             return parse_signing_answer(content, key)
         except ServerCertificateError as e:
             raise SigningFailed(str(e)) from None
+
+
+def _verify_failed(error: Exception) -> bool:
+    """Whether C{error} (a treq failure) is a refused TLS certificate."""
+    reasons = getattr(error, "reasons", None) or []
+    return any(
+        isinstance(reason, Failure)
+        and reason.check(SSL.Error) is not None  # type: ignore[no-untyped-call]
+        and "certificate verify failed" in str(reason.value)
+        for reason in reasons
+    )
 
 
 def _error_code(content: bytes) -> str:
@@ -406,7 +474,7 @@ class ServerCertificate(Service):
     """
     Keeps the server leaf current: loads or obtains it at start, installs
     it through C{on_new_certificate}, renews it at two thirds of its life,
-    and retries failures with L{RetryPolicy}. See the module docstring.
+    and retries failures with L{DEFAULT_RETRY}. See the module docstring.
 
     @param registration: the server's names and addresses.
     @param signer: the control-plane call.
@@ -426,7 +494,7 @@ class ServerCertificate(Service):
         clock: TimerClock,
         io: IWorker,
         on_new_certificate: NewCertificate,
-        retry: RetryPolicy | None = None,
+        retry: Backoff = DEFAULT_RETRY,
         draw: Callable[[], float] = random.random,
     ) -> None:
         self._registration = registration
@@ -435,12 +503,13 @@ class ServerCertificate(Service):
         self._clock = clock
         self._io = io
         self._on_new_certificate = on_new_certificate
-        self._retry = retry or RetryPolicy()
+        self._retry = retry
         self._draw = draw
         self.current: ServerCredentials | None = None
         self.failures = 0
         """Consecutive failed attempts (0 after a success)."""
         self._waiting: list[Deferred[ServerCredentials]] = []
+        self._refused: StartError | None = None
         self._timer: TimerCall | None = None
         self._work: Deferred[None] | None = None
 
@@ -448,6 +517,8 @@ class ServerCertificate(Service):
         """Fires with the first credentials installed (at once if there are some)."""
         if self.current is not None:
             return succeed(self.current)
+        if self._refused is not None:
+            return fail(self._refused)
         waiting: Deferred[ServerCredentials] = Deferred()
         self._waiting.append(waiting)
         return waiting
@@ -525,14 +596,20 @@ class ServerCertificate(Service):
         except CancelledError:
             raise
         except Exception as e:
+            refusal = refusal_at_start(e, self._signer.control_url)
+            if refusal is not None and self.current is None:
+                self._fail_waiting(refusal)
+                return
             retry_after = e.retry_after if isinstance(e, SigningFailed) else None
-            delay = self._retry.delay(self.failures, self._draw(), retry_after)
             self.failures += 1
-            _log.warn(
-                "server certificate request failed ({failures} in a row): {error};"
+            delay = self._retry.delay(self.failures, self._draw(), retry_after)
+            log = _log.warn if refusal is None else _log.error
+            log(
+                "server certificate request to {url} failed ({failures} in a row): {error};"
                 " retrying in {delay:.0f}s",
+                url=self._signer.control_url,
                 failures=self.failures,
-                error=str(e),
+                error=str(e) if refusal is None else str(refusal),
                 delay=delay,
             )
             self._schedule(delay)
@@ -544,6 +621,13 @@ class ServerCertificate(Service):
             not_after=credentials.cert.not_valid_after_utc.isoformat(),
         )
         self._install(credentials)
+
+    def _fail_waiting(self, error: StartError) -> None:
+        """No certificate, and none will come by retrying: the start fails."""
+        self._refused = error
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            d.errback(error)
 
     def _install(self, credentials: ServerCredentials) -> None:
         previous = self.current

@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import attrs
 from twisted.internet.endpoints import serverFromString
@@ -25,6 +24,7 @@ from twisted.internet.testing import MemoryReactor
 from svc.audit.sink import DEFAULT_AUDIT_LOG
 from svc.config import (
     ConfigError,
+    check_http_url,
     env_int,
     env_optional,
     env_path,
@@ -51,7 +51,6 @@ from svc.metrics import PathLabels
 from svc.pki import names
 from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
-from svc.pki.pem import certs_from_pem
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
 from svc.store.chunks import MAX_CHUNK_SIZE
 from svc.store.footprint import (
@@ -62,6 +61,7 @@ from svc.store.footprint import (
 )
 from svc.store.lease_values import LeaseTimings
 from svc.store.tenant import RetentionPolicy
+from svc.web.clients import check_ca_file
 
 DEFAULT_LISTEN = "tcp:7443:interface=127.0.0.1"
 DEFAULT_HTTP_LISTEN = "tcp:7444:interface=127.0.0.1"
@@ -328,7 +328,8 @@ class TapConfig:
                 raise ConfigError(
                     "SVC_CONTROL_URL", "is required unless --cert, --key and --root are given"
                 )
-            _check_ca_file(settings.ca_file)
+            if settings.ca_file is not None:
+                check_ca_file(settings.ca_file)
             fqdn = settings.server_fqdn
             registration = Registration(
                 fqdn=fqdn,
@@ -415,17 +416,6 @@ def _static_credentials(
     return credentials
 
 
-def _check_ca_file(path: Path | None) -> None:
-    if path is None:
-        return
-    try:
-        certs_from_pem(path.read_bytes())
-    except OSError as e:
-        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
-    except PKIError as e:
-        raise ConfigError("SVC_CA_FILE", str(e)) from None
-
-
 def _checked(variable: str, check: Callable[[str], str], value: str) -> str:
     try:
         return check(value)
@@ -457,18 +447,7 @@ def _service_token(environ: Mapping[str, str]) -> str:
 
 def _control_url(environ: Mapping[str, str]) -> str | None:
     raw = env_optional(environ, "SVC_CONTROL_URL")
-    if raw is None:
-        return None
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 (raises ValueError for a bad port)
-    except ValueError as e:
-        raise ConfigError("SVC_CONTROL_URL", f"not a valid URL: {e}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("SVC_CONTROL_URL", f"must be an http:// or https:// URL, got {raw!r}")
-    if parts.query or parts.fragment:
-        raise ConfigError("SVC_CONTROL_URL", "must have no query or fragment")
-    return raw.rstrip("/")
+    return None if raw is None else check_http_url("SVC_CONTROL_URL", raw)
 
 
 def _address(environ: Mapping[str, str], variable: str) -> str | None:

@@ -18,7 +18,7 @@ default) is the operator listener, plain HTTP (C{/metrics}, C{/healthz},
 C{/readyz}: L{svc.dataplane.http_operator}); with it C{/metrics} leaves
 the HTTPS surface agents reach. Everything else comes from the
 environment (L{DataPlaneSettings}); a bad value or option refuses to start
-(exit status 64) naming the variable or option.
+(one line, exit status 64: L{svc.startup}) naming the variable or option.
 
 L{DataPlaneServer} starts, in order: the operator listener, the storage
 roots, the audit sink (and
@@ -26,9 +26,11 @@ its SIGHUP reopen), the server-certificate component; once that has
 installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
 the control plane's current set: L{svc.dataplane.revocations}), the frame
 listener and the HTTPS listener, then the GC loop. A failure to start is
-logged and ends the process with status 1. While it runs, the large buffers
-kept for reuse (chunk reads, request bodies) that stayed unused for
-L{BUFFER_TRIM_INTERVAL} seconds are freed.
+one line naming the variable or resource at fault and ends the process with
+status 1 (a control plane that refuses the service token or the
+registration ends it at once; one that does not answer is asked again).
+While it runs, the large buffers kept for reuse (chunk reads, request
+bodies) that stayed unused for L{BUFFER_TRIM_INTERVAL} seconds are freed.
 Stopping (SIGTERM/SIGINT) closes both listeners, sends GOAWAY to every
 connection and waits for them to drain, stops the GC loop and the
 certificate component, closes the storage engine and flushes the audit log
@@ -41,6 +43,8 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 from cryptography import x509
@@ -57,7 +61,6 @@ from twisted.python import usage
 from twisted.python.failure import Failure
 
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
-from svc.config import ConfigError
 from svc.dataplane.admission import SwappableServerTLS, TLSAdmission
 from svc.dataplane.control_queries import ControlQueries
 from svc.dataplane.factory import DataPlaneFactory, ServerLimits, listen_dataplane
@@ -82,6 +85,7 @@ from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
+from svc.startup import LISTEN_FIX, blame, end_start, refusing
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.version import exit_with_version
 from svc.web.clients import control_plane_http_client
@@ -99,7 +103,6 @@ C{bench/dataplane.py} (fairness, a flood of maximal C{manifest_put}s):
 another tenant's ping p99 9 ms and the reactor's lag p99 8 ms at 0.001,
 against 15 and 16 ms at 0.005, with no loss of chunk throughput.
 """
-START_FAILED_STATUS = 1
 
 BUFFER_TRIM_INTERVAL = 2.0
 """
@@ -143,7 +146,7 @@ class Options(usage.Options):
         exit_with_version("svc-dataplane")
 
     def postOptions(self) -> None:
-        try:
+        with refusing(self, "svc-dataplane", self._environ):
             self["config"] = TapConfig.load(
                 self._environ,
                 listen=self["listen"],
@@ -153,8 +156,6 @@ class Options(usage.Options):
                 root=self["root"],
                 metrics_listen=self["metrics-listen"],
             )
-        except ConfigError as e:
-            raise usage.UsageError(str(e)) from None
 
 
 def makeService(options: Options) -> IService:
@@ -401,14 +402,15 @@ class DataPlaneServer(MultiService):
         settings, reactor = self._config.settings, self._reactor
         if self._config.metrics_listen is not None:
             await self._listen_operator(self._config.metrics_listen)
-        roots = {settings.tenants_root, settings.metadata_root}
-
-        def make_roots() -> None:
-            for root in roots:
-                make_directories(root)
-
-        await self._io.submit(make_roots)
-        self.audit.startService()
+        roots = {
+            settings.metadata_root: "SVC_METADATA_ROOT",
+            settings.tenants_root: "SVC_TENANTS_ROOT",
+        }
+        for root, variable in roots.items():
+            with blame(variable, f"make {root} a directory this user may create and write"):
+                await self._io.submit(partial(make_directories, root))
+        with blame("SVC_AUDIT_LOG", "its directory must exist and be writable by this user"):
+            self.audit.startService()
         if self.placements is None:
             _log.warn(
                 "SVC_PLACEMENT_CHECK is off: every admitted identity is served,"
@@ -421,10 +423,16 @@ class DataPlaneServer(MultiService):
             else f"signed by {settings.control_url}",
         )
         self.certificate.startService()
-        credentials = await self.certificate.ready()
+        with blame("SVC_STATE_DIR", "it must be a directory this user may write"):
+            credentials = await self.certificate.ready()
         assert self._frame_tls is not None and self._http_tls is not None
         queries = self.queries
-        await self.revocations.start(None if queries is None else queries.revocations)
+        with blame(
+            "SVC_STATE_DIR",
+            f"repair or remove {Path(settings.state_dir) / 'deny-list.json'}, or let the"
+            " control plane answer (SVC_CONTROL_URL)",
+        ):
+            await self.revocations.start(None if queries is None else queries.revocations)
         http = self.http = DataPlaneHttp(
             engine=self.service.engine,
             registry=self.registry,
@@ -444,14 +452,19 @@ class DataPlaneServer(MultiService):
             readiness=self.readiness.probe,
             sweep=self.gc.sweep_now,
         )
-        port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
+        with blame(f"--listen {self._config.listen}", LISTEN_FIX):
+            port = await listen_dataplane(
+                reactor, self._config.listen, self.factory, self._frame_tls
+            )
         self._listened(port, "frames (mTLS)")
         site = QuietSite(http.resource())  # type: ignore[no-untyped-call]
         creator: Any = self._http_tls
         wrapped: Any = site
         https = TLSMemoryBIOFactory(creator, False, wrapped)
-        endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
-        self._listened(await endpoint.listen(https), "HTTPS")
+        with blame(f"--http-listen {self._config.http_listen}", LISTEN_FIX):
+            endpoint: Any = serverFromString(reactor, self._config.http_listen)  # type: ignore[no-untyped-call]
+            https_port = await endpoint.listen(https)
+        self._listened(https_port, "HTTPS")
         self.readiness.listening(True)
         self.gc.startService()
         self._trim.start(BUFFER_TRIM_INTERVAL, now=False)
@@ -466,7 +479,8 @@ class DataPlaneServer(MultiService):
     async def _listen_operator(self, description: str) -> None:
         """Open the operator listener (plain HTTP: metrics and probes)."""
         operator = OperatorHttp(self.registry, self.readiness.probe)
-        self._operator_port = port = await operator.listen(self._reactor, description)
+        with blame(f"--metrics-listen {description}", LISTEN_FIX):
+            self._operator_port = port = await operator.listen(self._reactor, description)
         self._log_listening(port, "metrics and probes (plain HTTP)")
 
     def _listened(self, port: Any, what: str) -> None:
@@ -485,11 +499,7 @@ class DataPlaneServer(MultiService):
     def _start_failed(self, failure: Failure) -> None:
         if failure.check(CancelledError) and not self.running:  # type: ignore[no-untyped-call]
             return  # stopped while starting
-        _log.failure("svc-dataplane failed to start", failure)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)
-        self._reactor.stop()
+        end_start(self._reactor, "svc-dataplane", failure)
 
     # Stopping
 

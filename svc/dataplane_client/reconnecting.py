@@ -61,6 +61,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from svc.backoff import Backoff, retrying
 from svc.dataplane_client.client import DEFAULT_CALL_TIMEOUT, PushCallback, Reply
 from svc.dataplane_client.errors import CallTimedOut, NotExecuted, OutcomeUnknown
 from svc.timers import TimerClock
@@ -141,6 +142,11 @@ class ReconnectPolicy:
     start_wait: float = 60.0
     probe_wait: float = 2.0
 
+    @property
+    def backoff(self) -> Backoff:
+        """The pauses between attempts: from C{backoff_initial}, doubling to C{backoff_max}."""
+        return Backoff(initial=self.backoff_initial, maximum=self.backoff_max)
+
 
 @attrs.define(eq=False, order=False)
 class _Waiter:
@@ -203,31 +209,17 @@ class ReconnectingClient:
         last attempt's error.
         """
         policy = self._policy
-        clock: Any = self._clock
-        deadline = clock.seconds() + policy.start_wait
 
         async def starting() -> None:
-            delay = policy.backoff_initial
-            attempt = 0
-            while True:
-                attempt += 1
-                try:
-                    connection = await self._connect()
-                except Exception as error:
-                    if self._closed or clock.seconds() + delay > deadline:
-                        raise
-                    _log.warn(
-                        "data plane not reachable yet (attempt {attempt}: {error});"
-                        " trying again in {delay}s",
-                        attempt=attempt,
-                        error=str(error) or type(error).__name__,
-                        delay=delay,
-                    )
-                    await deferLater(clock, delay)
-                    delay = min(delay * 2, policy.backoff_max)
-                    continue
-                self._adopt(connection)
-                return
+            connection = await retrying(
+                self._clock,
+                "data plane not reachable yet",
+                self._connect,
+                backoff=policy.backoff,
+                retryable=lambda error: not self._closed,
+                give_up_after=policy.start_wait,
+            )
+            self._adopt(connection)
 
         return Deferred.fromCoroutine(starting())
 
@@ -469,16 +461,12 @@ class ReconnectingClient:
             Deferred.fromCoroutine(self._reconnect())
 
     async def _reconnect(self) -> None:
-        policy = self._policy
-        delay = policy.backoff_initial
+        backoff = self._policy.backoff
         attempt = 0
         clock: Any = self._clock
         try:
             if self._quick_drops:
-                pause = min(
-                    policy.backoff_initial * 2 ** (self._quick_drops - 1), policy.backoff_max
-                )
-                await deferLater(clock, pause)
+                await deferLater(clock, backoff.delay(self._quick_drops))
             while (self._waiters or self._out_of_reach()) and not self._closed:
                 attempt += 1
                 try:
@@ -488,8 +476,7 @@ class ReconnectingClient:
                     self._failed_at = clock.seconds()
                     self._attempt_failed(attempt)
                     self._fail_probes()
-                    await self._pause(delay)
-                    delay = min(delay * 2, self._policy.backoff_max)
+                    await self._pause(backoff.delay(attempt))
                     continue
                 if self._closed:
                     await connection.close()

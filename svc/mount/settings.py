@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from svc.config import ConfigError, with_secret_files
+from svc.config import ConfigError, check_http_url, with_secret_files
 from svc.mount.cache_policy import cache_root_from_environ
 from svc.mount.fs_context import FSSettings
 
@@ -97,15 +97,15 @@ class MountSettings:
         return self.cache_dir
 
 
-class SettingsError(ValueError):
-    """A required setting is missing or malformed."""
+class SettingsError(ConfigError):
+    """A required setting is missing or malformed (C{variable} names it)."""
 
 
 def _default_cache_root(environ: Mapping[str, str]) -> Path:
     try:
         return cache_root_from_environ(environ)
     except ConfigError as error:
-        raise SettingsError(f"{error.variable} {error.problem} (or set SVC_CACHE_DIR)") from None
+        raise SettingsError(error.variable, f"{error.problem} (or set SVC_CACHE_DIR)") from None
 
 
 def _flag(value: str) -> bool:
@@ -127,7 +127,7 @@ def settings_from(
     try:
         environ = with_secret_files(environ, ("SVC_ENROLL_TOKEN",))
     except ConfigError as error:
-        raise SettingsError(str(error)) from None
+        raise SettingsError(error.variable, error.problem) from None
     merged: dict[str, str] = {k: v for k, v in environ.items() if k.startswith("SVC_")}
     for key, value in (overrides or {}).items():
         if value is not None:
@@ -136,7 +136,7 @@ def settings_from(
     def required(name: str) -> str:
         value = merged.get(name, "").strip()
         if not value:
-            raise SettingsError(f"{name} is required")
+            raise SettingsError(name, "is required")
         return value
 
     def optional_path(name: str) -> Path | None:
@@ -146,11 +146,15 @@ def settings_from(
     try:
         workers = int(merged.get("SVC_FUSE_WORKERS", str(DEFAULT_WORKERS)))
     except ValueError:
-        raise SettingsError("SVC_FUSE_WORKERS must be an integer") from None
+        raise SettingsError("SVC_FUSE_WORKERS", "must be an integer") from None
     if workers < 1:
-        raise SettingsError("SVC_FUSE_WORKERS must be at least 1")
+        raise SettingsError("SVC_FUSE_WORKERS", "must be at least 1")
+    try:
+        control_url = check_http_url("SVC_CONTROL_URL", required("SVC_CONTROL_URL"))
+    except ConfigError as error:
+        raise SettingsError(error.variable, error.problem) from None
     return MountSettings(
-        control_url=required("SVC_CONTROL_URL").rstrip("/"),
+        control_url=control_url,
         enroll_token=required("SVC_ENROLL_TOKEN"),
         mount_point=Path(required("SVC_MOUNT_POINT")),
         cache_dir=optional_path("SVC_CACHE_DIR") or _default_cache_root(environ),

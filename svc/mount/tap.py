@@ -7,11 +7,15 @@ start L{MountFS}, then mount it with llfuse, whose loop runs in a thread of
 its own (twist owns the main thread for the reactor; see
 L{svc.mount.runner}). Shutdown (SIGTERM/SIGINT through twist): write back
 every open file, unmount, release the lease, close the connection.
+
+A bad variable or option (the mount point and the policy file are checked
+then too, before the enrollment spends the token) refuses to start with
+status 64; a failure while starting ends the process with status 1. Either
+is one line naming the variable or resource at fault (L{svc.startup}).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,10 +26,12 @@ from twisted.application.service import IService, Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python import usage
+from twisted.python.failure import Failure
 
 from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
+from svc.config import ConfigError, process_environ
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.dataplane_client.reconnecting import ReconnectingClient
 from svc.mount.bridge import Bridge, KernelNotices, ReactorCaller, sync_all
@@ -37,19 +43,20 @@ from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes
 from svc.mount.runner import FuseLoop
-from svc.mount.settings import MountSettings, SettingsError, settings_from
-from svc.mount.start_retry import until_answered
+from svc.mount.settings import MountSettings, settings_from
+from svc.mount.start_retry import refused_at_start, until_answered
 from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
-from svc.policy import UNRESTRICTED, load_policy_file
+from svc.policy import UNRESTRICTED, PolicyError, load_policy_file
+from svc.startup import blame, end_start, refusing
 from svc.version import exit_with_version
+from svc.web.clients import check_ca_file
 from svc.worker import ThreadWorker
 
 _log = Logger()
 
-START_FAILED_STATUS = 1
-"""Exit status of a mount that could not start (enrollment, lease, connection)."""
+_CACHE_FIX = "make it a directory this user may create and write"
 
 OPTION_VARIABLES = {
     "control-url": "SVC_CONTROL_URL",
@@ -94,7 +101,7 @@ class Options(usage.Options):
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
 
-        self._environ = dict(os.environ) if environ is None else environ
+        self._environ = dict(process_environ()) if environ is None else environ
         self.settings: MountSettings | None = None
 
     def opt_version(self) -> None:
@@ -102,6 +109,10 @@ class Options(usage.Options):
         exit_with_version("svc-mount")
 
     def postOptions(self) -> None:
+        with refusing(self, "svc-mount", self._environ):
+            self._check()
+
+    def _check(self) -> None:
         overrides: dict[str, str | None] = {
             variable: self[name] for name, variable in OPTION_VARIABLES.items()
         }
@@ -113,16 +124,20 @@ class Options(usage.Options):
             overrides["SVC_DURABLE_CLOSE"] = "1"
         if self["no-write-leases"]:
             overrides["SVC_MOUNT_WRITE_LEASES"] = "0"
-        try:
-            self.settings = settings_from(self._environ, overrides)
-        except SettingsError as error:
-            raise usage.UsageError(str(error)) from None
+        self.settings = settings = settings_from(self._environ, overrides)
         # Before enrolling, which spends the token. A killed svc mount leaves
         # its dead mount behind: clear it, as a restart should just work.
-        release_dead_mount(self.settings.mount_point)
-        problem = mount_point_problem(self.settings.mount_point)
+        release_dead_mount(settings.mount_point)
+        problem = mount_point_problem(settings.mount_point)
         if problem is not None:
-            raise usage.UsageError(f"SVC_MOUNT_POINT: {problem}")
+            raise ConfigError("SVC_MOUNT_POINT", problem)
+        if settings.policy_file is not None:
+            try:
+                load_policy_file(settings.policy_file)
+            except PolicyError as error:
+                raise ConfigError("SVC_POLICY_FILE", str(error)) from None
+        if settings.ca_file is not None:
+            check_ca_file(settings.ca_file)
 
 
 def agent_id_of(leaf: Any) -> str:
@@ -145,14 +160,17 @@ class MountService(Service):
         settings: MountSettings,
         *,
         install_signal: InstallSignal | None = signal.signal,
+        exit_on_failure: bool = True,
     ) -> None:
         """
         @param install_signal: installs the SIGHUP handler that reopens the
             audit log (L{None}: none).
+        @param exit_on_failure: end the process when the start fails.
         """
         self._reactor = reactor
         self._settings = settings
         self._install_signal = install_signal
+        self._exit_on_failure = exit_on_failure
         self._stopping = False
         self._timers: list[Any] = []
         self._fs: Any = None
@@ -167,6 +185,8 @@ class MountService(Service):
         self._spill_worker: Any = None
         self._cache_worker: Any = None
         self.ready: Deferred[None] = Deferred()
+        self.started: Deferred[None] | None = None
+        """The start (set by C{startService}): fires once mounted, or fails."""
 
     def _emit(self, event: AuditEvent) -> None:
         if self._audit is not None:
@@ -174,27 +194,30 @@ class MountService(Service):
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
-        starting = Deferred.fromCoroutine(self._start())
+        self.started = Deferred.fromCoroutine(self._start())
 
-        def failed(reason: Any) -> None:
-            _log.failure("svc-mount could not start", reason)
-            if self._reactor.running:
-                # After the services stopped (unmounting whatever was mounted),
-                # end with a failure status instead of twist's 0.
-                self._reactor.addSystemEventTrigger(
-                    "after", "shutdown", os._exit, START_FAILED_STATUS
-                )
-                self._reactor.stop()
+        def done(result: object) -> object:
+            if not isinstance(result, Failure):
+                self.ready.callback(None)
+                return result
+            if not self._exit_on_failure:
+                return result
+            if not self._stopping:
+                # After the services stopped (unmounting whatever was
+                # mounted), end with a failure status instead of twist's 0.
+                end_start(self._reactor, "svc-mount", result)
+            return None
 
-        starting.addCallbacks(self.ready.callback, failed)
+        self.started.addBoth(done)
 
     async def _start(self) -> None:
 
         settings = self._settings
         reactor = self._reactor
-        for directory in (settings.chunk_dir, settings.spill_dir):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        left = copies_in(settings.unsent_dir)
+        with blame("SVC_CACHE_DIR", _CACHE_FIX):
+            for directory in (settings.chunk_dir, settings.spill_dir):
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            left = copies_in(settings.unsent_dir)
         if left:
             _log.warn(
                 "{count} copies of changes an earlier run did not write back are in {folder}"
@@ -202,14 +225,18 @@ class MountService(Service):
                 count=left,
                 folder=str(settings.unsent_dir),
             )
-        policy = load_policy_file(settings.policy_file) if settings.policy_file else UNRESTRICTED
+        with blame("SVC_POLICY_FILE"):
+            policy = (
+                load_policy_file(settings.policy_file) if settings.policy_file else UNRESTRICTED
+            )
         if settings.audit_log is not None:
             self._audit = AuditLogService(
                 JsonlAuditSink(settings.audit_log, reactor),
                 reactor=reactor,
                 install_signal=self._install_signal,
             )
-            self._audit.startService()
+            with blame("SVC_AUDIT_LOG", "its directory must exist and be writable by this user"):
+                self._audit.startService()
         self._worker = ThreadWorker(reactor, "svc-mount-worker", threads=2)
         # Spill I/O on threads of its own: an application's write is a short
         # pwrite that must not wait behind the write-behind's chunking.
@@ -218,37 +245,22 @@ class MountService(Service):
         # (its index connection and its table-before-disk ordering need it).
         self._cache_worker = ThreadWorker(reactor, "svc-mount-cache", threads=1)
 
-        self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
-        control = self._control
-        try:
-            creds = await until_answered(
-                reactor, "enrollment", lambda: control.enroll(settings.enroll_token)
-            )
-        except Exception:
-            self._emit(enrollment_event(ts=reactor.seconds(), serial=None))
-            raise
-        self._emit(enrollment_event(ts=reactor.seconds(), serial=creds.serial))
-        self._creds = creds
-        agent_id = agent_id_of(creds.leaf())
-        _log.info("enrolled as agent {agent}, serial {serial}", agent=agent_id, serial=creds.serial)
-
-        lease = await until_answered(
-            reactor, "mount lease", lambda: control.acquire_mount(creds, force=settings.force)
-        )
-        _log.info(
-            "mount lease held until {until} (session {session})",
-            until=lease.lease_expires_at.isoformat(),
-            session=lease.session_id,
-        )
+        creds, lease, agent_id = await self._enroll_and_lease()
         self._schedule_refresh(lease.ttl_seconds)
         self._schedule_renewal()
 
         self._dataplane = dataplane = ReconnectingClient(reactor, self._connect_dataplane)
-        await self._dataplane.start()
+        with blame(
+            f"the data plane at {creds.server_addr}",
+            "check that the data-plane server the control plane placed this agent on runs"
+            " and is reachable from here",
+        ):
+            await self._dataplane.start()
         remote = Remote(self._dataplane)
-        self._cache = await ChunkCache.open(
-            settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
-        )
+        with blame("SVC_CACHE_DIR", _CACHE_FIX):
+            self._cache = await ChunkCache.open(
+                settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
+            )
         notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
         quota = QuotaSource(remote.statfs, reactor)
         self._fs = MountFS(
@@ -288,8 +300,39 @@ class MountService(Service):
             workers=settings.workers,
             allow_other=settings.allow_other,
         )
-        self._loop.mount()
+        with blame("SVC_MOUNT_POINT", "check that FUSE works here (/dev/fuse, fusermount)"):
+            self._loop.mount()
         self._loop.ended.addCallback(self._loop_ended)
+
+    async def _enroll_and_lease(self) -> tuple[Any, Any, str]:
+        """Enroll (spending the token) and take the mount lease."""
+        settings = self._settings
+        reactor = self._reactor
+        self._control = MountControlClient(reactor, settings.control_url, ca_file=settings.ca_file)
+        control = self._control
+        try:
+            creds = await until_answered(
+                reactor, "enrollment", lambda: control.enroll(settings.enroll_token)
+            )
+        except Exception as error:
+            self._emit(enrollment_event(ts=reactor.seconds(), serial=None))
+            raise refused_at_start("enrollment", error, settings.control_url) from error
+        self._emit(enrollment_event(ts=reactor.seconds(), serial=creds.serial))
+        self._creds = creds
+        agent_id = agent_id_of(creds.leaf())
+        _log.info("enrolled as agent {agent}, serial {serial}", agent=agent_id, serial=creds.serial)
+        try:
+            lease = await until_answered(
+                reactor, "mount lease", lambda: control.acquire_mount(creds, force=settings.force)
+            )
+        except Exception as error:
+            raise refused_at_start("mount lease", error, settings.control_url) from error
+        _log.info(
+            "mount lease held until {until} (session {session})",
+            until=lease.lease_expires_at.isoformat(),
+            session=lease.session_id,
+        )
+        return creds, lease, agent_id
 
     def _connect_dataplane(self) -> Deferred[DataPlaneClient]:
         """A new data-plane connection with the current certificate and server address."""

@@ -14,6 +14,8 @@ from treq.client import HTTPClient
 from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.web.client import Agent, BrowserLikePolicyForHTTPS
 
+from svc.config import ConfigError
+from svc.pki.errors import PKIError
 from svc.pki.pem import certs_from_pem
 
 
@@ -35,6 +37,21 @@ def control_plane_http_client(reactor: Any, ca_file: Path | None) -> Any:
     policy = BrowserLikePolicyForHTTPS(trustRoot=trust)  # type: ignore[no-untyped-call]
     agent = Agent(reactor, contextFactory=policy)  # type: ignore[no-untyped-call]
     return HTTPClient(agent)
+
+
+def check_ca_file(path: Path) -> None:
+    """
+    Refuse at start a C{SVC_CA_FILE} that L{control_plane_http_client}
+    could not use: unreadable, or holding no PEM certificate.
+
+    @raise ConfigError: naming C{SVC_CA_FILE}.
+    """
+    try:
+        certs_from_pem(path.read_bytes())
+    except OSError as e:
+        raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
+    except PKIError as e:
+        raise ConfigError("SVC_CA_FILE", str(e)) from None
 
 
 class AnswerTooLarge(Exception):

@@ -176,6 +176,8 @@ class GeneralRulesTests(SynchronousTestCase):
             (lines[0]["method"], lines[0]["path"], lines[0]["status"]), ("GET", "/missing", 404)
         )
         self.assertNotIn("secret", repr(lines[0]))
+        # An access line is per-request chatter: shown with SVC_LOG_LEVEL=debug only.
+        self.assertEqual(lines[0]["log_level"].name, "debug")
 
     def test_server_error_hides_details(self) -> None:
         """An unexpected exception is a bare server_error, logged as a failure."""

@@ -538,6 +538,16 @@ class SinkTests(SynchronousTestCase):
         self.assertEqual(conn.protocol.state, ConnectionState.CLOSED)
         self.assertEqual(conn.clock.getDelayedCalls(), [])
 
+    def test_connection_lines_are_debug(self) -> None:
+        """Admission, a client's GOAWAY and the close are per-connection lines: debug only."""
+        with capturedLogs() as events:
+            conn = ServerConnection()
+            conn.send(goaway_frame(GoAway("shutdown")))
+            conn.lose()
+        lines = [e for e in events if "connection_id" in e]
+        self.assertGreaterEqual(len(lines), 3)
+        self.assertEqual({e["log_level"].name for e in lines}, {"debug"})
+
     def test_push_after_close_ignored(self) -> None:
         """A push to a closed connection writes nothing."""
         conn = ServerConnection()

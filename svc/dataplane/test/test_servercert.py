@@ -23,6 +23,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.server import Request, Site
 
+from svc.backoff import Backoff
 from svc.dataplane.servercert import (
     CERT_FILE,
     KEY_FILE,
@@ -30,7 +31,6 @@ from svc.dataplane.servercert import (
     ROOT_FILE,
     CredentialFiles,
     Registration,
-    RetryPolicy,
     ServerCertificate,
     ServerCertificateError,
     ServerCredentials,
@@ -39,10 +39,12 @@ from svc.dataplane.servercert import (
     StaticServerCertificate,
     check_credentials,
     load_static_credentials,
+    refusal_at_start,
     renewal_time,
 )
 from svc.pki.issuance import issue_server_leaf, sign_server_csr
 from svc.pki.pem import cert_to_pem, key_to_pem
+from svc.startup import StartError
 from svc.testing.pki import shared_test_pki
 from svc.testing.worker import ImmediateWorker
 from svc.web.clients import control_plane_http_client
@@ -69,10 +71,11 @@ class FakeControlPlane:
         self.retry_after: str | None = None
         self.wrong_key = False
         self.hang = False
+        self.token = TOKEN
 
     @app.route("/control/sign-server-cert", methods=["POST"])
     def sign(self, request: Request) -> Any:
-        if request.getHeader(b"authorization") != f"Bearer {TOKEN}".encode():
+        if request.getHeader(b"authorization") != f"Bearer {self.token}".encode():
             request.setResponseCode(401)
             return json.dumps({"error": "invalid_token"}).encode()
         if self.hang:
@@ -277,7 +280,7 @@ class ServerCertificateTests(SynchronousTestCase):
     def test_retry_backoff(self) -> None:
         """Failures are retried after a growing, jittered delay, and then succeed."""
         self.control.unavailable = 3
-        service = self.start(retry=RetryPolicy(initial=4.0, factor=2.0, maximum=900.0))
+        service = self.start(retry=Backoff(initial=4.0, factor=2.0, maximum=900.0, jitter=0.5))
         delays = []
         for _ in range(3):
             self.assertEqual(self.installed, [])
@@ -297,7 +300,8 @@ class ServerCertificateTests(SynchronousTestCase):
 
     def test_backoff_bounded(self) -> None:
         """However many failures, the delay never exceeds the policy's maximum."""
-        service = self.start(token="wrong")
+        self.control.unavailable = 100
+        service = self.start()
         for _ in range(20):
             delay = (service.next_attempt_at() or 0) - self.clock.seconds()
             self.assertLessEqual(delay, 900.0)
@@ -305,6 +309,51 @@ class ServerCertificateTests(SynchronousTestCase):
             self.settle()
         self.assertEqual((service.failures, self.installed), (21, []))
         self.assertGreater(delay, 400.0)
+
+    def test_wrong_token_ends_the_start(self) -> None:
+        """A 401 before any certificate fails ready() naming the token; nothing is retried."""
+        service = self.start(token="wrong")
+        error = self.failureResultOf(service.ready(), StartError).value
+        self.assertEqual(error.variable, "SVC_CONTROL_PLANE_TOKEN")
+        self.assertIn("401", str(error))
+        self.assertIsNone(service.next_attempt_at())
+        self.assertEqual((self.installed, service.failures), ([], 0))
+        # A later ready() fails the same way instead of waiting forever.
+        self.failureResultOf(service.ready(), StartError)
+
+    def test_refused_renewal_is_retried(self) -> None:
+        """Once serving, a refused renewal is retried: the server keeps its leaf."""
+        service = self.start()
+        self.assertEqual(len(self.installed), 1)
+        self.control.token = "another-token-" + "x" * 32
+        self.clock.advance((service.next_attempt_at() or 0) - self.clock.seconds())
+        self.settle()
+        self.assertEqual((len(self.installed), service.failures), (1, 1))
+        self.assertIsNotNone(service.next_attempt_at())
+
+    def test_refusals_at_start(self) -> None:
+        """Which answers end the start, and the variable each names; the others are retried."""
+        url = "https://control.test"
+        cases = {
+            SigningFailed("status 401: invalid_token", status=401): "SVC_CONTROL_PLANE_TOKEN",
+            SigningFailed("status 403: forbidden", status=403): "SVC_CONTROL_PLANE_TOKEN",
+            SigningFailed("status 404: http_404", status=404): "SVC_CONTROL_URL",
+            SigningFailed("status 400: bad_fqdn", status=400): "SVC_SERVER_FQDN",
+            SigningFailed("no answer: SSL", untrusted=True): "SVC_CA_FILE",
+            PermissionError(13, "Permission denied", "/state"): "SVC_STATE_DIR",
+        }
+        for error, variable in cases.items():
+            refusal = refusal_at_start(error, url)
+            assert refusal is not None, error
+            self.assertEqual(refusal.variable, variable)
+        for transient in (
+            SigningFailed("no answer: ConnectionRefusedError"),
+            SigningFailed("status 503: temporarily_unavailable", status=503),
+            SigningFailed("status 429: rate_limited", status=429),
+            SigningFailed("status 408: timeout", status=408),
+            SigningFailed("malformed signing answer"),
+        ):
+            self.assertIsNone(refusal_at_start(transient, url), transient)
 
     def test_answer_for_other_key_refused(self) -> None:
         """A leaf that does not match the generated key is refused and retried."""
@@ -366,16 +415,6 @@ class PureRulesTests(SynchronousTestCase):
         leaf = issue_server_leaf(pki.root, FQDN, pki.now, ttl=timedelta(days=90)).cert
         expected = pki.now - timedelta(minutes=5) + (timedelta(days=90, minutes=5) * 2 / 3)
         self.assertLess(abs(renewal_time(leaf).timestamp() - expected.timestamp()), 1)
-
-    def test_retry_delay(self) -> None:
-        """Delay grows by the factor, is cut by up to the jitter, capped, floored by Retry-After."""
-        policy = RetryPolicy(initial=10.0, factor=3.0, maximum=100.0, jitter=0.5)
-        self.assertEqual(policy.delay(0, 0.0), 10.0)
-        self.assertEqual(policy.delay(1, 0.0), 30.0)
-        self.assertEqual(policy.delay(1, 0.999999), 30.0 * (1 - 0.5 * 0.999999))
-        self.assertEqual(policy.delay(50, 0.0), 100.0)
-        self.assertEqual(policy.delay(10_000, 0.0), 100.0)
-        self.assertEqual(policy.delay(0, 0.0, retry_after=60.0), 60.0)
 
     def test_check_credentials(self) -> None:
         """Another root, another name or an expired leaf are refused."""
@@ -477,8 +516,9 @@ class ControlPlaneHttpsTests(TestCase):
         signer = SignServerCertCall(http, f"https://localhost:{port.getHost().port}", TOKEN, real)
 
         async def run() -> None:
-            with self.assertRaises(SigningFailed):
+            with self.assertRaises(SigningFailed) as raised:
                 await signer.sign(REGISTRATION, Ed25519PrivateKey.generate())
             self.assertEqual(control.requests, [])
+            self.assertTrue(raised.exception.untrusted)
 
         return Deferred.fromCoroutine(run())

@@ -9,8 +9,14 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.control_client import RateLimited, Unauthorized, Unreachable
-from svc.mount.start_retry import until_answered
+from svc.mount.control_client import (
+    ControlPlaneError,
+    LeaseLive,
+    RateLimited,
+    Unauthorized,
+    Unreachable,
+)
+from svc.mount.start_retry import refused_at_start, until_answered
 
 
 class Calls:
@@ -73,3 +79,27 @@ class UntilAnsweredTests(SynchronousTestCase):
         self.failureResultOf(done, Unauthorized)
         clock.advance(100)
         self.assertEqual(len(calls.times), 1)
+
+
+class RefusedAtStartTests(SynchronousTestCase):
+    """L{refused_at_start}: the variable a start-up refusal names."""
+
+    def test_variables(self) -> None:
+        """Each refusal names what to fix."""
+        url = "https://control.example"
+        cases = [
+            ("enrollment", Unauthorized(401, "invalid_token"), "SVC_ENROLL_TOKEN"),
+            ("enrollment", ControlPlaneError(404, "not_found"), "SVC_CONTROL_URL"),
+            ("enrollment", unreachable(), "SVC_CONTROL_URL"),
+            (
+                "enrollment",
+                Unreachable(0, "unreachable", "SSL: certificate verify failed"),
+                "SVC_CA_FILE",
+            ),
+            ("mount lease", LeaseLive(409, "lease_live"), "SVC_MOUNT_FORCE"),
+            ("mount lease", ControlPlaneError(400, "invalid_request"), "mount lease"),
+        ]
+        for step, error, variable in cases:
+            refusal = refused_at_start(step, error, url)
+            self.assertEqual(refusal.variable, variable, error)
+            self.assertNotIn("\n", str(refusal))
