@@ -109,6 +109,8 @@ BAD: dict[tuple[str, str], Bad] = {
     ("dataplane", "SVC_LEASE_REVOKE_TIMEOUT_SECONDS"): dp(
         SVC_LEASE_TTL_SECONDS="5", SVC_LEASE_REVOKE_TIMEOUT_SECONDS="10"
     ),
+    ("dataplane", "--metrics-listen"): Bad("dataplane", argv=("--metrics-listen={busy}",)),
+    ("dataplane", "SVC_METRICS_PATH_LABELS"): dp(SVC_METRICS_PATH_LABELS="sometimes"),
     # The control plane's variables and options.
     ("control", "--listen"): Bad("control", argv=("--listen={busy}",)),
     ("control", "--tls-listen"): Bad("control", argv=("--tls-listen=tcp:0",)),
@@ -121,6 +123,19 @@ BAD: dict[tuple[str, str], Bad] = {
     ),
     ("control", "SVC_SECRETS_BACKEND"): cp(SVC_SECRETS_BACKEND="vault"),
     ("control", "SVC_CA_KEK"): Bad("control", {"SVC_CA_KEK": OTHER_KEK}, base="control-ca"),
+    ("control", "SVC_CONTROL_TLS_CERT_FILE"): Bad(
+        "control",
+        {
+            "SVC_CONTROL_TLS_CERT_FILE": "{tmp}/missing-cert.pem",
+            "SVC_CONTROL_TLS_KEY_FILE": "{tmp}/a-file",
+        },
+        argv=("--tls-listen=tcp:0",),
+        base="control-ca",
+    ),
+    ("control", "SVC_CONTROL_TLS_KEY_FILE"): Bad(
+        "control",
+        {"SVC_CONTROL_TLS_CERT_FILE": "{tmp}/a-file", "SVC_CONTROL_TLS_KEY_FILE": None},
+    ),
     ("control", "SVC_CA_KEK_FILE"): Bad(
         "control", {"SVC_CA_KEK": None, "SVC_CA_KEK_FILE": "{tmp}/no-kek"}, base="control-ca"
     ),
