@@ -280,6 +280,7 @@ class DataPlaneServer(MultiService):
             on_event,
             retention=settings.retention,
             lease_timings=settings.lease_timings,
+            observer=self.metrics,
         )
 
     def _control_queries(self) -> ControlQueries | None:

@@ -388,6 +388,11 @@ class ServerTests(SynchronousTestCase):
         names = {family.name for family in server.registry.collect()}
         self.assertIn("svc_dataplane_op_duration_seconds", names)
 
+    def test_storage_reports_to_the_metrics(self) -> None:
+        """The storage engine reports chunk deletions and journal rows to the server's metrics."""
+        server = self.build()
+        self.assertIs(server.service.engine.observer, server.metrics)
+
 
 class RenewableAdmissionTests(SynchronousTestCase):
     """
