@@ -39,7 +39,7 @@ from svc.dataplane.servercert import (
     ServerCredentials,
     load_static_credentials,
 )
-from svc.pki import names
+from svc.pki import names, server_identity
 from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
 from svc.pki.pem import certs_from_pem
@@ -131,6 +131,9 @@ class DataPlaneSettings:
     max_pending_per_address: int = DEFAULT_MAX_PENDING_PER_ADDRESS
     handshake_timeout_seconds: int = int(DEFAULT_HANDSHAKE_TIMEOUT)
     answer_limits: AnswerLimits = attrs.field(factory=AnswerLimits)
+    replace_server_key: str | None = None
+    """The identity key of a registration this server may replace
+    (C{SVC_REPLACE_SERVER_KEY}; L{None}: it replaces none)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -255,6 +258,7 @@ class DataPlaneSettings:
                 maximum=MAX_HANDSHAKE_TIMEOUT_SECONDS,
             ),
             answer_limits=_answer_limits(environ),
+            replace_server_key=_replace_server_key(environ),
         )
 
 
@@ -314,6 +318,8 @@ class TapConfig:
                 or _advertised(listen, fqdn, "--listen", "SVC_ADVERTISE_ADDR"),
                 http_addr=settings.http_advertise_addr
                 or _advertised(http_listen, fqdn, "--http-listen", "SVC_HTTP_ADVERTISE_ADDR"),
+                trust_domain=settings.trust_domain,
+                replaces=settings.replace_server_key,
             )
         policies = PolicyTable()
         if settings.policy_dir is not None:
@@ -402,6 +408,20 @@ def _check_ca_file(path: Path | None) -> None:
         raise ConfigError("SVC_CA_FILE", f"cannot read {path}: {e.strerror}") from None
     except PKIError as e:
         raise ConfigError("SVC_CA_FILE", str(e)) from None
+
+
+def _replace_server_key(environ: Mapping[str, str]) -> str | None:
+    value = env_optional(environ, "SVC_REPLACE_SERVER_KEY")
+    if value is None:
+        return None
+    try:
+        return server_identity.check_key_text(value.strip().lower())
+    except InvalidName:
+        raise ConfigError(
+            "SVC_REPLACE_SERVER_KEY",
+            "must be the 64 hex digits of the identity key the control plane reported"
+            " in its refusal (fqdn_registered)",
+        ) from None
 
 
 def _checked(variable: str, check: Callable[[str], str], value: str) -> str:

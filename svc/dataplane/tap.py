@@ -18,7 +18,10 @@ environment (L{DataPlaneSettings}); a bad value or option refuses to start
 
 L{DataPlaneServer} starts, in order: the storage roots, the audit sink (and
 its SIGHUP reopen), the server-certificate component; once that has
-installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
+installed credentials and this start's registration with the control plane
+has been answered (a refusal -- the FQDN registered under another identity
+key, another trust domain -- ends the process, then or whenever a later
+registration is refused), the deny-list (kept in C{SVC_STATE_DIR}, merged with
 the control plane's current set: L{svc.dataplane.revocations}), the frame
 listener and the HTTPS listener, then the GC loop. A failure to start is
 logged and ends the process with status 1. While it runs, the large buffers
@@ -64,7 +67,9 @@ from svc.dataplane.placements import PlacementRecord, Placements
 from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.dataplane.servercert import (
     CredentialFiles,
+    RegistrationRefused,
     ServerCertificate,
+    ServerCertificateError,
     SignServerCertCall,
     StaticServerCertificate,
 )
@@ -261,6 +266,7 @@ class DataPlaneServer(MultiService):
         self._ports: list[Any] = []
         self._trim = LoopingCall(self.trim_buffers)
         self._trim.clock = reactor
+        self._serving = False
         self.started: Deferred[None] | None = None
         """Fires once both listeners are open (with C{exit_on_failure} off,
         fails if the start failed)."""
@@ -328,6 +334,7 @@ class DataPlaneServer(MultiService):
             clock=self._reactor,
             io=self._io,
             on_new_certificate=self.install_credentials,
+            on_refused=self._registration_refused,
         )
 
     def install_credentials(
@@ -396,6 +403,7 @@ class DataPlaneServer(MultiService):
         )
         self.certificate.startService()
         credentials = await self.certificate.ready()
+        await self.certificate.registered()
         assert self._frame_tls is not None and self._http_tls is not None
         queries = self.queries
         await self.revocations.start(None if queries is None else queries.revocations)
@@ -425,6 +433,7 @@ class DataPlaneServer(MultiService):
         self._listened(await endpoint.listen(https), "HTTPS")
         self.gc.startService()
         self._trim.start(BUFFER_TRIM_INTERVAL, now=False)
+        self._serving = True
         _log.info("svc-dataplane ready", svc_dataplane_ready=True)
 
     def trim_buffers(self) -> None:
@@ -443,10 +452,22 @@ class DataPlaneServer(MultiService):
             port=getattr(address, "port", ""),
         )
 
+    def _registration_refused(self, error: RegistrationRefused) -> None:
+        """The control plane refused this server after it started: stop serving."""
+        if self._serving and self._exit_on_failure:
+            self._exit_failed()
+        # Before that, the start fails with it (the component's registered()).
+
     def _start_failed(self, failure: Failure) -> None:
         if failure.check(CancelledError) and not self.running:  # type: ignore[no-untyped-call]
             return  # stopped while starting
-        _log.failure("svc-dataplane failed to start", failure)
+        # The certificate component logged its refusal (one line, the fix in it).
+        if not failure.check(RegistrationRefused, ServerCertificateError):  # type: ignore[no-untyped-call]
+            _log.failure("svc-dataplane failed to start", failure)
+        self._exit_failed()
+
+    def _exit_failed(self) -> None:
+        """End the process with L{START_FAILED_STATUS} (the reason is logged)."""
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, START_FAILED_STATUS)

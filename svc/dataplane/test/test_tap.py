@@ -172,6 +172,19 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(config.registration.advertise_addr, "10.0.0.5:9443")
         self.assertEqual(config.registration.http_addr, "127.0.0.1:7444")
 
+    def test_registration_names_trust_domain_and_replaced_key(self) -> None:
+        """The registration carries the trust domain and SVC_REPLACE_SERVER_KEY (lower-cased)."""
+        key = "AB" * 32
+        config = parse({**CONTROL, "SVC_REPLACE_SERVER_KEY": key})
+        assert config.registration is not None
+        self.assertEqual(config.registration.trust_domain, config.settings.trust_domain)
+        self.assertEqual(config.registration.replaces, key.lower())
+        plain = parse(CONTROL).registration
+        assert plain is not None
+        self.assertIsNone(plain.replaces)
+        error = self.assertRaises(UsageError, parse, {**CONTROL, "SVC_REPLACE_SERVER_KEY": "ab"})
+        self.assertTrue(str(error).startswith("SVC_REPLACE_SERVER_KEY"), str(error))
+
     def test_wildcard_interface_advertises_fqdn(self) -> None:
         """A listener on every interface is advertised under the server's FQDN."""
         environ = {**CONTROL, "SVC_SERVER_FQDN": "dp1.example.com"}
