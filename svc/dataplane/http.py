@@ -7,7 +7,8 @@ Routes (C{docs/specifications/dataplane-http.md}):
   - C{GET /audit}: an agent certificate; the newest audit records of that
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
-    C{PUT /control/quotas}, C{GET /control/usage}, C{GET /control/journal},
+    C{PUT /control/quotas}, C{PUT /control/session-epochs},
+    C{GET /control/usage}, C{GET /control/journal},
     C{POST /control/journal/revert}: the control-plane certificate
     (C{docs/specifications/control-dataplane.md}).
 
@@ -68,6 +69,7 @@ from svc.dataplane.http_control import (
     parse_purge,
     parse_quotas,
     parse_revocations,
+    parse_session_fence,
     parse_usage_owner,
     purge_agent,
 )
@@ -86,6 +88,7 @@ from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
 from svc.store.journal import RevertResult
+from svc.store.layout import TenantLocation
 from svc.store.tenant import TenantStorage
 from svc.web.errors import (
     ApiError,
@@ -145,6 +148,8 @@ class DataPlaneHttp:
     @param placements: the identities placed on this server (the data-plane
         service's): an agent grant push records its agent as placed, a purge
         removes it. L{None}: nothing is recorded.
+    @param fence: fences an agent's mount sessions older than an epoch
+        (the data-plane service's C{fence_sessions}); by default nothing.
     """
 
     app = Klein()
@@ -171,8 +176,10 @@ class DataPlaneHttp:
         metrics: DataPlaneMetrics | None = None,
         announce: Callable[[ChangeNotice], object] = lambda notice: None,
         placements: Placements | None = None,
+        fence: Callable[[TenantLocation, str, int], object] = lambda location, agent, epoch: None,
     ) -> None:
         self._engine = engine
+        self._fence = fence
         self._registry = registry
         self._audit_log = audit_log
         self._emit = emit
@@ -312,6 +319,19 @@ class DataPlaneHttp:
             await self._engine.set_agent_grant(grant.location, grant.agent_id, grant.grant_bytes)
         if change.budget is not None:
             await self._engine.set_account_budget(change.budget.owner, change.budget.budget_bytes)
+        return _no_content(request)
+
+    @app.route("/control/session-epochs", methods=["PUT"])
+    async def session_epochs(self, request: Request) -> bytes:
+        """
+        An agent's mount lease was granted at an epoch: fence its older
+        sessions (kept on disk first) and tell its live connections.
+        """
+        require_control(self._caller(request))
+        fence = parse_session_fence(self._json_body(request))
+        fenced = self._fence(fence.location, fence.agent_id, fence.epoch)
+        if isinstance(fenced, Deferred):
+            await fenced
         return _no_content(request)
 
     @app.route("/control/usage", methods=["GET"])

@@ -422,6 +422,7 @@ class DataPlaneServer(MultiService):
             metrics=self.metrics,
             announce=self.service.announce,
             placements=self.placements,
+            fence=self.service.fence_sessions,
         )
         port = await listen_dataplane(reactor, self._config.listen, self.factory, self._frame_tls)
         self._listened(port, "frames (mTLS)")

@@ -23,6 +23,7 @@ from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
+from svc.store.layout import TenantLocation
 from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
 from svc.testing.web import Answer, request
@@ -54,6 +55,7 @@ class HttpFixture:
             DenyListFile(self.state_dir), ImmediateWorker(), self.clock, self._replace
         )
         self.chain: list[x509.Certificate] = []
+        self.fences: list[tuple[TenantLocation, str, int]] = []
         self.http = DataPlaneHttp(
             engine=self.store.engine,
             registry=self.registry,
@@ -68,6 +70,7 @@ class HttpFixture:
             io=ImmediateWorker(),
             verified_chain=lambda _request: self.chain,
             max_body_bytes=max_body_bytes,
+            fence=lambda location, agent_id, epoch: self.fences.append((location, agent_id, epoch)),
         )
         self.resource = self.http.resource()
 
