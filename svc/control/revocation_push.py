@@ -61,6 +61,7 @@ from svc.control.dataplane_client import (
     ControlCertificateUnavailable,
     DataPlaneCallFailed,
     DataPlaneClient,
+    DataPlaneRefused,
     DataPlaneTarget,
     QuotaUpdate,
     ServerUpdate,
@@ -131,6 +132,13 @@ def tenant_quotas(
         key=lambda grant: grant.agent_id,
     )
     return (AccountBudget(tenant.owner_id, tenant.tenant_id, owner.budget_bytes), *grants)
+
+
+def _refused(error: Exception) -> bool:
+    """Whether a call failed with a 4xx answer (a refusal, not an outage)."""
+    return isinstance(error, DataPlaneRefused) or (
+        isinstance(error, DataPlaneCallFailed) and error.reason.startswith("HTTP 4")
+    )
 
 
 def unsuperseded(
@@ -397,6 +405,18 @@ class ControlPushLoop(Service):
             try:
                 await self._client.put_update(target, update)
             except Exception as e:
+                if isinstance(update, SessionFence) and _refused(e):
+                    # A server that does not know the call (an older version)
+                    # refuses it every time: retrying would only hold back
+                    # its other updates. It still fences at the new holder's
+                    # first write.
+                    _log.warn(
+                        "session fence push to {fqdn} refused ({reason}); dropped",
+                        fqdn=target.fqdn,
+                        reason=str(e),
+                    )
+                    self._forget(key, update)
+                    continue
                 self._log_failure("quota push", target, e)
                 failed.add(placement.server.fqdn)
                 continue

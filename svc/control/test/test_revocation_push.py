@@ -316,6 +316,20 @@ class ControlPushLoopTests(PushLoopCase):
         )
         self.assertEqual(self.loop.pending_quotas, ())
 
+    def test_refused_session_fence_dropped(self) -> None:
+        """
+        A server refusing the session fence (an older one, without the call)
+        has it dropped, not retried, and still gets its quota updates.
+        """
+        self.loop.startService()
+        fqdn = self.provision_and_place()
+        self.planes[fqdn].statuses["/control/session-epochs"] = 404
+        self.loop.session_granted(SessionFence("acme", "acme", "a1", 3))
+        self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 9))
+        self.assertEqual(self.loop.pending_quotas, ())
+        self.assertEqual(len(self.planes[fqdn].bodies("/control/quotas")), 1)
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+
     def test_quota_queued_while_stopped(self) -> None:
         """An update queued before start is delivered by the first round."""
         self.provision()
