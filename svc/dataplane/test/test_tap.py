@@ -16,6 +16,7 @@ from twisted.python.usage import UsageError
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.answer_budget import MIB, AnswerLimits
+from svc.dataplane.servercert import RegistrationRefused
 from svc.dataplane.settings import (
     DEFAULT_HTTP_LISTEN,
     DEFAULT_IO_THREADS,
@@ -24,7 +25,7 @@ from svc.dataplane.settings import (
     DataPlaneSettings,
     TapConfig,
 )
-from svc.dataplane.tap import DataPlaneServer, Options, RenewableAdmission
+from svc.dataplane.tap import START_FAILED_STATUS, DataPlaneServer, Options, RenewableAdmission
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import DenyList
 from svc.pki.pem import cert_to_pem, key_to_pem
@@ -400,6 +401,25 @@ class ServerTests(SynchronousTestCase):
         server.metrics.observe_op(Op.PING.value, 0.001)
         names = {family.name for family in server.registry.collect()}
         self.assertIn("svc_dataplane_op_duration_seconds", names)
+
+    def test_refusal_after_start_ends_the_process(self) -> None:
+        """
+        A registration refused once the server serves (a later renewal) stops
+        the reactor and exits with status 1; one refused while starting
+        leaves that to the failed start.
+        """
+        files = StaticFiles(self)
+        environ = {**BASE, "SVC_TENANTS_ROOT": self.mktemp()}
+        reactor = MemoryReactorClock()
+        server = DataPlaneServer(parse(environ, files.args()), reactor, install_signal=None)
+        refused = RegistrationRefused("refused", "fqdn_registered")
+        server._registration_refused(refused)
+        self.assertFalse(reactor.hasStopped)
+        server._serving = True
+        server._registration_refused(refused)
+        self.assertTrue(reactor.hasStopped)
+        (trigger,) = reactor.triggers["after"]["shutdown"]
+        self.assertEqual(trigger[1], (START_FAILED_STATUS,))
 
     def test_storage_reports_to_the_metrics(self) -> None:
         """The storage engine reports chunk deletions and journal rows to the server's metrics."""
