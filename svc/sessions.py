@@ -157,3 +157,15 @@ class SessionBook:
             raise SessionRejected(SessionRejection.FENCED)
         self.highest[key] = session.epoch
         return session.epoch > newest
+
+    def raise_to(self, tenant_id: str, agent_id: str, epoch: int) -> bool:
+        """
+        Fence every session of the agent older than C{epoch} (the control
+        plane granted its mount lease at C{epoch}); returns whether this
+        raised the newest epoch.
+        """
+        key = (tenant_id, agent_id)
+        if epoch <= self.highest.get(key, -1):
+            return False
+        self.highest[key] = epoch
+        return True

@@ -36,13 +36,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.x509.oid import NameOID
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.testing.postgres import database_for_test, in_ci
+from svc.testing.registration import registration_body
 from tests.json_logs import JSON_LOGS, check_json_log
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,19 +257,9 @@ class FullFlowMixin(ControlSystemMixin):
 
     def register_fake_dataplane(self, case: TestCase, control: ControlProcess) -> FakeDataPlane:
         key = Ed25519PrivateKey.generate()
-        csr = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, DATAPLANE_FQDN)]))
-            .sign(key, None)
-        )
         port = free_port()
-        # The store keeps no http_addr yet, so pushes go to the advertised address.
-        body = {
-            "csr_pem": csr.public_bytes(serialization.Encoding.PEM).decode(),
-            "fqdn": DATAPLANE_FQDN,
-            "advertise_addr": f"127.0.0.1:{port}",
-            "http_addr": f"127.0.0.1:{port}",
-        }
+        address = f"127.0.0.1:{port}"
+        body = registration_body(DATAPLANE_FQDN, address, address, "svc.test", key=key)
         status, answer, _ = call("POST", control.url + "/control/sign-server-cert", body)
         case.assertEqual(status, 200, answer)
         key_pem = key.private_bytes(

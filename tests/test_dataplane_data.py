@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from blake3 import blake3
 from twisted.internet import reactor
+from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 
 from svc.dataplane_client.client import DataPlaneClient, Reply
@@ -225,6 +226,54 @@ class OperationsTests(DataSystemCase):
         self.assertEqual(
             delta("svc_journal_writes_total", op="put", allocation_id="tenant-a/met-1"), 1
         )
+
+    @async_test
+    async def test_journal_rows_and_deletion_batches(self) -> None:
+        """
+        svc_journal_rows_total follows an agent's journal within about a
+        second; a purge deletes its chunks as one delete batch, counted by
+        result, and its journal series goes.
+        """
+        client = await self.connect(self.pki.agent("tenant-a", "jr-1"))
+        await self.put_file(client, "/jr-1/a", [chunk("journal-a", 3000)])
+        await self.put_file(client, "/jr-1/b", [chunk("journal-b", 3000)])
+        rows = {"allocation_id": "tenant-a/jr-1"}
+        # The disk's own directory, then the two files.
+        self.assertEqual(await self.metric_becomes("svc_journal_rows_total", 3.0, **rows), 3.0)
+        before = self.metrics()
+        purged = self.server.https(
+            "POST",
+            "/control/purge-agent",
+            {"owner": "user-1", "tenant": "tenant-a", "agent_id": "jr-1"},
+            context=self.pki.control_ssl_context(),
+        )
+        self.assertEqual(purged.status, 200, purged.body)
+        after = self.metrics()
+        delete = {"operation": "delete"}
+        for name, labels, grew in (
+            ("svc_chunk_batch_size_count", delete, 1.0),
+            ("svc_chunk_batch_size_sum", delete, 2.0),
+            ("svc_chunk_batch_duration_seconds_count", delete, 1.0),
+            ("svc_chunk_batch_items_total", {**delete, "result": "deleted"}, 2.0),
+        ):
+            self.assertEqual(
+                (metric_sample(after, name, **labels) or 0.0)
+                - (metric_sample(before, name, **labels) or 0.0),
+                grew,
+                name,
+            )
+        self.assertIsNone(await self.metric_becomes("svc_journal_rows_total", None, **rows))
+
+    async def metric_becomes(
+        self, name: str, value: float | None, timeout: float = 10.0, **labels: str
+    ) -> float | None:
+        """The sample once it equals C{value} (L{None}: absent), or its last value."""
+        deadline = _reactor.seconds() + timeout
+        while True:
+            found = metric_sample(self.metrics(), name, **labels)
+            if found == value or _reactor.seconds() > deadline:
+                return found
+            await deferLater(_reactor, 0.2, lambda: None)
 
     @async_test
     async def test_promtool_accepts_real_metrics(self) -> None:

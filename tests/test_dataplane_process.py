@@ -12,7 +12,9 @@ System tests of the C{twist svc-dataplane} process itself:
     the request with an unknown outcome instead of waiting out its timeout;
   - without certificate files the server obtains its leaf from a real
     C{twist svc-control} (C{POST /control/sign-server-cert}), stores it in
-    C{SVC_STATE_DIR} and serves with it.
+    C{SVC_STATE_DIR} and serves with it; a second server claiming the same
+    FQDN, or a server of another trust domain, is refused and exits 1
+    naming the fix.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
 from svc.dataplane_client.errors import OutcomeUnknown
+from svc.pki import server_identity
+from svc.pki.pem import key_from_pem
 from tests.dataplane_harness import (
     REPO,
     SERVICE_TOKEN,
@@ -240,41 +244,47 @@ async def _failure_of(call: Deferred[Any]) -> Exception:
 class ManagedCertificateTests(TestCase):
     """
     The server leaf signed by a real control plane (the control plane is
-    run as its own system tests run it).
+    run as its own system tests run it), and the registration behind it:
+    one FQDN, one server identity, one trust domain.
     """
 
-    def test_leaf_from_control_plane(self) -> None:
-        """With SVC_CONTROL_URL and no files, the leaf is obtained, stored and served."""
+    def setUp(self) -> None:
         from tests.test_control_system import KEK, TOKEN, ControlProcess, operator  # noqa: PLC0415
 
-        workdir = Path(self.mktemp()).resolve()
-        (workdir / "secrets").mkdir(parents=True)
+        self.token = TOKEN
+        self.workdir = Path(self.mktemp()).resolve()
+        (self.workdir / "secrets").mkdir(parents=True)
         control_environ = {
             **os.environ,
-            "DATABASE_URL": f"sqlite:///{workdir}/control.db",
+            "DATABASE_URL": f"sqlite:///{self.workdir}/control.db",
             "SVC_CONTROL_PLANE_TOKEN": TOKEN,
-            "SVC_SECRETS_DIR": str(workdir / "secrets"),
+            "SVC_SECRETS_DIR": str(self.workdir / "secrets"),
             "SVC_CA_KEK": KEK,
             "SVC_TRUST_DOMAIN": "svc.test",
         }
         operator(control_environ, "ca", "init")
-        control = ControlProcess(workdir, control_environ, tls=False)
-        self.addCleanup(control.stop)
-        control.start()
+        self.control = ControlProcess(self.workdir, control_environ, tls=False)
+        self.addCleanup(self.control.stop)
+        self.control.start()
 
+    def dataplane(self, name: str, **settings: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+        """
+        Start C{twist svc-dataplane} with its own state directory and
+        ports, FQDN C{localhost}; its process, HTTPS port and log.
+        """
         frame, http = free_ports(2)
-        state = workdir / "state"
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SVC_")}
         environ.update(
-            SVC_TENANTS_ROOT=str(workdir / "tenants"),
-            SVC_AUDIT_LOG=str(workdir / "audit.log"),
+            SVC_TENANTS_ROOT=str(self.workdir / f"{name}-tenants"),
+            SVC_AUDIT_LOG=str(self.workdir / f"{name}-audit.log"),
             SVC_TRUST_DOMAIN="svc.test",
-            SVC_CONTROL_PLANE_TOKEN=TOKEN,
-            SVC_CONTROL_URL=control.url,
-            SVC_STATE_DIR=str(state),
+            SVC_CONTROL_PLANE_TOKEN=self.token,
+            SVC_CONTROL_URL=self.control.url,
+            SVC_STATE_DIR=str(self.workdir / f"{name}-state"),
             **JSON_LOGS,
         )
-        log = workdir / "dataplane.log"
+        environ.update(settings)
+        log = self.workdir / f"{name}.log"
         command = [
             str(TWIST),
             f"--log-file={log}",
@@ -282,29 +292,79 @@ class ManagedCertificateTests(TestCase):
             f"--listen=tcp:{frame}:interface=127.0.0.1",
             f"--http-listen=tcp:{http}:interface=127.0.0.1",
         ]
-        process = subprocess.Popen(command, env=environ, cwd=workdir)
+        process = subprocess.Popen(command, env=environ, cwd=self.workdir)
         self.addCleanup(check_json_log, [log])
         self.addCleanup(stop_process, process)
+        return process, http, log
+
+    def serving(self, name: str, **settings: str) -> subprocess.Popen[bytes]:
+        """L{dataplane}, once it answers C{/healthz}."""
+        process, http, log = self.dataplane(name, **settings)
+        root = self.workdir / f"{name}-state" / "org-root.pem"
         deadline = time.monotonic() + 30
         status = None
         while status is None and time.monotonic() < deadline:
             self.assertIsNone(process.poll(), log.read_text() if log.exists() else "")
-            status = healthz_status(http, state / "org-root.pem")
+            status = healthz_status(http, root)
             time.sleep(0.1)
         self.assertEqual(status, 200, log.read_text())
+        return process
+
+    def refused(self, name: str, **settings: str) -> str:
+        """L{dataplane}, which must exit 1 without serving; its log."""
+        process, http, log = self.dataplane(name, **settings)
+        status = process.wait(timeout=60)
+        text = log.read_text()
+        self.assertEqual(status, 1, text)
+        self.assertIsNone(healthz_status(http, self.workdir / "a-state" / "org-root.pem"))
+        return text
+
+    def stop(self, process: subprocess.Popen[bytes]) -> None:
+        process.terminate()
+        self.assertIn(process.wait(timeout=30), (0, -signal.SIGTERM))
+
+    def test_leaf_from_control_plane(self) -> None:
+        """With SVC_CONTROL_URL and no files, the leaf is obtained, stored and served."""
+        process = self.serving("a")
+        state = self.workdir / "a-state"
         self.assertEqual(
             sorted(p.name for p in state.iterdir()),
             [
                 "deny-list.json",
+                "identity-key.pem",
                 "org-root.pem",
-                "registration.json",
                 "server-cert.pem",
                 "server-key.pem",
             ],
         )
-        self.assertEqual((state / "server-key.pem").stat().st_mode & 0o777, 0o600)
-        process.terminate()
-        self.assertIn(process.wait(timeout=30), (0, -signal.SIGTERM))
+        for secret in ("server-key.pem", "identity-key.pem"):
+            self.assertEqual((state / secret).stat().st_mode & 0o777, 0o600)
+        self.stop(process)
+
+    def test_second_server_with_the_same_fqdn_is_refused(self) -> None:
+        """
+        A second server started with a registered FQDN (another state
+        directory: another identity) exits 1, naming the setting that would
+        let it replace the first; started with it, it takes the FQDN over,
+        and the first is then refused in its turn, even with a stored leaf.
+        """
+        first = self.serving("a")
+        log = self.refused("b")
+        identity = key_from_pem((self.workdir / "a-state" / "identity-key.pem").read_bytes())
+        registered = server_identity.key_text(identity)
+        self.assertIn("FQDN localhost is registered to another data-plane server", log)
+        self.assertIn(f"SVC_REPLACE_SERVER_KEY={registered}", log)
+        self.assertNotIn("Traceback", log)
+        self.stop(first)
+        self.stop(self.serving("b", SVC_REPLACE_SERVER_KEY=registered))
+        again = self.refused("a")
+        self.assertIn("SVC_REPLACE_SERVER_KEY=", again)
+
+    def test_trust_domain_mismatch_stops_the_server(self) -> None:
+        """A server of another trust domain than the control plane's exits 1 naming the fix."""
+        log = self.refused("a", SVC_TRUST_DOMAIN="other.test")
+        self.assertIn("SVC_TRUST_DOMAIN=svc.test", log)
+        self.assertIn("'other.test'", log)
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

@@ -174,6 +174,37 @@ QuotaUpdate = AgentGrant | AccountBudget
 
 
 @attrs.frozen
+class SessionFence:
+    """
+    An agent's mount lease was granted at C{epoch}: its server fences the
+    agent's older sessions (C{PUT /control/session-epochs}).
+    """
+
+    owner: str
+    tenant: str
+    agent_id: str
+    epoch: int
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """Updates with the same key supersede each other (epochs only rise)."""
+        return ("session", self.owner, self.tenant, self.agent_id)
+
+    def body(self) -> dict[str, object]:
+        """The request body."""
+        return {
+            "owner": self.owner,
+            "tenant": self.tenant,
+            "agent_id": self.agent_id,
+            "epoch": self.epoch,
+        }
+
+
+ServerUpdate = AgentGrant | AccountBudget | SessionFence
+"""What the push loop sends a tenant's server and retries until delivered."""
+
+
+@attrs.frozen
 class PurgeResult:
     """What C{POST /control/purge-agent} erased."""
 
@@ -431,6 +462,18 @@ class DataPlaneClient:
         return Deferred.fromCoroutine(
             self._no_answer(target, "PUT", "/control/quotas", update.body())
         )
+
+    def put_session_fence(self, target: DataPlaneTarget, fence: SessionFence) -> Deferred[None]:
+        """C{PUT /control/session-epochs}: fence an agent's sessions older than an epoch."""
+        return Deferred.fromCoroutine(
+            self._no_answer(target, "PUT", "/control/session-epochs", fence.body())
+        )
+
+    def put_update(self, target: DataPlaneTarget, update: ServerUpdate) -> Deferred[None]:
+        """L{put_session_fence} or L{put_quotas}, as C{update} is."""
+        if isinstance(update, SessionFence):
+            return self.put_session_fence(target, update)
+        return self.put_quotas(target, update)
 
     def purge_agent(
         self, target: DataPlaneTarget, owner: str, tenant: str, agent_id: str

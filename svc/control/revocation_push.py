@@ -13,12 +13,14 @@ L{ControlPushLoop}:
      merges it into the deny-list it keeps on disk; a server also pulls the
      set with C{GET /control/cert-revocations} when it starts, so one that
      was down when a serial was revoked knows it before it admits anyone);
-  3. sends the quota updates still pending (C{PUT /control/quotas}): the
-     routes queue an update after a grant or budget change and it is sent at
-     once; one that fails stays queued, newest value per agent or account
-     winning, until a round delivers it (after one failure a server gets
-     no more updates that round, so a dead server costs one timeout per
-     round). An update for a tenant no server holds yet is dropped;
+  3. sends the updates still pending: quotas (C{PUT /control/quotas}) and
+     session fences (C{PUT /control/session-epochs}, queued at every mount
+     lease grant so the server fences the agent's older sessions at once):
+     the routes queue an update after a change and it is sent at once; one
+     that fails stays queued, newest value per agent or account winning,
+     until a round delivers it (after one failure a server gets no more
+     updates that round, so a dead server costs one timeout per round). An
+     update for a tenant no server holds yet is dropped;
   4. reads whole tenants' quotas (L{tenant_quotas}: the owner's account
      budget and every live agent grant) and queues them, for a tenant that
      was just placed (L{PushNotices.tenant_placed}, after an enrollment or
@@ -59,8 +61,11 @@ from svc.control.dataplane_client import (
     ControlCertificateUnavailable,
     DataPlaneCallFailed,
     DataPlaneClient,
+    DataPlaneRefused,
     DataPlaneTarget,
     QuotaUpdate,
+    ServerUpdate,
+    SessionFence,
     target_for,
 )
 from svc.control.store.errors import NotFound
@@ -85,6 +90,12 @@ class PushNotices(Protocol):
 
     def quota_changed(self, update: QuotaUpdate) -> None:
         """A grant or budget changed: send it to the tenant's server."""
+
+    def session_granted(self, fence: SessionFence) -> None:
+        """
+        An agent's mount lease was granted at a new epoch: have the tenant's
+        server fence the agent's older sessions now.
+        """
 
     def tenant_placed(self, tenant_id: str) -> None:
         """
@@ -123,10 +134,17 @@ def tenant_quotas(
     return (AccountBudget(tenant.owner_id, tenant.tenant_id, owner.budget_bytes), *grants)
 
 
+def _refused(error: Exception) -> bool:
+    """Whether a call failed with a 4xx answer (a refusal, not an outage)."""
+    return isinstance(error, DataPlaneRefused) or (
+        isinstance(error, DataPlaneCallFailed) and error.reason.startswith("HTTP 4")
+    )
+
+
 def unsuperseded(
     read: Iterable[QuotaUpdate],
-    before: Mapping[QuotaKey, QuotaUpdate],
-    after: Mapping[QuotaKey, QuotaUpdate],
+    before: Mapping[QuotaKey, ServerUpdate],
+    after: Mapping[QuotaKey, ServerUpdate],
 ) -> tuple[QuotaUpdate, ...]:
     """
     The updates read from the store that may be queued: those whose key had
@@ -144,6 +162,9 @@ class NoPushes:
         """Ignore."""
 
     def quota_changed(self, update: QuotaUpdate) -> None:
+        """Ignore."""
+
+    def session_granted(self, fence: SessionFence) -> None:
         """Ignore."""
 
     def tenant_placed(self, tenant_id: str) -> None:
@@ -192,7 +213,7 @@ class ControlPushLoop(Service):
         self._want_quotas = False
         self._reconcile_every = reconcile_every
         self._reconcile_at: float | None = None
-        self._pending: dict[QuotaKey, QuotaUpdate] = {}
+        self._pending: dict[QuotaKey, ServerUpdate] = {}
         self._syncs: set[str] = set()
         self._placed: dict[str, str | None] = {}
         self._tenants_read: set[str] = set()
@@ -209,6 +230,11 @@ class ControlPushLoop(Service):
     def quota_changed(self, update: QuotaUpdate) -> None:
         """Queue C{update} (replacing an older one for the same target) and try it now."""
         self._pending[update.key] = update
+        self._quotas_due()
+
+    def session_granted(self, fence: SessionFence) -> None:
+        """Queue C{fence} (replacing an older one for the same agent) and send it now."""
+        self._pending[fence.key] = fence
         self._quotas_due()
 
     def tenant_placed(self, tenant_id: str) -> None:
@@ -231,7 +257,7 @@ class ControlPushLoop(Service):
             self._quotas_due()
 
     @property
-    def pending_quotas(self) -> tuple[QuotaUpdate, ...]:
+    def pending_quotas(self) -> tuple[ServerUpdate, ...]:
         """The quota updates not yet delivered."""
         return tuple(self._pending.values())
 
@@ -377,8 +403,20 @@ class ControlPushLoop(Service):
                 continue
             target = self._target_of(placement.server)
             try:
-                await self._client.put_quotas(target, update)
+                await self._client.put_update(target, update)
             except Exception as e:
+                if isinstance(update, SessionFence) and _refused(e):
+                    # A server that does not know the call (an older version)
+                    # refuses it every time: retrying would only hold back
+                    # its other updates. It still fences at the new holder's
+                    # first write.
+                    _log.warn(
+                        "session fence push to {fqdn} refused ({reason}); dropped",
+                        fqdn=target.fqdn,
+                        reason=str(e),
+                    )
+                    self._forget(key, update)
+                    continue
                 self._log_failure("quota push", target, e)
                 failed.add(placement.server.fqdn)
                 continue
@@ -418,7 +456,7 @@ class ControlPushLoop(Service):
         allocations = await self._store.list_allocations(owner.user_id)
         return tenant_quotas(tenant, owner, allocations)
 
-    def _forget(self, key: QuotaKey, update: QuotaUpdate) -> None:
+    def _forget(self, key: QuotaKey, update: ServerUpdate) -> None:
         if self._pending.get(key) is update:
             del self._pending[key]
 

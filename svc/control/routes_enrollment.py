@@ -7,8 +7,12 @@ L{svc.control.app.build_control_app}:
     fresh leaf for a live one;
   - C{POST /control/sign-server-cert} (service token): sign a data-plane
     server's CSR with the org root and register the server for placement
-    (C{docs/specifications/control-dataplane.md}); the push loop is told, so
-    a server that lost its disk gets its tenants' quotas again.
+    under its FQDN and identity key
+    (C{docs/specifications/control-dataplane.md}): a server of another trust
+    domain is refused (409 C{trust_domain_mismatch}), as is one claiming an
+    FQDN registered under another identity key that it does not name to
+    replace (409 C{fqdn_registered}); the push loop is told, so a server
+    that lost its disk gets its tenants' quotas again.
 
 All three need the database and an agent CA (mounting rule 4) and answer
 503 with C{Retry-After: 60} while the CA has no org root. The decisions are
@@ -44,10 +48,12 @@ from svc.control.enrollment import (
 )
 from svc.control.http import Authenticator, Call
 from svc.control.routing import AuthKind, Feature, HandlerResult, Route
-from svc.pki import names
+from svc.control.store.errors import ServerKeyConflict
+from svc.control.store.values import Server
+from svc.pki import names, server_identity
 from svc.pki.errors import InvalidName, IssuanceError
 from svc.pki.pem import cert_to_pem
-from svc.web.errors import InvalidRequest, JsonValue, ServiceUnavailable
+from svc.web.errors import Conflict, InvalidRequest, JsonValue, ServiceUnavailable
 
 __all__ = [
     "AgentCAProvider",
@@ -58,6 +64,8 @@ __all__ = [
 ]
 
 MAX_SERVER_CAPACITY = 1_000_000
+FQDN_REGISTERED = "fqdn_registered"
+TRUST_DOMAIN_MISMATCH = "trust_domain_mismatch"
 _HOST = re.compile(
     r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
@@ -132,8 +140,11 @@ async def _sign_server_cert(
     csr_pem = _text(body, "csr_pem")
     try:
         csr = x509.load_pem_x509_csr(csr_pem.encode("utf-8"))
+        signed = csr.is_signature_valid
     except ValueError:
         raise InvalidRequest("bad_csr") from None
+    if not signed:
+        raise InvalidRequest("bad_csr")
     try:
         fqdn = names.check_fqdn(_text(body, "fqdn"))
     except InvalidName:
@@ -147,24 +158,62 @@ async def _sign_server_cert(
         or not 0 <= capacity <= MAX_SERVER_CAPACITY
     ):
         raise InvalidRequest("bad_capacity")
+    trust_domain = _text(body, "trust_domain")
+    identity_key = _identity_key(body, "identity_key")
+    try:
+        server_identity.check_proof(identity_key, body.get("identity_proof"), csr)
+    except (InvalidName, server_identity.BadIdentityProof):
+        raise InvalidRequest("bad_identity_proof") from None
+    replacing = None
+    if body.get("replaces_identity_key") is not None:
+        replacing = _identity_key(body, "replaces_identity_key")
     ca = await deps.ca.get()
     if ca is None:
         raise ServiceUnavailable(CA_NOT_READY, retry_after=ENROLL_RETRY_AFTER)
+    if trust_domain != ca.trust_domain:
+        _log.warn(
+            "server_refused {fqdn}: its trust domain {theirs!r} is not ours ({ours!r})",
+            fqdn=fqdn,
+            theirs=trust_domain,
+            ours=ca.trust_domain,
+        )
+        raise Conflict(TRUST_DOMAIN_MISMATCH, extra={"trust_domain": ca.trust_domain})
     now = deps.utc_now()
     try:
         cert = await ca.sign_server_csr(csr, fqdn, now)
     except IssuanceError:
         raise InvalidRequest("bad_csr") from None
-    server = await deps.store.register_server(
-        fqdn,
-        advertise_addr,
-        capacity,
-        now,
-        cert_serial=names.format_serial(cert.serial_number),
-        cert_not_after=cert.not_valid_after_utc,
-        http_address=http_addr,
-    )
-    _log_registration(server.server_id, fqdn, advertise_addr, http_addr, capacity)
+    try:
+        server = await deps.store.register_server(
+            fqdn,
+            advertise_addr,
+            capacity,
+            now,
+            cert_serial=names.format_serial(cert.serial_number),
+            cert_not_after=cert.not_valid_after_utc,
+            http_address=http_addr,
+            identity_key=identity_key,
+            replacing=replacing,
+        )
+    except ServerKeyConflict as e:
+        _log.warn(
+            "server_refused {fqdn}: registered under identity key {registered},"
+            " asked for by {identity_key} (the signed leaf {serial} is discarded)",
+            fqdn=fqdn,
+            registered=e.server.identity_key,
+            identity_key=identity_key,
+            serial=names.format_serial(cert.serial_number),
+        )
+        raise Conflict(
+            FQDN_REGISTERED,
+            extra={
+                "server_id": e.server.server_id,
+                "identity_key": e.server.identity_key,
+                "last_seen_at": format_timestamp(e.server.last_seen_at),
+            },
+        ) from None
+
+    _log_registration(server, http_addr, replacing)
     deps.pushes.server_registered(fqdn)
     return {
         "cert_pem": cert_to_pem(cert).decode("ascii"),
@@ -174,17 +223,18 @@ async def _sign_server_cert(
     }
 
 
-def _log_registration(
-    server_id: str, fqdn: str, advertise_addr: str, http_addr: str, capacity: int
-) -> None:
+def _log_registration(server: Server, http_addr: str, replacing: str | None) -> None:
     _log.info(
         "server_registered {fqdn} id={server_id} advertise={advertise_addr}"
-        " http={http_addr} capacity={capacity}",
-        fqdn=fqdn,
-        server_id=server_id,
-        advertise_addr=advertise_addr,
+        " http={http_addr} capacity={capacity} identity_key={identity_key}"
+        " replacing={replacing}",
+        fqdn=server.fqdn,
+        server_id=server.server_id,
+        advertise_addr=server.address,
         http_addr=http_addr,
-        capacity=capacity,
+        capacity=server.capacity,
+        identity_key=server.identity_key,
+        replacing=replacing,
     )
 
 
@@ -193,6 +243,13 @@ def _text(body: dict[str, JsonValue], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidRequest(f"bad_{name}")
     return value
+
+
+def _identity_key(body: dict[str, JsonValue], name: str) -> str:
+    try:
+        return server_identity.check_key_text(body.get(name))
+    except InvalidName:
+        raise InvalidRequest(f"bad_{name}") from None
 
 
 def _address(body: dict[str, JsonValue], name: str) -> str:

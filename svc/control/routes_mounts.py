@@ -6,8 +6,10 @@ itself (agent identity: its leaf over mTLS, or C{agent_fingerprint}).
     acquires the lease: 200 with the lease and its mount session id; 409
     C{wrong_agent}, C{already_mounted}, C{lease_live} (with the incumbent's
     C{bound_at}, C{lease_expires_at}), C{insufficient_capacity}; 410
-    C{revoked}. A forced takeover from another enrollment revokes that
-    enrollment's leaves and tells the push loop at once.
+    C{revoked}. Every grant (a new epoch) is told to the push loop, which
+    has the tenant's server fence the agent's older sessions at once: a
+    forced takeover's displaced mount (demoted, not revoked) is told to stop
+    writing within a push.
   - C{POST /allocations/{id}/mount/refresh} extends it (410 C{lease_lost}
     when the caller no longer holds it, also when its leaf was revoked
     because its lease ended: C{AuthKind.LEASE_HOLDER}).
@@ -27,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 from twisted.logger import Logger
 
-from svc.control.dataplane_client import rfc3339
+from svc.control.dataplane_client import SessionFence, rfc3339
 from svc.control.http import Call
 from svc.control.revocation_push import PushNotices
 from svc.control.routes_entities import from_store, utc_now
@@ -83,7 +85,7 @@ class MountDeps:
 
     @ivar clock: the reactor's time.
     @ivar lease_ttl: the lease lifetime granted by acquisition and refresh.
-    @ivar pushes: told when a release or a forced takeover revoked leaves.
+    @ivar pushes: told when a release revoked leaves, and of every grant's epoch.
     """
 
     store: ControlStore
@@ -160,6 +162,11 @@ class MountRoutes:
         )
         if isinstance(outcome, MountConflict):
             raise conflict_error(outcome)
+        self._deps.pushes.session_granted(
+            SessionFence(
+                allocation.owner_id, allocation.tenant_id, holder.agent_id, outcome.lease.epoch
+            )
+        )
         if outcome.displaced is not None:
             _log.info(
                 "mount lease of {allocation_id} taken over by serial {serial}"

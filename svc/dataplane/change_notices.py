@@ -172,6 +172,10 @@ class AgentConnections(Generic[L]):
         if not connections:
             del self._by_agent[key]
 
+    def of(self, location: TenantLocation, agent_id: str) -> list[L]:
+        """Every tracked connection of C{agent_id} in C{location}."""
+        return list(self._by_agent.get((location, agent_id), {}).values())
+
     def count(self, location: TenantLocation, agent_id: str) -> int:
         """How many connections of C{agent_id} in C{location} are tracked."""
         return len(self._by_agent.get((location, agent_id), ()))

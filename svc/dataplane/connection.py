@@ -121,6 +121,11 @@ class ConnectionContext:
     """Where refusals a peer can cause are logged, at a bounded rate."""
     answer_budgets: AnswerBudgets = attrs.field(factory=AnswerBudgets)
     """Where bulk answers reserve their bytes (L{svc.dataplane.answer_budget})."""
+    fenced: Callable[[TenantLocation, str, int, AgentConnection], object] = (
+        lambda location, agent_id, epoch, source: None
+    )
+    """Told when a session presented on C{source} raised its agent's newest
+    epoch: older sessions are fenced from now on."""
 
 
 class _Upload:
@@ -182,6 +187,8 @@ class AgentConnection:
         )
         self.visible = VisibleChunks(context.visible_memory)
         self.session_id: str | None = None
+        self.session_epoch: int | None = None
+        """The epoch of C{session_id}, the newest session verified here."""
         self.closing = False
         self.answers: ConnectionBudget = context.answer_budgets.connection(
             (identity.tenant_id, identity.agent_id)
@@ -339,6 +346,7 @@ class AgentConnection:
                     tenant_id=self.identity.tenant_id,
                     agent_id=self.agent_id,
                 )
+            previous = epochs.newest(self.agent_id)
             raised = epochs.admit(session)
         except SessionRejected as e:
             self.metrics.count_session_forgery(e.reason.value)
@@ -352,8 +360,11 @@ class AgentConnection:
                 self.metrics.count_session_rebind()
         call.session_id = presented
         self.session_id = presented
+        self.session_epoch = session.epoch
         if raised:
             await epochs.save()
+            if previous is not None:  # an older session had written: it is fenced now
+                self._context.fenced(self._disk.location, self.agent_id, session.epoch, self)
 
     # The request pipeline
 

@@ -9,7 +9,8 @@ Routes (C{docs/specifications/dataplane-http.md}):
   - C{GET /audit}: an agent certificate; the newest audit records of that
     agent in that tenant;
   - C{PUT /control/cert-revocations}, C{POST /control/purge-agent},
-    C{PUT /control/quotas}, C{GET /control/usage}, C{GET /control/journal},
+    C{PUT /control/quotas}, C{PUT /control/session-epochs},
+    C{GET /control/usage}, C{GET /control/journal},
     C{POST /control/journal/revert}, C{POST /control/gc}: the control-plane
     certificate
     (C{docs/specifications/control-dataplane.md}).
@@ -71,6 +72,7 @@ from svc.dataplane.http_control import (
     parse_purge,
     parse_quotas,
     parse_revocations,
+    parse_session_fence,
     parse_usage_owner,
     purge_agent,
     sweep_answer,
@@ -92,6 +94,7 @@ from svc.pki.identity import DenyList
 from svc.store.engine import EngineClock, StorageEngine
 from svc.store.gc import SweepReport
 from svc.store.journal import RevertResult
+from svc.store.layout import TenantLocation
 from svc.store.tenant import TenantStorage
 from svc.web.errors import (
     ApiError,
@@ -157,6 +160,8 @@ class DataPlaneHttp:
     @param readiness: the checks C{/readyz} runs (L{None}: 404).
     @param sweep: runs one garbage-collection cycle now, or joins the one
         running (the GC loop's C{sweep_now}); L{None}: C{/control/gc} is 404.
+    @param fence: fences an agent's mount sessions older than an epoch
+        (the data-plane service's C{fence_sessions}); by default nothing.
     """
 
     app = Klein()
@@ -186,8 +191,10 @@ class DataPlaneHttp:
         serve_metrics: bool = True,
         readiness: ReadinessProbe | None = None,
         sweep: Callable[[], Deferred[list[SweepReport]]] | None = None,
+        fence: Callable[[TenantLocation, str, int], object] = lambda location, agent, epoch: None,
     ) -> None:
         self._engine = engine
+        self._fence = fence
         self._registry = registry
         self._audit_log = audit_log
         self._emit = emit
@@ -337,6 +344,19 @@ class DataPlaneHttp:
             await self._engine.set_agent_grant(grant.location, grant.agent_id, grant.grant_bytes)
         if change.budget is not None:
             await self._engine.set_account_budget(change.budget.owner, change.budget.budget_bytes)
+        return _no_content(request)
+
+    @app.route("/control/session-epochs", methods=["PUT"])
+    async def session_epochs(self, request: Request) -> bytes:
+        """
+        An agent's mount lease was granted at an epoch: fence its older
+        sessions (kept on disk first) and tell its live connections.
+        """
+        require_control(self._caller(request))
+        fence = parse_session_fence(self._json_body(request))
+        fenced = self._fence(fence.location, fence.agent_id, fence.epoch)
+        if isinstance(fenced, Deferred):
+            await fenced
         return _no_content(request)
 
     @app.route("/control/usage", methods=["GET"])

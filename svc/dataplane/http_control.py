@@ -183,6 +183,29 @@ def parse_quotas(body: Mapping[str, JsonValue]) -> QuotaChange:
     return QuotaChange(grant, budget)
 
 
+@attrs.frozen
+class SessionFence:
+    """A C{PUT /control/session-epochs}: C{agent_id}'s mount lease was granted at C{epoch}."""
+
+    location: TenantLocation
+    agent_id: str
+    epoch: int
+
+
+MAX_EPOCH = 2**64 - 1
+"""The largest mount-lease epoch (16 hex digits in a session id)."""
+
+
+def parse_session_fence(body: Mapping[str, JsonValue]) -> SessionFence:
+    """C{{"owner", "tenant", "agent_id", "epoch"}}; C{epoch} an integer 0 to 2^64 - 1."""
+    location = _location(body)
+    agent_id = _agent_id(body)
+    epoch = _field(body, "epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+        raise InvalidRequest("bad_epoch")
+    return SessionFence(location, agent_id, epoch)
+
+
 def parse_usage_owner(args: Mapping[bytes, Sequence[bytes]]) -> str:
     """The C{owner} of C{GET /control/usage?owner=<owner>} (exactly once)."""
     values = args.get(b"owner", [])

@@ -24,6 +24,7 @@ from svc.store.manifest_values import (
 )
 from svc.store.quota import QuotaUsage
 from svc.wire.answers import (
+    CredentialsRevokedPush,
     FileAttributes,
     JournalEntryReply,
     JournalPageReply,
@@ -35,6 +36,7 @@ from svc.wire.answers import (
     PutReply,
     RenameReply,
     RevertReply,
+    SessionFencedPush,
     StatfsReply,
 )
 from svc.wire.contract import answer_map
@@ -210,6 +212,16 @@ def lease_grant_map(grant: LeaseGrant, now: float) -> Reply:
 def lease_denied_map(denied: LeaseDenied) -> Reply:
     """C{lease_grant} refused: C{granted} false, C{mode}, C{reason}."""
     return answer_map(LeaseReply(mode=denied.mode.value, granted=False, reason=denied.reason.value))
+
+
+def session_fenced_push(epoch: int) -> Reply:
+    """The C{session_fenced} push map: sessions older than C{epoch} are fenced."""
+    return answer_map(SessionFencedPush(epoch))
+
+
+def credentials_revoked_push(serial: str) -> Reply:
+    """The C{credentials_revoked} push map for the deny-listed C{serial}."""
+    return answer_map(CredentialsRevokedPush(serial))
 
 
 def lease_revoke_push(revoke: LeaseRevoke, now: float) -> Reply:

@@ -1,20 +1,32 @@
 """
 The data-plane server's own TLS leaf: obtaining it from the control plane,
-keeping it in a state directory, and renewing it in place.
+which registers the server under its FQDN and identity key; keeping it in a
+state directory; renewing it in place.
 
 Lifecycle (C{docs/specifications/dataplane-http.md}, section "Server
 certificate"):
 
-  1. At start, L{ServerCertificate} loads C{server-key.pem},
+  1. At start, L{ServerCertificate} loads (or, the first time, creates) the
+     server's identity key C{identity-key.pem}, and loads C{server-key.pem},
      C{server-cert.pem} and C{org-root.pem} from its state directory. If
      they belong together, verify to the root, name the configured FQDN and
-     have not expired, they are used at once.
-  2. Otherwise it generates an ed25519 key and a CSR (CN and DNS SAN = the
-     FQDN) and sends C{POST /control/sign-server-cert} with the service
-     token (C{docs/specifications/control-dataplane.md}); the answer is
-     checked, written atomically (key mode 0600) and installed.
-  3. Renewal (a fresh key and a new leaf) is scheduled at two thirds of the
-     leaf's lifetime (C{NotBefore} to C{NotAfter}). A failed attempt is
+     have not expired, they are installed at once.
+  2. Every start then registers: it generates a fresh ed25519 TLS key and a
+     CSR (CN and DNS SAN = the FQDN) and sends C{POST
+     /control/sign-server-cert} with the service token, its addresses, its
+     trust domain and its identity key with a proof of possession
+     (C{docs/specifications/control-dataplane.md}); the answer is checked,
+     written atomically (key mode 0600) and installed.
+     L{ServerCertificate.registered} fires once that first attempt has
+     succeeded, or failed for a reason that may pass while stored
+     credentials serve.
+  3. The control plane may refuse the server for good
+     (L{RegistrationRefused}: its FQDN is registered under another identity
+     key, or its trust domain differs from the control plane's); then
+     nothing is retried, the waiters fail and C{on_refused} is called: the
+     server must stop.
+  4. Renewal (a fresh TLS key and a new leaf) is scheduled at two thirds of
+     the leaf's lifetime (C{NotBefore} to C{NotAfter}). A failed attempt is
      retried after a jittered exponential backoff (L{DEFAULT_RETRY}: from 5 s
      up to 15 minutes), never sooner than a C{Retry-After}.
 
@@ -29,7 +41,7 @@ answer, or answers 5xx, 408 or 429, is asked again.
 the caller builds new TLS options for its listeners from it; connections
 already open keep the options they were accepted with, so nothing live is
 dropped. L{StaticServerCertificate} instead serves fixed files (tests, the
-embedded development stack) and never renews.
+embedded development stack), registers nothing and never renews.
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ from twisted.python.failure import Failure
 
 from svc.backoff import Backoff
 from svc.durable import make_directories, write_file_atomically
-from svc.pki import names
+from svc.pki import names, server_identity
 from svc.pki.chain import verify_chain
 from svc.pki.errors import PKIError
 from svc.pki.pem import cert_from_pem, cert_to_pem, key_from_pem, key_to_pem
@@ -66,7 +78,7 @@ SIGN_PATH = "/control/sign-server-cert"
 KEY_FILE = "server-key.pem"
 CERT_FILE = "server-cert.pem"
 ROOT_FILE = "org-root.pem"
-REGISTRATION_FILE = "registration.json"
+IDENTITY_KEY_FILE = "identity-key.pem"
 RENEW_FRACTION = 2 / 3
 """Renew once this fraction of the leaf's lifetime has passed."""
 
@@ -79,6 +91,23 @@ NewCertificate = Callable[[x509.Certificate, Ed25519PrivateKey, x509.Certificate
 
 class ServerCertificateError(Exception):
     """The control plane's answer (or a stored certificate) is unusable."""
+
+
+class RegistrationRefused(Exception):
+    """
+    The control plane refused to register this server, for a reason only
+    the operator can remove; the server must not serve. C{str()} is the
+    operator's message; C{code} the control plane's C{error}.
+    """
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def variable(self) -> str:
+        """The setting the operator changes to remove the refusal."""
+        return "SVC_TRUST_DOMAIN" if self.code == TRUST_DOMAIN_MISMATCH else "SVC_SERVER_FQDN"
 
 
 class SigningFailed(Exception):
@@ -210,49 +239,41 @@ def new_csr(key: Ed25519PrivateKey, fqdn: str) -> x509.CertificateSigningRequest
 class Registration:
     """
     What the server tells the control plane about itself: its FQDN, the
-    frame address agents dial, its HTTPS address, and optionally how many
-    tenants it takes.
+    frame address agents dial, its HTTPS address, the trust domain it admits
+    agents of, optionally how many tenants it takes, and the identity key
+    of a registration it replaces (C{SVC_REPLACE_SERVER_KEY}).
     """
 
     fqdn: str = attrs.field(converter=names.check_fqdn)
     advertise_addr: str
     http_addr: str
+    trust_domain: str
     capacity: int | None = None
+    replaces: str | None = attrs.field(default=None)
 
-    def body(self, csr: x509.CertificateSigningRequest) -> dict[str, object]:
-        """The C{POST /control/sign-server-cert} body for C{csr}."""
+    @replaces.validator
+    def _check_replaces(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+        if value is not None:
+            server_identity.check_key_text(value, "the identity key to replace")
+
+    def body(
+        self, csr: x509.CertificateSigningRequest, identity: Ed25519PrivateKey
+    ) -> dict[str, object]:
+        """The C{POST /control/sign-server-cert} body for C{csr}, from the server C{identity}."""
         body: dict[str, object] = {
             "csr_pem": csr.public_bytes(serialization.Encoding.PEM).decode("ascii"),
             "fqdn": self.fqdn,
             "advertise_addr": self.advertise_addr,
             "http_addr": self.http_addr,
+            "trust_domain": self.trust_domain,
+            "identity_key": server_identity.key_text(identity),
+            "identity_proof": server_identity.prove(identity, csr),
         }
         if self.capacity is not None:
             body["capacity"] = self.capacity
+        if self.replaces is not None:
+            body["replaces_identity_key"] = self.replaces
         return body
-
-    def record(self) -> dict[str, object]:
-        """What is stored beside the leaf: the registration it was signed for."""
-        return attrs.asdict(self)
-
-    @classmethod
-    def from_record(cls, record: object) -> Registration | None:
-        """The stored registration, or L{None} when the record is unusable."""
-        if not isinstance(record, dict):
-            return None
-        try:
-            capacity = record.get("capacity")
-            fields = (record.get("fqdn"), record.get("advertise_addr"), record.get("http_addr"))
-            if not all(isinstance(f, str) for f in fields):
-                return None
-            if capacity is not None and (
-                isinstance(capacity, bool) or not isinstance(capacity, int)
-            ):
-                return None
-            fqdn, advertise_addr, http_addr = (str(f) for f in fields)
-            return cls(fqdn, advertise_addr, http_addr, capacity)
-        except (PKIError, ValueError):
-            return None
 
 
 def parse_signing_answer(body: bytes, key: Ed25519PrivateKey) -> ServerCredentials:
@@ -304,30 +325,39 @@ class CredentialFiles:
             )
             return None
 
-    def store(
-        self, credentials: ServerCredentials, registration: Registration | None = None
-    ) -> None:
-        """
-        Write the credentials (root, key, then leaf) and, when given, the
-        registration they were signed for.
-        """
+    def store(self, credentials: ServerCredentials) -> None:
+        """Write the credentials: root, key, then leaf."""
         make_directories(self.state_dir)
         write_file_atomically(self.state_dir / ROOT_FILE, cert_to_pem(credentials.root), 0o644)
         write_file_atomically(self.state_dir / KEY_FILE, key_to_pem(credentials.key), 0o600)
         write_file_atomically(self.state_dir / CERT_FILE, cert_to_pem(credentials.cert), 0o644)
-        if registration is not None:
-            record = json.dumps(registration.record(), sort_keys=True).encode("utf-8")
-            write_file_atomically(self.state_dir / REGISTRATION_FILE, record, 0o644)
 
-    def load_registration(self) -> Registration | None:
-        """The registration the stored leaf was signed for (L{None}: unknown)."""
+    def identity_key(self) -> Ed25519PrivateKey:
+        """
+        The server's identity key, created (mode 0600) the first time.
+
+        @raise ServerCertificateError: the file exists but holds no ed25519 key.
+        """
+        path = self.state_dir / IDENTITY_KEY_FILE
         try:
-            raw = (self.state_dir / REGISTRATION_FILE).read_bytes()
-            return Registration.from_record(json.loads(raw))
+            return key_from_pem(path.read_bytes())
         except FileNotFoundError:
-            return None
-        except ValueError:
-            return None
+            pass
+        except PKIError as e:
+            raise ServerCertificateError(
+                f"{path} is not an ed25519 private key ({e}); restore it, or remove it to"
+                " make a new identity (the control plane then refuses this server's FQDN"
+                " until it is replaced: SVC_REPLACE_SERVER_KEY)"
+            ) from None
+        key = Ed25519PrivateKey.generate()
+        make_directories(self.state_dir)
+        write_file_atomically(path, key_to_pem(key), 0o600)
+        _log.info(
+            "created the server identity key {key} in {path}",
+            key=server_identity.key_text(key),
+            path=str(path),
+        )
+        return key
 
 
 def load_static_credentials(cert_path: Path, key_path: Path, root_path: Path) -> ServerCredentials:
@@ -401,14 +431,20 @@ class SignServerCertCall:
     def __repr__(self) -> str:
         return f"<SignServerCertCall {self._url}>"
 
-    async def sign(self, registration: Registration, key: Ed25519PrivateKey) -> ServerCredentials:
+    async def sign(
+        self, registration: Registration, key: Ed25519PrivateKey, identity: Ed25519PrivateKey
+    ) -> ServerCredentials:
         """
-        Have the control plane sign a CSR for C{key}.
+        Register the server under C{identity} and have the control plane
+        sign a CSR for C{key}.
 
-        @raise SigningFailed: no answer in time, a non-200 status (with its
-            C{Retry-After}), or an unusable answer.
+        @raise RegistrationRefused: a 409 refusing this server for good
+            (L{refusal}).
+        @raise SigningFailed: no answer in time, any other non-200 status
+            (with its C{Retry-After}), or an unusable answer.
         """
-        body = json.dumps(registration.body(new_csr(key, registration.fqdn))).encode()
+        csr = new_csr(key, registration.fqdn)
+        body = json.dumps(registration.body(csr, identity)).encode()
         headers = {
             b"Authorization": [b"Bearer " + self._token.encode("ascii")],
             b"Content-Type": [b"application/json"],
@@ -429,6 +465,10 @@ class SignServerCertCall:
             raise SigningFailed(
                 f"no answer: {type(e).__name__}: {e}", untrusted=_verify_failed(e)
             ) from None
+        if response.code == 409:
+            refused = refusal(registration, _json_object(content))
+            if refused is not None:
+                raise refused
         if response.code != 200:
             raise SigningFailed(
                 f"status {response.code}: {_error_code(content)}",
@@ -452,6 +492,48 @@ def _verify_failed(error: Exception) -> bool:
     )
 
 
+FQDN_REGISTERED = "fqdn_registered"
+TRUST_DOMAIN_MISMATCH = "trust_domain_mismatch"
+
+
+def refusal(registration: Registration, answer: dict[str, Any]) -> RegistrationRefused | None:
+    """
+    The operator's message for a 409 answer that refuses this server for
+    good (C{fqdn_registered}, C{trust_domain_mismatch}); L{None} for another.
+    """
+    code = answer.get("error")
+    if code == FQDN_REGISTERED:
+        return RegistrationRefused(
+            f"the control plane refused to register this server: FQDN {registration.fqdn}"
+            f" is registered to another data-plane server, under identity key"
+            f" {answer.get('identity_key')} (server id {answer.get('server_id')}, last"
+            f" registered {answer.get('last_seen_at')}). Either another server runs with"
+            f" SVC_SERVER_FQDN={registration.fqdn}: give this one its own SVC_SERVER_FQDN;"
+            f" or this server replaces that one (its state directory, with"
+            f" {IDENTITY_KEY_FILE}, was lost or moved): start it once with"
+            f" SVC_REPLACE_SERVER_KEY={answer.get('identity_key')}",
+            FQDN_REGISTERED,
+        )
+    if code == TRUST_DOMAIN_MISMATCH:
+        return RegistrationRefused(
+            f"the control plane refused to register this server: its trust domain is"
+            f" {answer.get('trust_domain')!r} but this server has SVC_TRUST_DOMAIN="
+            f"{registration.trust_domain!r}, so it would refuse every agent the control"
+            f" plane enrolls; set SVC_TRUST_DOMAIN={answer.get('trust_domain')} (the control"
+            f" plane's SVC_TRUST_DOMAIN)",
+            TRUST_DOMAIN_MISMATCH,
+        )
+    return None
+
+
+def _json_object(content: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(content)
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
 def _error_code(content: bytes) -> str:
     try:
         error = json.loads(content).get("error")
@@ -472,9 +554,10 @@ _log = Logger()
 
 class ServerCertificate(Service):
     """
-    Keeps the server leaf current: loads or obtains it at start, installs
-    it through C{on_new_certificate}, renews it at two thirds of its life,
-    and retries failures with L{DEFAULT_RETRY}. See the module docstring.
+    Keeps the server leaf current: registers and obtains it at every start
+    (serving a stored one meanwhile), installs it through
+    C{on_new_certificate}, renews it at two thirds of its life, and retries
+    failures with L{DEFAULT_RETRY}. See the module docstring.
 
     @param registration: the server's names and addresses.
     @param signer: the control-plane call.
@@ -482,6 +565,8 @@ class ServerCertificate(Service):
     @param clock: time and delayed calls.
     @param io: runs the file reads and writes.
     @param on_new_certificate: installs new credentials on the listeners.
+    @param on_refused: told when the control plane refuses this server
+        (L{RegistrationRefused}): the server must stop.
     @param draw: a random number in [0, 1) for the jitter.
     """
 
@@ -494,6 +579,7 @@ class ServerCertificate(Service):
         clock: TimerClock,
         io: IWorker,
         on_new_certificate: NewCertificate,
+        on_refused: Callable[[RegistrationRefused], object] = lambda error: None,
         retry: Backoff = DEFAULT_RETRY,
         draw: Callable[[], float] = random.random,
     ) -> None:
@@ -503,24 +589,47 @@ class ServerCertificate(Service):
         self._clock = clock
         self._io = io
         self._on_new_certificate = on_new_certificate
+        self._on_refused = on_refused
         self._retry = retry
         self._draw = draw
         self.current: ServerCredentials | None = None
         self.failures = 0
         """Consecutive failed attempts (0 after a success)."""
+        self.refused: Exception | None = None
+        """Why this server may not serve (a refusal, an unusable identity key)."""
+        self._identity: Ed25519PrivateKey | None = None
         self._waiting: list[Deferred[ServerCredentials]] = []
-        self._refused: StartError | None = None
+        self._start_refusal: StartError | None = None
+        self._registered = False
+        self._registering: list[Deferred[None]] = []
         self._timer: TimerCall | None = None
         self._work: Deferred[None] | None = None
 
     def ready(self) -> Deferred[ServerCredentials]:
         """Fires with the first credentials installed (at once if there are some)."""
+        if self.refused is not None:
+            return fail(self.refused)
         if self.current is not None:
             return succeed(self.current)
-        if self._refused is not None:
-            return fail(self._refused)
+        if self._start_refusal is not None:
+            return fail(self._start_refusal)
         waiting: Deferred[ServerCredentials] = Deferred()
         self._waiting.append(waiting)
+        return waiting
+
+    def registered(self) -> Deferred[None]:
+        """
+        Fires once this start's first registration succeeded, or failed
+        for a reason that may pass while stored credentials serve; fails
+        with L{RegistrationRefused} when the control plane refuses the
+        server (or the identity key cannot be had).
+        """
+        if self.refused is not None:
+            return fail(self.refused)
+        if self._registered:
+            return succeed(None)
+        waiting: Deferred[None] = Deferred()
+        self._registering.append(waiting)
         return waiting
 
     def next_attempt_at(self) -> float | None:
@@ -559,6 +668,11 @@ class ServerCertificate(Service):
 
     async def _start(self) -> None:
         try:
+            self._identity = await self._io.submit(self._files.identity_key)
+        except (OSError, ServerCertificateError) as e:
+            self._refuse(e)
+            return
+        try:
             stored = await self._io.submit(self._files.load)
         except OSError as e:
             _log.warn("cannot read the stored server certificate: {error}", error=str(e))
@@ -570,31 +684,27 @@ class ServerCertificate(Service):
                 _log.info("stored server certificate not usable: {error}", error=str(e))
             else:
                 _log.info(
-                    "using stored server certificate, valid until {not_after}",
+                    "using stored server certificate, valid until {not_after}; registering again",
                     not_after=stored.cert.not_valid_after_utc.isoformat(),
                 )
                 self._install(stored)
-                registered = await self._io.submit(self._files.load_registration)
-                if registered != self._registration:
-                    # Same name, new addresses or capacity (or state from an
-                    # older version): tell the control plane now, serving
-                    # with the stored leaf meanwhile.
-                    _log.info(
-                        "registration changed since the stored certificate; registering again"
-                    )
-                    self._schedule(0)
-                return
         await self._attempt()
 
     async def _attempt(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()  # a stored leaf's renewal: this attempt replaces it
         self._timer = None
+        assert self._identity is not None
         key = Ed25519PrivateKey.generate()
         try:
-            credentials = await self._signer.sign(self._registration, key)
+            credentials = await self._signer.sign(self._registration, key, self._identity)
             check_credentials(credentials, self._registration.fqdn, self._now())
-            await self._io.submit(lambda: self._files.store(credentials, self._registration))
+            await self._io.submit(lambda: self._files.store(credentials))
         except CancelledError:
             raise
+        except RegistrationRefused as e:
+            self._refuse(e)
+            return
         except Exception as e:
             refusal = refusal_at_start(e, self._signer.control_url)
             if refusal is not None and self.current is None:
@@ -613,18 +723,42 @@ class ServerCertificate(Service):
                 delay=delay,
             )
             self._schedule(delay)
+            if self.current is not None:
+                self._settle_registered()
             return
         self.failures = 0
         _log.info(
-            "new server certificate for {fqdn}, valid until {not_after}",
+            "registered as {fqdn}; new server certificate valid until {not_after}",
             fqdn=self._registration.fqdn,
             not_after=credentials.cert.not_valid_after_utc.isoformat(),
         )
         self._install(credentials)
+        self._settle_registered()
+
+    def _settle_registered(self) -> None:
+        self._registered = True
+        waiting, self._registering = self._registering, []
+        for d in waiting:
+            d.callback(None)
+
+    def _refuse(self, error: Exception) -> None:
+        """
+        The server may not serve: nothing is retried, every waiter fails
+        (the start reports it; a refusal after the start, C{on_refused}).
+        """
+        self.refused = error
+        waiting, self._waiting = self._waiting, []
+        for credentials in waiting:
+            credentials.errback(error)
+        registering, self._registering = self._registering, []
+        for done in registering:
+            done.errback(error)
+        if isinstance(error, RegistrationRefused):
+            self._on_refused(error)
 
     def _fail_waiting(self, error: StartError) -> None:
         """No certificate, and none will come by retrying: the start fails."""
-        self._refused = error
+        self._start_refusal = error
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.errback(error)
@@ -647,6 +781,8 @@ class ServerCertificate(Service):
     def _schedule(self, delay: float) -> None:
         if not self.running:
             return
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
         self._timer = self._clock.callLater(delay, lambda: self._run(self._attempt()))
 
 
@@ -663,6 +799,10 @@ class StaticServerCertificate(Service):
     def ready(self) -> Deferred[ServerCredentials]:
         """Fires at once with the credentials."""
         return succeed(self.current)
+
+    def registered(self) -> Deferred[None]:
+        """Fires at once: a server with given files registers nothing."""
+        return succeed(None)
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]

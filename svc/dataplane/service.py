@@ -45,7 +45,11 @@ from svc.dataplane.errors import NotPlaced, OpFailed, PlacementUnconfirmed
 from svc.dataplane.interfaces import IConnectionSink
 from svc.dataplane.placements import Placements, Verdict
 from svc.dataplane.rate_limited_log import RateLimitedLog
-from svc.dataplane.replies import lease_revoke_push
+from svc.dataplane.replies import (
+    credentials_revoked_push,
+    lease_revoke_push,
+    session_fenced_push,
+)
 from svc.dataplane.session_epochs import SESSIONS_FILE, SessionEpochs
 from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import AgentIdentity, DenyList
@@ -181,6 +185,7 @@ class DataPlaneService:
             announce=self.announce,
             refusals=self._refusal_log,
             answer_budgets=self.answer_budgets,
+            fenced=self._tell_fenced,
         )
         self._clock = clock
         self._metrics = metrics
@@ -267,7 +272,12 @@ class DataPlaneService:
                 self._dismiss(connection, lapse)
 
     def _dismiss(self, connection: AgentConnection, lapse: Lapse) -> None:
-        """GOAWAY C{credentials_expired} to a live C{connection}, once, logged."""
+        """
+        GOAWAY C{credentials_expired} to a live C{connection}, once, logged;
+        when a certificate of its chain is deny-listed, PUSH
+        C{credentials_revoked} first, so the client knows no reconnection
+        with it will be admitted (an expired leaf may have been renewed).
+        """
         if connection.connection_id in self._dismissed:
             return
         if self._connections.get(connection.connection_id) is not connection:
@@ -282,7 +292,60 @@ class DataPlaneService:
             leaf_serial=connection.identity.serial,
         )
         self._dismissed.add(connection.connection_id)
+        if lapse.reason is Standing.DENIED:
+            connection.sink.push(
+                Op.CREDENTIALS_REVOKED.value, credentials_revoked_push(lapse.serial)
+            )
         connection.sink.disconnect(DENIED_GOAWAY_REASON)
+
+    # Fencing (the session_fenced push)
+
+    def fence_sessions(self, location: TenantLocation, agent_id: str, epoch: int) -> Deferred[None]:
+        """
+        The control plane granted C{agent_id}'s mount lease at C{epoch}:
+        fence its older sessions now (kept in C{sessions.json} first), as
+        the new holder's first write would, and tell its live connections
+        (L{_tell_fenced}), so a displaced mount stops writing at once.
+        """
+
+        async def fencing() -> None:
+            epochs = await self._session_epochs(location)
+            if epochs.raise_to(agent_id, epoch):
+                await epochs.save()
+                self._log.info(
+                    "sessions of {agent_id} in {tenant_id} older than epoch {epoch} fenced",
+                    agent_id=agent_id,
+                    tenant_id=location.tenant,
+                    epoch=epoch,
+                )
+            newest = epochs.newest(agent_id)
+            self._tell_fenced(location, agent_id, epoch if newest is None else newest, None)
+
+        return Deferred.fromCoroutine(fencing())
+
+    def _tell_fenced(
+        self,
+        location: TenantLocation,
+        agent_id: str,
+        epoch: int,
+        source: AgentConnection | None,
+    ) -> None:
+        """
+        Push C{session_fenced} (C{epoch}) to every live connection of the
+        agent in C{location} but C{source} (whose session raised it) and
+        those whose session is at least that new: a connection that has
+        written no session yet is told too, its mount knows its own epoch.
+        """
+        payload = session_fenced_push(epoch)
+        for connection in self._agents.of(location, agent_id):
+            if (
+                connection is source
+                or connection.connection_id in self._dismissed
+                or connection.closing
+                or (connection.session_epoch is not None and connection.session_epoch >= epoch)
+            ):
+                continue
+            connection.sink.push(Op.SESSION_FENCED.value, payload)
 
     # Changes (the changed push)
 

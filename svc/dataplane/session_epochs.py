@@ -16,7 +16,7 @@ from pathlib import Path
 
 from twisted.internet.defer import Deferred, DeferredLock
 
-from svc.durable import write_file_atomically
+from svc.durable import make_directories, write_file_atomically
 from svc.sessions import MountSession, SessionBook
 from svc.worker import IWorker
 
@@ -99,6 +99,13 @@ class SessionEpochs:
         """
         return self._book.admit(session)
 
+    def raise_to(self, agent_id: str, epoch: int) -> bool:
+        """
+        L{SessionBook.raise_to}: fence C{agent_id}'s sessions older than
+        C{epoch}; returns whether the newest epoch rose (then call L{save}).
+        """
+        return self._book.raise_to(self._tenant_id, agent_id, epoch)
+
     def save(self) -> Deferred[None]:
         """
         Write the current epochs; saves are serialised, each writing the
@@ -114,7 +121,13 @@ class SessionEpochs:
                     if tenant == self._tenant_id
                 }
                 data = render_epochs(epochs)
-                await self._worker.submit(lambda: write_file_atomically(self._path, data))
+
+                def write() -> None:
+                    # A fence may come before the agent's storage was ever opened here.
+                    make_directories(self._path.parent)
+                    write_file_atomically(self._path, data)
+
+                await self._worker.submit(write)
             finally:
                 self._lock.release()
 

@@ -48,7 +48,7 @@ from svc.dataplane.servercert import (
     load_static_credentials,
 )
 from svc.metrics import PathLabels
-from svc.pki import names
+from svc.pki import names, server_identity
 from svc.pki.chain import verify_chain
 from svc.pki.errors import InvalidName, PKIError
 from svc.policy import PolicyError, PolicyTable, load_policy_directory
@@ -142,6 +142,9 @@ class DataPlaneSettings:
     answer_limits: AnswerLimits = attrs.field(factory=AnswerLimits)
     metrics_path_labels: PathLabels = PathLabels.HASH
     """What C{svc_lease_held}'s C{path} label carries (C{SVC_METRICS_PATH_LABELS})."""
+    replace_server_key: str | None = None
+    """The identity key of a registration this server may replace
+    (C{SVC_REPLACE_SERVER_KEY}; L{None}: it replaces none)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DataPlaneSettings:
@@ -269,6 +272,7 @@ class DataPlaneSettings:
             ),
             answer_limits=_answer_limits(environ),
             metrics_path_labels=_path_labels(environ),
+            replace_server_key=_replace_server_key(environ),
         )
 
 
@@ -337,6 +341,8 @@ class TapConfig:
                 or _advertised(listen, fqdn, "--listen", "SVC_ADVERTISE_ADDR"),
                 http_addr=settings.http_advertise_addr
                 or _advertised(http_listen, fqdn, "--http-listen", "SVC_HTTP_ADVERTISE_ADDR"),
+                trust_domain=settings.trust_domain,
+                replaces=settings.replace_server_key,
             )
         policies = PolicyTable()
         if settings.policy_dir is not None:
@@ -414,6 +420,20 @@ def _static_credentials(
     except (PKIError, ServerCertificateError) as e:
         raise ConfigError(FILES, str(e)) from None
     return credentials
+
+
+def _replace_server_key(environ: Mapping[str, str]) -> str | None:
+    value = env_optional(environ, "SVC_REPLACE_SERVER_KEY")
+    if value is None:
+        return None
+    try:
+        return server_identity.check_key_text(value.strip().lower())
+    except InvalidName:
+        raise ConfigError(
+            "SVC_REPLACE_SERVER_KEY",
+            "must be the 64 hex digits of the identity key the control plane reported"
+            " in its refusal (fqdn_registered)",
+        ) from None
 
 
 def _checked(variable: str, check: Callable[[str], str], value: str) -> str:

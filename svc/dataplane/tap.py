@@ -23,7 +23,10 @@ environment (L{DataPlaneSettings}); a bad value or option refuses to start
 L{DataPlaneServer} starts, in order: the operator listener, the storage
 roots, the audit sink (and
 its SIGHUP reopen), the server-certificate component; once that has
-installed credentials, the deny-list (kept in C{SVC_STATE_DIR}, merged with
+installed credentials and this start's registration with the control plane
+has been answered (a refusal -- the FQDN registered under another identity
+key, another trust domain -- ends the process, then or whenever a later
+registration is refused), the deny-list (kept in C{SVC_STATE_DIR}, merged with
 the control plane's current set: L{svc.dataplane.revocations}), the frame
 listener and the HTTPS listener, then the GC loop. A failure to start is
 one line naming the variable or resource at fault and ends the process with
@@ -73,6 +76,7 @@ from svc.dataplane.readiness import DataPlaneReadiness
 from svc.dataplane.revocations import DenyListFile, Revocations
 from svc.dataplane.servercert import (
     CredentialFiles,
+    RegistrationRefused,
     ServerCertificate,
     SignServerCertCall,
     StaticServerCertificate,
@@ -85,7 +89,7 @@ from svc.pki.errors import AdmissionRefused, RefusalReason
 from svc.pki.identity import AgentIdentity, DenyList
 from svc.pki.tls import server_tls_options
 from svc.sessions import session_key
-from svc.startup import LISTEN_FIX, blame, end_start, refusing
+from svc.startup import FAILED_STATUS, LISTEN_FIX, StartError, blame, end_start, refusing
 from svc.store.engine import StorageEngine, StorageRoots
 from svc.version import exit_with_version
 from svc.web.clients import control_plane_http_client
@@ -281,6 +285,7 @@ class DataPlaneServer(MultiService):
         self._operator_port: Any = None
         self._trim = LoopingCall(self.trim_buffers)
         self._trim.clock = reactor
+        self._serving = False
         self.started: Deferred[None] | None = None
         """Fires once both listeners are open (with C{exit_on_failure} off,
         fails if the start failed)."""
@@ -300,6 +305,7 @@ class DataPlaneServer(MultiService):
             on_event,
             retention=settings.retention,
             lease_timings=settings.lease_timings,
+            observer=self.metrics,
         )
 
     def _control_queries(self) -> ControlQueries | None:
@@ -347,6 +353,7 @@ class DataPlaneServer(MultiService):
             clock=self._reactor,
             io=self._io,
             on_new_certificate=self.install_credentials,
+            on_refused=self._registration_refused,
         )
 
     def install_credentials(
@@ -424,7 +431,11 @@ class DataPlaneServer(MultiService):
         )
         self.certificate.startService()
         with blame("SVC_STATE_DIR", "it must be a directory this user may write"):
-            credentials = await self.certificate.ready()
+            try:
+                credentials = await self.certificate.ready()
+                await self.certificate.registered()
+            except RegistrationRefused as refused:
+                raise StartError(refused.variable, str(refused)) from refused
         assert self._frame_tls is not None and self._http_tls is not None
         queries = self.queries
         with blame(
@@ -451,6 +462,7 @@ class DataPlaneServer(MultiService):
             serve_metrics=self._config.metrics_listen is None,
             readiness=self.readiness.probe,
             sweep=self.gc.sweep_now,
+            fence=self.service.fence_sessions,
         )
         with blame(f"--listen {self._config.listen}", LISTEN_FIX):
             port = await listen_dataplane(
@@ -468,6 +480,7 @@ class DataPlaneServer(MultiService):
         self.readiness.listening(True)
         self.gc.startService()
         self._trim.start(BUFFER_TRIM_INTERVAL, now=False)
+        self._serving = True
         _log.info("svc-dataplane ready", svc_dataplane_ready=True)
 
     def trim_buffers(self) -> None:
@@ -496,10 +509,25 @@ class DataPlaneServer(MultiService):
             port=getattr(address, "port", ""),
         )
 
+    def _registration_refused(self, error: RegistrationRefused) -> None:
+        """The control plane refused this server after it started: stop serving."""
+        if self._serving:
+            _log.critical("{error}", error=str(error))
+            if self._exit_on_failure:
+                self._exit_failed()
+        # Before that, the start fails with it (the component's registered()).
+
     def _start_failed(self, failure: Failure) -> None:
         if failure.check(CancelledError) and not self.running:  # type: ignore[no-untyped-call]
             return  # stopped while starting
         end_start(self._reactor, "svc-dataplane", failure)
+
+    def _exit_failed(self) -> None:
+        """End the process with L{FAILED_STATUS} (the reason is logged)."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        self._reactor.addSystemEventTrigger("after", "shutdown", os._exit, FAILED_STATUS)
+        self._reactor.stop()
 
     # Stopping
 

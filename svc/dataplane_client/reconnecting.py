@@ -82,6 +82,9 @@ __all__ = [
 RESENDABLE_OPS = frozenset(op for op, command in COMMANDS.items() if command.resendable)
 """Ops that may run twice with the effect of running once: resent after an unknown outcome."""
 
+CLOSING = "client closing"
+"""Why calls fail after a plain L{ReconnectingClient.close}."""
+
 FAILURE_LOG_INTERVAL = 60.0
 """Seconds between logged failed attempts while no call waits for them."""
 
@@ -186,6 +189,7 @@ class ReconnectingClient:
         self._waiters: list[_Waiter] = []
         self._connecting = False
         self._closed = False
+        self._closed_reason = CLOSING
         self._last_error = "not connected yet"
         self._push_callbacks: list[PushCallback] = []
         self._reconnect_callbacks: list[Callable[[], object]] = []
@@ -247,14 +251,20 @@ class ReconnectingClient:
 
         return Deferred.fromCoroutine(switching())
 
-    def close(self) -> Deferred[None]:
-        """Close the connection in order; calls waiting for one fail L{NotExecuted}."""
-        self._closed = True
+    def close(self, reason: str = CLOSING) -> Deferred[None]:
+        """
+        Close the connection in order and open no other: calls waiting for
+        one, and every later call, fail L{NotExecuted} with C{reason} (for
+        example, the server said the credentials are revoked).
+        """
+        if not self._closed:
+            self._closed = True
+            self._closed_reason = reason
         self._end_pause()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.deferred.called:
-                waiter.deferred.errback(NotExecuted("client closing"))
+                waiter.deferred.errback(NotExecuted(self._closed_reason))
         current, self._current = self._current, None
         if current is None:
             return succeed(None)
@@ -368,7 +378,7 @@ class ReconnectingClient:
         if current is not None:
             self._drop(current, None)
         if self._closed:
-            raise NotExecuted("client closing")
+            raise NotExecuted(self._closed_reason)
         now = self._clock.seconds()
         if self._missing_since is None:
             self._missing_since = now

@@ -41,7 +41,7 @@ from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.quota_source import QuotaSource
-from svc.mount.remote import Remote, changed_pushes
+from svc.mount.remote import Remote, changed_pushes, fenced_pushes, revoked_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, settings_from
 from svc.mount.start_retry import refused_at_start, until_answered
@@ -49,6 +49,7 @@ from svc.mount.unsent import copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
 from svc.policy import UNRESTRICTED, PolicyError, load_policy_file
+from svc.sessions import parse_epoch
 from svc.startup import blame, end_start, refusing
 from svc.version import exit_with_version
 from svc.web.clients import check_ca_file
@@ -184,6 +185,7 @@ class MountService(Service):
         self._worker: Any = None
         self._spill_worker: Any = None
         self._cache_worker: Any = None
+        self._session_epoch: int | None = None
         self.ready: Deferred[None] = Deferred()
         self.started: Deferred[None] | None = None
         """The start (set by C{startService}): fires once mounted, or fails."""
@@ -246,6 +248,7 @@ class MountService(Service):
         self._cache_worker = ThreadWorker(reactor, "svc-mount-cache", threads=1)
 
         creds, lease, agent_id = await self._enroll_and_lease()
+        self._session_epoch = parse_epoch(lease.session_id)
         self._schedule_refresh(lease.ttl_seconds)
         self._schedule_renewal()
 
@@ -290,6 +293,12 @@ class MountService(Service):
         self._dataplane.on_push(changed_pushes(self._fs.outside_changed))
         # Write leases asked back: write the file back, then yield.
         self._dataplane.on_push(revoke_pushes(self._fs.lease_revoked))
+        # The certificate revoked (lease released or taken over, allocation
+        # revoked): read-only at once, and no reconnection with it.
+        self._dataplane.on_push(revoked_pushes(self._credentials_revoked))
+        # The lease granted again elsewhere (a forced takeover): read-only at
+        # once, still reading (the data plane refuses this session's writes).
+        self._dataplane.on_push(fenced_pushes(self._session_fenced))
         # A lost connection took the leases with it: ask for them again now.
         self._dataplane.on_reconnect(self._fs.reconnected)
         self._bridge = Bridge(self._fs, ReactorCaller(reactor), settings.timeouts)
@@ -345,6 +354,34 @@ class MountService(Service):
             self._reactor.stop()
 
     # Lease and certificate upkeep
+
+    def _credentials_revoked(self, serial: str) -> None:
+        """
+        The data plane says this mount's certificate is revoked: every
+        write fails EROFS from now on, and no call waits for a connection
+        it would never admit (``mount-runtime.md`` section 6).
+        """
+        reason = (
+            f"the data plane revoked this mount's certificate (serial {serial}): its mount"
+            " lease was released or taken over, or its allocation revoked"
+        )
+        if self._fs is not None:
+            self._fs.set_read_only(reason)
+        if self._dataplane is not None:
+            self._dataplane.close(reason)
+
+    def _session_fenced(self, epoch: int) -> None:
+        """
+        The data plane fenced this agent's sessions older than C{epoch}: if
+        this mount's is one, its lease was granted elsewhere (a forced
+        takeover), so every write fails EROFS from now on; reads go on.
+        """
+        if self._fs is None or self._session_epoch is None or self._session_epoch >= epoch:
+            return
+        self._fs.set_read_only(
+            f"another mount took this disk's lease over (epoch {epoch}, this mount's"
+            f" {self._session_epoch}): the data plane refuses this mount's writes"
+        )
 
     def _schedule_refresh(self, ttl_seconds: float) -> None:
         delay = max(1.0, ttl_seconds / 3)

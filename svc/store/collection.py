@@ -7,22 +7,26 @@ reclaim of collectable chunks, and the purge of an agent's disk
 Each runs holding the tenant's commit gate exclusively
 (L{svc.store.commit_gate}), so no manifest change is between its check of
 the chunk store and its commit while chunks are deleted; and each tells the
-tenant's L{svc.store.tenant.RecentChunks} which chunks may be gone.
+tenant's L{svc.store.tenant.RecentChunks} which chunks may be gone. Every
+deletion from the chunk store is one batch reported to the
+L{svc.store.observer.StoreObserver} (C{svc_chunk_batch_*} with
+C{operation="delete"}).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.store.chunks import IChunkStore
+from svc.store.chunks import ChunkDeleteResult, IChunkStore
 from svc.store.commit_gate import CommitGate
 from svc.store.footprint import FootprintPolicy
 from svc.store.gc import PurgeReport, SweepReport, split_by_age, unreferenced
 from svc.store.manifests import ManifestStore
+from svc.store.observer import NoObserver, StoreObserver
 from svc.store.reclaim import (
     MIN_RETRY_SECONDS,
     RECLAIM_BATCH,
@@ -65,6 +69,7 @@ class Collection:
         same content touches it: see L{reclaim_pass}).
     @param batch: the most chunks one reclaim pass deletes
         (L{RECLAIM_BATCH}).
+    @param observer: told of every batched deletion.
     """
 
     _log = Logger()
@@ -85,8 +90,10 @@ class Collection:
         journal_retention_seconds: float,
         margin_seconds: float,
         batch: int = RECLAIM_BATCH,
+        observer: StoreObserver | None = None,
     ) -> None:
         self.tenant_id = tenant_id
+        self._observer: StoreObserver = observer if observer is not None else NoObserver()
         self._chunks = chunks
         self._manifests = manifests
         self._gate = gate
@@ -115,6 +122,36 @@ class Collection:
 
         return Deferred.fromCoroutine(gated())
 
+    async def _delete(
+        self, hashes: Sequence[str], modified_before_ns: int | None = None
+    ) -> ChunkDeleteResult:
+        """
+        Delete C{hashes} from the chunk store as one batch, reported to the
+        observer: its duration and size, and each item's result (C{deleted},
+        C{missing}, C{error}; a chunk kept for being too young has no
+        result). An empty batch deletes and reports nothing; a batch that
+        fails as a whole counts every item as C{error}.
+        """
+        if not hashes:
+            return ChunkDeleteResult((), (), (), (), 0)
+        observer = self._observer
+        started = self._seconds()
+        try:
+            result = await self._chunks.delete(hashes, modified_before_ns=modified_before_ns)
+        except Exception:
+            observer.observe_chunk_batch("delete", self._seconds() - started, len(hashes))
+            observer.count_chunk_batch_items("delete", "error", len(hashes))
+            raise
+        observer.observe_chunk_batch("delete", self._seconds() - started, len(hashes))
+        for outcome, items in (
+            ("deleted", len(result.deleted)),
+            ("missing", len(result.missing)),
+            ("error", len(result.errors)),
+        ):
+            if items:
+                observer.count_chunk_batch_items("delete", outcome, items)
+        return result
+
     # Reclaim
 
     def _gated_reclaim(self) -> Deferred[ReclaimOutcome]:
@@ -138,7 +175,7 @@ class Collection:
         rows = await self._manifests.collectable_chunks(self._batch)
         if not rows:
             return ReclaimOutcome()
-        result = await self._chunks.delete([h for h, _ in rows], modified_before_ns=cutoff_ns)
+        result = await self._delete([h for h, _ in rows], modified_before_ns=cutoff_ns)
         for chunk_hash in result.deleted:
             self._recent.forget(chunk_hash)
         await self._manifests.forget_collectable([*result.deleted, *result.missing])
@@ -195,7 +232,7 @@ class Collection:
                     self.tenant_id, len(old), sum(c.size for c in old), True, len(young)
                 )
             try:
-                result = await self._chunks.delete(
+                result = await self._delete(
                     [c.hash for c in old], modified_before_ns=grace_cutoff_ns
                 )
             finally:
@@ -237,7 +274,7 @@ class Collection:
             referenced |= await self._manifests.upload_hashes()
             garbage = sorted(purged.hashes - referenced)
             try:
-                result = await self._chunks.delete(garbage)
+                result = await self._delete(garbage)
             finally:
                 self._recent.deleted()
             await self._manifests.forget_collectable(result.deleted)

@@ -44,6 +44,7 @@ from svc.store.layout import (
 from svc.store.lease_values import LeaseEvent, LeaseRevoke, LeaseTimings
 from svc.store.leases import LeaseTable
 from svc.store.manifests import ManifestStore
+from svc.store.observer import StoreObserver
 from svc.store.quota_files import (
     read_account_budget,
     read_grants,
@@ -146,7 +147,13 @@ class StorageEngine:
         on_lease_event: Callable[[TenantLocation, LeaseEvent], object],
         retention: RetentionPolicy | None = None,
         lease_timings: LeaseTimings | None = None,
+        observer: StoreObserver | None = None,
     ) -> None:
+        """
+        @param observer: every tenant's chunk deletions and journal rows
+            are reported to it (the server's metrics, L{svc.store.observer});
+            L{None}: not reported.
+        """
         self.roots = roots
         self._clock = clock
         self._new_worker = new_worker
@@ -155,6 +162,8 @@ class StorageEngine:
         self._on_lease_event = on_lease_event
         self._retention = retention or RetentionPolicy()
         self._lease_timings = lease_timings
+        self.observer = observer
+        """Where every tenant's chunk deletions and journal rows are reported."""
         self._open_lock = DeferredLock()
         self._accounts: dict[str, OwnerAccount] = {}
         self._chunk_stores: dict[TenantLocation, IChunkStore] = {}
@@ -243,6 +252,7 @@ class StorageEngine:
             grants,
             self._retention,
             self._clock,
+            self.observer,
         )
         self._tenants[location] = storage
         self._log.info("opened tenant storage {name}", name=name)

@@ -351,3 +351,35 @@ def row_count(connection: sqlite3.Connection) -> int:
     """
     (count,) = connection.execute("SELECT count(*) FROM journal").fetchone()
     return int(count)
+
+
+#: The top of a row's ``path`` in SQL (the first component; the row of a
+#: disk's own directory ``/<top>`` included).
+_TOP_OF_PATH = "substr(path, 2, instr(substr(path, 2) || '/', '/') - 1)"
+
+
+def rows_by_top(connection: sqlite3.Connection, tops: Collection[str] | None) -> dict[str, int]:
+    """
+    How many journal rows each agent disk holds, by top (a row counts for
+    the top of its ``path``; a rename's ``to_path`` lies in the same disk):
+    for the given ``tops`` (each present, 0 when it has none, through the
+    path index), or with L{None} for every top that has rows (one scan).
+    """
+    if tops is None:
+        return {
+            str(top): int(count)
+            for top, count in connection.execute(
+                f"SELECT {_TOP_OF_PATH} AS top, count(*) FROM journal GROUP BY top"  # noqa: S608
+            )
+            if top
+        }
+    counts: dict[str, int] = {}
+    for top in tops:
+        disk = "/" + top
+        low, high = descendant_range(disk)
+        (count,) = connection.execute(
+            "SELECT count(*) FROM journal WHERE path = ? OR (path >= ? AND path < ?)",
+            (disk, low, high),
+        ).fetchone()
+        counts[top] = int(count)
+    return counts

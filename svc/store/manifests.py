@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
@@ -548,3 +548,11 @@ class ManifestStore:
         The number of journal rows.
         """
         return self._read(journal.row_count)
+
+    def journal_rows_by_top(self, tops: Collection[str] | None) -> Deferred[dict[str, int]]:
+        """
+        The journal rows of each of C{tops} (L{None}: of every top with
+        rows): L{svc.store.journal.rows_by_top}.
+        """
+        wanted = None if tops is None else sorted(tops)
+        return self._read(lambda c: journal.rows_by_top(c, wanted))

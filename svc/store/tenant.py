@@ -24,7 +24,9 @@ The rules that need more than one store live here:
   collectable is deleted soon after (L{svc.store.collection}).
 - B{Journal notification.} Every change that appends a journal row wakes
   the L{TenantStorage.journal_changed} waiters once it has committed (the
-  control plane's journal long-poll waits on them).
+  control plane's journal long-poll waits on them), and marks its disk's
+  journal-row count for the metrics (L{svc.store.observer}), as do sweeps
+  (which prune) and purges.
 - B{Leases.} A manifest change from a writer that does not hold the path's
   write lease while someone else does (or from a fenced writer) is refused
   with L{WriteLeaseHeld} (ESTALE), and the holder is asked to yield.
@@ -76,6 +78,7 @@ from svc.store.manifest_values import (
     chunk_name,
 )
 from svc.store.manifests import ManifestStore
+from svc.store.observer import JournalRowsReporter, StoreObserver
 from svc.store.quota import QuotaUsage, check_account
 from svc.store.uploads_in_flight import UploadsInFlight
 
@@ -241,7 +244,12 @@ class TenantStorage:
         grants: dict[str, int],
         retention: RetentionPolicy,
         clock: TenantClock,
+        observer: StoreObserver | None = None,
     ) -> None:
+        """
+        @param observer: told of chunk deletions and journal rows (the
+            server's metrics); L{None}: nothing is reported.
+        """
         self.location = location
         self.chunks = chunks
         self.manifests = manifests
@@ -268,7 +276,14 @@ class TenantStorage:
             chunk_grace_seconds=retention.chunk_grace_seconds,
             journal_retention_seconds=retention.journal_retention_seconds,
             margin_seconds=retention.reclaim_margin_seconds,
+            observer=observer,
         )
+        self._journal_rows: JournalRowsReporter | None = None
+        if observer is not None:
+            self._journal_rows = JournalRowsReporter(
+                location, manifests.journal_rows_by_top, observer, clock
+            )
+            self._journal_rows.changed_all()
 
     @property
     def tenant_id(self) -> str:
@@ -294,9 +309,14 @@ class TenantStorage:
             self._grants.pop(agent_id, None)
         else:
             self._grants[agent_id] = grant_bytes
+
+        def enforced(collectable: int) -> None:
+            if self._journal_rows is not None:
+                self._journal_rows.changed(agent_id)
+
         return self.manifests.enforce_retained_cap(
             agent_id, self._policy.retained_cap(grant_bytes)
-        ).addCallback(lambda _: None)
+        ).addCallback(enforced)
 
     def retained_cap(self, path: str) -> int:
         """
@@ -530,7 +550,7 @@ class TenantStorage:
                 queued()
             return await committed
 
-        return self._journaling(self._committing(put()))
+        return self._journaling(self._committing(put()), path)
 
     def manifest_delete(
         self, path: str, *, writer: Writer, holder: LeaseHolder | None = None
@@ -543,7 +563,8 @@ class TenantStorage:
         except WriteLeaseHeld:
             return fail()
         return self._journaling(
-            self.manifests.delete(path, writer=writer, retained_cap=self.retained_cap(path))
+            self.manifests.delete(path, writer=writer, retained_cap=self.retained_cap(path)),
+            path,
         )
 
     def dir_create(
@@ -553,14 +574,14 @@ class TenantStorage:
         Create directory ``path``.
         """
         return self._journaling(
-            self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer)
+            self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer), path
         )
 
     def dir_remove(self, path: str, *, writer: Writer) -> Deferred[RemoveResult]:
         """
         Remove the empty directory ``path``.
         """
-        return self._journaling(self.manifests.rmdir(path, writer=writer))
+        return self._journaling(self.manifests.rmdir(path, writer=writer), path)
 
     def manifest_rename(
         self,
@@ -583,14 +604,15 @@ class TenantStorage:
                 writer=writer,
                 subtree_check=subtree_check,
                 retained_cap=self.retained_cap(source),
-            )
+            ),
+            source,
         )
 
     def link(self, existing: str, new: str, *, writer: Writer) -> Deferred[CreateResult]:
         """
         Hard-link ``new`` to ``existing``.
         """
-        return self._journaling(self.manifests.link(existing, new, writer=writer))
+        return self._journaling(self.manifests.link(existing, new, writer=writer), new)
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, writer: Writer
@@ -599,7 +621,7 @@ class TenantStorage:
         Create symlink ``path`` pointing at ``target``.
         """
         return self._journaling(
-            self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer)
+            self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer), path
         )
 
     def mknod(
@@ -611,7 +633,8 @@ class TenantStorage:
         return self._journaling(
             self.manifests.mknod(
                 path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid, writer=writer
-            )
+            ),
+            path,
         )
 
     def setattr(
@@ -623,7 +646,8 @@ class TenantStorage:
         return self._journaling(
             self.manifests.setattr(
                 path, writer=writer, retained_cap=self.retained_cap(path), **changes
-            )
+            ),
+            path,
         )
 
     # Journal
@@ -661,7 +685,7 @@ class TenantStorage:
                 retained_cap=self.retained_cap(path),
             )
 
-        return self._journaling(self._committing(revert()))
+        return self._journaling(self._committing(revert()), path)
 
     def journal_changed(self) -> Deferred[None]:
         """
@@ -687,14 +711,19 @@ class TenantStorage:
         except ValueError:
             pass
 
-    def _journaling(self, change: Deferred[T]) -> Deferred[T]:
+    def _journaling(self, change: Deferred[T], path: str) -> Deferred[T]:
         """
-        Wake the L{journal_changed} waiters once C{change} has committed with
-        a journal row (its result's C{journal_seq} is not L{None}).
+        Once C{change} (of C{path}) has committed with a journal row (its
+        result's C{journal_seq} is not L{None}): wake the L{journal_changed}
+        waiters and mark the disk of C{path} for the journal-row count.
         """
 
         def committed(result: T) -> T:
-            if getattr(result, "journal_seq", None) is not None and self._journal_waiters:
+            if getattr(result, "journal_seq", None) is None:
+                return result
+            if self._journal_rows is not None:
+                self._journal_rows.changed(top_of(path))
+            if self._journal_waiters:
                 waiters, self._journal_waiters = self._journal_waiters, []
                 for waiter in waiters:
                     waiter.callback(None)
@@ -706,9 +735,16 @@ class TenantStorage:
 
     def sweep(self, *, dry_run: bool = False) -> Deferred[SweepReport]:
         """
-        One GC sweep (L{Collection.sweep}).
+        One GC sweep (L{Collection.sweep}); one that pruned may have
+        emptied any disk's journal, so every disk's rows are counted again.
         """
-        return self.collection.sweep(dry_run=dry_run)
+
+        def swept(report: SweepReport) -> SweepReport:
+            if self._journal_rows is not None and not dry_run:
+                self._journal_rows.changed_all()
+            return report
+
+        return self.collection.sweep(dry_run=dry_run).addCallback(swept)
 
     def purge_agent(self, agent_id: str) -> Deferred[PurgeReport]:
         """
@@ -719,6 +755,8 @@ class TenantStorage:
 
         def purged(report: PurgeReport) -> PurgeReport:
             self._grants.pop(agent_id, None)
+            if self._journal_rows is not None:
+                self._journal_rows.changed(agent_id)
             return report
 
         return self.collection.purge(agent_id).addCallback(purged)
@@ -729,6 +767,8 @@ class TenantStorage:
         """
 
         async def closing() -> None:
+            if self._journal_rows is not None:
+                await self._journal_rows.close()
             await self.collection.close()
             await self.leases.close()
             await self.manifests.close()

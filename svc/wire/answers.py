@@ -247,6 +247,29 @@ class ChangedPush:
     session_id: str | None = arg(TEXT, default=None, nil=True)
 
 
+@attrs.frozen
+class CredentialsRevokedPush:
+    """
+    C{credentials_revoked}: the certificate this connection was admitted
+    with (its leaf, or its tenant intermediate: C{serial}) is deny-listed;
+    GOAWAY C{credentials_expired} follows, and no connection with it will
+    be admitted again. Nothing the client sends from now on is executed.
+    """
+
+    serial: str = arg(TEXT)
+
+
+@attrs.frozen
+class SessionFencedPush:
+    """
+    C{session_fenced}: the agent's mount lease was granted again, at
+    C{epoch}; every write presenting a session of an older epoch is refused
+    (EPERM C{fenced}) from now on. The connection stays open for reads.
+    """
+
+    epoch: int = arg(ANY_INT)
+
+
 # Error details.
 
 

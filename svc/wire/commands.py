@@ -25,6 +25,7 @@ from svc.wire.answers import (
     ChangedPush,
     ChunkHasReply,
     ChunkReply,
+    CredentialsRevokedPush,
     EmptyReply,
     FileAttributes,
     JournalPageReply,
@@ -39,6 +40,7 @@ from svc.wire.answers import (
     RemoveReply,
     RenameReply,
     RevertReply,
+    SessionFencedPush,
     StaleDetails,
     StatfsReply,
 )
@@ -340,6 +342,8 @@ COMMANDS: Mapping[Op, Command] = {
 PUSHES: Mapping[Op, Push] = {
     Op.LEASE_REVOKE: Push(Op.LEASE_REVOKE, LeaseRevokePush),
     Op.CHANGED: Push(Op.CHANGED, ChangedPush),
+    Op.CREDENTIALS_REVOKED: Push(Op.CREDENTIALS_REVOKED, CredentialsRevokedPush),
+    Op.SESSION_FENCED: Push(Op.SESSION_FENCED, SessionFencedPush),
 }
 """Every push of protocol version 1, by name."""
 

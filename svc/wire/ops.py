@@ -45,12 +45,16 @@ class Op(enum.StrEnum):
     LEASE_REVOKE = "lease_revoke"
     # What another writer changed (server push).
     CHANGED = "changed"
+    # The connection's certificate was revoked (server push, before GOAWAY).
+    CREDENTIALS_REVOKED = "credentials_revoked"
+    # Mount sessions older than an epoch are fenced (server push).
+    SESSION_FENCED = "session_fenced"
     # Connection.
     PING = "ping"
     CLOSE = "close"
 
 
-PUSH_OPS = frozenset({Op.LEASE_REVOKE, Op.CHANGED})
+PUSH_OPS = frozenset({Op.LEASE_REVOKE, Op.CHANGED, Op.CREDENTIALS_REVOKED, Op.SESSION_FENCED})
 """Operations the server sends in PUSH frames."""
 
 REQUEST_OPS = frozenset(Op) - PUSH_OPS

@@ -10,6 +10,11 @@ or a broken database (HTTP 500).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from svc.control.store.values import Server
+
 
 class ControlStoreError(Exception):
     """
@@ -44,6 +49,18 @@ class Conflict(ControlStoreError):
     def __init__(self, code: str, message: str = "") -> None:
         super().__init__(message or code)
         self.code = code
+
+
+class ServerKeyConflict(Conflict):
+    """
+    A data-plane server's FQDN is registered under another identity key,
+    which the registration did not name to replace (HTTP 409
+    ``fqdn_registered``). ``server`` is the registration as stored.
+    """
+
+    def __init__(self, server: Server) -> None:
+        super().__init__("fqdn_registered", "the FQDN is registered under another identity key")
+        self.server = server
 
 
 class Revoked(ControlStoreError):

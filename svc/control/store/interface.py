@@ -289,11 +289,17 @@ class ControlStore(Protocol):
         cert_serial: str | None = None,
         cert_not_after: datetime | None = None,
         http_address: str | None = None,
+        identity_key: str | None = None,
+        replacing: str | None = None,
     ) -> Deferred[Server]:
         """
-        Register a data-plane server by FQDN, or update it. A certificate or
-        C{http_address} (where the control plane reaches it over HTTPS) left
-        out keeps the stored one.
+        Register a data-plane server by FQDN, or update it. A certificate,
+        C{http_address} (where the control plane reaches it over HTTPS) or
+        C{identity_key} left out keeps the stored one. A known FQDN stored
+        under another identity key fails with
+        L{svc.control.store.errors.ServerKeyConflict} (nothing changed)
+        unless C{replacing} names that key; a stored key of L{None} is
+        claimed by the first registration naming one.
         """
 
     def touch_server(self, fqdn: str, now: datetime) -> Deferred[Server]:

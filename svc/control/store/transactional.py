@@ -45,6 +45,8 @@ from svc.control.store.values import (
     check_serial,
     to_micros,
 )
+from svc.pki import server_identity
+from svc.pki.errors import InvalidName
 
 T = TypeVar("T")
 
@@ -71,6 +73,15 @@ def _http_address(address: str) -> str:
     if not isinstance(address, str) or not address or address != address.strip():
         raise InvalidValue(f"an HTTPS address must be non-empty text: {address!r}")
     return address
+
+
+def _identity_key(key: str) -> str:
+    try:
+        return server_identity.check_key_text(key)
+    except InvalidName:
+        raise InvalidValue(
+            f"a server identity key must be 64 lowercase hex digits: {key!r}"
+        ) from None
 
 
 def _certificate(certificate: IssuedCertificate) -> IssuedCertificate:
@@ -397,6 +408,8 @@ class TransactionalStore:
         cert_serial: str | None = None,
         cert_not_after: datetime | None = None,
         http_address: str | None = None,
+        identity_key: str | None = None,
+        replacing: str | None = None,
     ) -> Deferred[Server]:
         return self._write(
             lambda: fleet.register_server(
@@ -408,6 +421,8 @@ class TransactionalStore:
                 None if cert_serial is None else check_serial(cert_serial),
                 None if cert_not_after is None else to_micros(cert_not_after),
                 None if http_address is None else _http_address(http_address),
+                None if identity_key is None else _identity_key(identity_key),
+                None if replacing is None else _identity_key(replacing),
             )
         )
 

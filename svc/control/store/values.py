@@ -304,7 +304,9 @@ class Server:
     be given; C{0} takes it out of new placements. ``address`` is what mount
     clients dial; ``http_address`` is where the control plane reaches the
     server over HTTPS (L{None} for a server registered without one, as every
-    server registered before migration 2 was).
+    server registered before migration 2 was). ``identity_key`` is the
+    server identity key the FQDN is registered under
+    (L{svc.pki.server_identity}; L{None} until a registration names one).
     """
 
     server_id: str
@@ -316,6 +318,7 @@ class Server:
     cert_serial: str | None = None
     cert_not_after: datetime | None = attrs.field(default=None, validator=_aware)
     http_address: str | None = None
+    identity_key: str | None = None
 
 
 @attrs.frozen

@@ -33,6 +33,7 @@ from svc.control.dataplane_client import (
     DataPlaneTarget,
     OwnerUsage,
     PurgeResult,
+    SessionFence,
     mtls_http_client,
     rfc3339,
     target_for,
@@ -214,6 +215,17 @@ class DataPlaneClientTests(SynchronousTestCase):
             self.plane.bodies("/control/quotas"),
             [{"owner": "acme", "tenant": "t1", "account_budget_bytes": None}],
         )
+
+    def test_session_fence_body(self) -> None:
+        """A session fence sends owner, tenant, agent_id and epoch to /control/session-epochs."""
+        fence = SessionFence("acme", "t1", "a1", 9)
+        self.successResultOf(self.client.put_update(TARGET, fence))
+        self.assertEqual(
+            self.plane.bodies("/control/session-epochs"),
+            [{"owner": "acme", "tenant": "t1", "agent_id": "a1", "epoch": 9}],
+        )
+        self.successResultOf(self.client.put_update(TARGET, AgentGrant("acme", "t1", "a1", 1)))
+        self.assertEqual(len(self.plane.bodies("/control/quotas")), 1)
 
     def test_purge(self) -> None:
         """Purge posts owner, tenant and agent_id and returns count and bytes_freed."""

@@ -22,11 +22,13 @@ from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBacke
 from svc.control.test.test_enrollment_support import (
     NOW,
     SERVICE_TOKEN,
+    TRUST_DOMAIN,
     RouteWorld,
 )
-from svc.pki import names
+from svc.pki import names, server_identity
 from svc.pki.pem import cert_from_pem
 from svc.pki.test.profiles import ProfileAssertions
+from svc.testing.registration import registration_body
 from svc.testing.web import Answer
 
 SIGN = "/control/sign-server-cert"
@@ -57,15 +59,24 @@ class SignServerCertContract(RouteBackend, _Profile):
     async def set_up(self) -> None:
         self.world = await RouteWorld.open(self, with_server=False)
         self.key = Ed25519PrivateKey.generate()
+        self.identity = Ed25519PrivateKey.generate()
 
-    def body(self, **changes: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "csr_pem": csr_pem(self.key),
-            "fqdn": "DP1.Example.test",
-            "advertise_addr": "dp1.example.test:7443",
-            "http_addr": "10.1.2.3:8443",
-            "capacity": 7,
-        }
+    def body(
+        self,
+        identity: Ed25519PrivateKey | None = None,
+        csr: x509.CertificateSigningRequest | None = None,
+        **changes: Any,
+    ) -> dict[str, Any]:
+        """A registration proved over C{csr} (default: one for C{self.key}), with C{changes}."""
+        body = registration_body(
+            "DP1.Example.test",
+            "dp1.example.test:7443",
+            "10.1.2.3:8443",
+            TRUST_DOMAIN,
+            csr=csr or x509.load_pem_x509_csr(csr_pem(self.key).encode()),
+            identity=identity or self.identity,
+            capacity=7,
+        )
         body.update(changes)
         return {k: v for k, v in body.items() if v is not None}
 
@@ -169,12 +180,12 @@ class SignServerCertContract(RouteBackend, _Profile):
         der = bytearray(tampered.public_bytes(serialization.Encoding.DER))
         der[-1] ^= 1
         broken = x509.load_der_x509_csr(bytes(der)).public_bytes(serialization.Encoding.PEM)
-        for value in (
-            "not a csr",
-            broken.decode(),
-            csr_pem(ec.generate_private_key(ec.SECP256R1())),
-        ):
+        for value in ("not a csr", broken.decode()):
             self.assertBadRequest(await self.sign(self.body(csr_pem=value)), "bad_csr")
+        not_ed25519 = x509.load_pem_x509_csr(
+            csr_pem(ec.generate_private_key(ec.SECP256R1())).encode()
+        )
+        self.assertBadRequest(await self.sign(self.body(csr=not_ed25519)), "bad_csr")
         self.assertEqual(await self.world.result(self.world.store.list_servers()), ())
 
     async def test_bad_fields(self) -> None:
@@ -195,6 +206,78 @@ class SignServerCertContract(RouteBackend, _Profile):
         for description, variants in cases.items():
             for changes in variants:
                 self.assertBadRequest(await self.sign(self.body(**changes)), description)
+
+    async def test_identity_key_recorded(self) -> None:
+        """The server is registered under the identity key its registration proved."""
+        await self.sign(self.body())
+        (server,) = await self.world.result(self.world.store.list_servers())
+        self.assertEqual(server.identity_key, server_identity.key_text(self.identity))
+
+    async def test_other_identity_refused_the_fqdn(self) -> None:
+        """
+        Another identity key claiming a registered FQDN: 409 fqdn_registered
+        naming the registered key, the registration unchanged, no push.
+        """
+        first = (await self.sign(self.body())).json()
+        other = Ed25519PrivateKey.generate()
+        answer = await self.sign(self.body(identity=other, advertise_addr="evil.test:1"))
+        self.assertEqual(answer.status, 409, answer.body)
+        self.assertEqual(
+            answer.json(),
+            {
+                "error": "fqdn_registered",
+                "server_id": first["server_id"],
+                "identity_key": server_identity.key_text(self.identity),
+                "last_seen_at": "2026-11-01T12:00:00Z",
+            },
+        )
+        (server,) = await self.world.result(self.world.store.list_servers())
+        self.assertEqual(server.address, "dp1.example.test:7443")
+        self.assertEqual(self.world.pushes.registered, ["dp1.example.test"])
+
+    async def test_replacing_names_the_registered_key(self) -> None:
+        """A registration naming the registered key to replace takes the FQDN, id kept."""
+        first = (await self.sign(self.body())).json()
+        other = Ed25519PrivateKey.generate()
+        registered = server_identity.key_text(self.identity)
+        wrong = server_identity.key_text(Ed25519PrivateKey.generate())
+        answer = await self.sign(self.body(identity=other, replaces_identity_key=wrong))
+        self.assertEqual(answer.status, 409, answer.body)
+        answer = await self.sign(self.body(identity=other, replaces_identity_key=registered))
+        self.assertEqual(answer.status, 200, answer.body)
+        self.assertEqual(answer.json()["server_id"], first["server_id"])
+        (server,) = await self.world.result(self.world.store.list_servers())
+        self.assertEqual(server.identity_key, server_identity.key_text(other))
+        # The replaced key is refused from now on.
+        self.assertEqual((await self.sign(self.body())).status, 409)
+
+    async def test_trust_domain_mismatch(self) -> None:
+        """A server of another trust domain: 409 naming ours; nothing signed or registered."""
+        answer = await self.sign(self.body(trust_domain="other.test"))
+        self.assertEqual(answer.status, 409, answer.body)
+        self.assertEqual(
+            answer.json(), {"error": "trust_domain_mismatch", "trust_domain": TRUST_DOMAIN}
+        )
+        self.assertEqual(await self.world.result(self.world.store.list_servers()), ())
+
+    async def test_bad_identity(self) -> None:
+        """A missing or malformed identity key or proof, or a proof of another CSR: 400."""
+        other_csr = x509.load_pem_x509_csr(csr_pem().encode())
+        foreign = server_identity.prove(self.identity, other_csr)
+        cases: dict[str, list[dict[str, Any]]] = {
+            "bad_trust_domain": [{"trust_domain": None}, {"trust_domain": ""}],
+            "bad_identity_key": [{"identity_key": None}, {"identity_key": "AB" * 32}],
+            "bad_identity_proof": [
+                {"identity_proof": None},
+                {"identity_proof": "00" * 64},
+                {"identity_proof": foreign},
+            ],
+            "bad_replaces_identity_key": [{"replaces_identity_key": "xyz"}],
+        }
+        for description, variants in cases.items():
+            for changes in variants:
+                self.assertBadRequest(await self.sign(self.body(**changes)), description)
+        self.assertEqual(await self.world.result(self.world.store.list_servers()), ())
 
     async def test_service_token_required(self) -> None:
         """Without the service token: 401 invalid_token."""

@@ -19,6 +19,7 @@ from svc.control.dataplane_client import (
     ControlCredentials,
     DataPlaneClient,
     DataPlaneTarget,
+    SessionFence,
 )
 from svc.control.revocation_push import (
     ControlPushLoop,
@@ -291,6 +292,43 @@ class ControlPushLoopTests(PushLoopCase):
             [b["grant_bytes"] for b in self.planes[fqdn].bodies("/control/quotas")], [2]
         )
         self.assertEqual(self.loop.pending_quotas, ())
+
+    def test_session_fence_sent_and_retried(self) -> None:
+        """
+        A grant's session fence goes at once to the tenant's server; one not
+        delivered stays queued, a newer epoch superseding it, until delivered.
+        """
+        self.loop.startService()
+        fqdn = self.provision_and_place()
+        self.loop.session_granted(SessionFence("acme", "acme", "a1", 3))
+        self.assertEqual(
+            self.planes[fqdn].bodies("/control/session-epochs"),
+            [{"owner": "acme", "tenant": "acme", "agent_id": "a1", "epoch": 3}],
+        )
+        self.planes[fqdn].reachable = False
+        self.loop.session_granted(SessionFence("acme", "acme", "a1", 4))
+        self.loop.session_granted(SessionFence("acme", "acme", "a1", 5))
+        self.assertEqual(self.loop.pending_quotas, (SessionFence("acme", "acme", "a1", 5),))
+        self.planes[fqdn].reachable = True
+        self.clock.advance(INTERVAL)
+        self.assertEqual(
+            [b["epoch"] for b in self.planes[fqdn].bodies("/control/session-epochs")], [3, 5]
+        )
+        self.assertEqual(self.loop.pending_quotas, ())
+
+    def test_refused_session_fence_dropped(self) -> None:
+        """
+        A server refusing the session fence (an older one, without the call)
+        has it dropped, not retried, and still gets its quota updates.
+        """
+        self.loop.startService()
+        fqdn = self.provision_and_place()
+        self.planes[fqdn].statuses["/control/session-epochs"] = 404
+        self.loop.session_granted(SessionFence("acme", "acme", "a1", 3))
+        self.loop.quota_changed(AgentGrant("acme", "acme", "a1", 9))
+        self.assertEqual(self.loop.pending_quotas, ())
+        self.assertEqual(len(self.planes[fqdn].bodies("/control/quotas")), 1)
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
 
     def test_quota_queued_while_stopped(self) -> None:
         """An update queued before start is delivered by the first round."""
@@ -633,3 +671,4 @@ class NoPushesTests(SynchronousTestCase):
         pushes.quota_changed(AgentGrant("o", "t", "a", 1))
         pushes.tenant_placed("t")
         pushes.server_registered("dp.test")
+        pushes.session_granted(SessionFence("o", "t", "a", 1))

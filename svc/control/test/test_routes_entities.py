@@ -15,7 +15,7 @@ from twisted.internet.task import Clock
 from twisted.web.resource import Resource
 
 from svc.control.app import build_control_app
-from svc.control.dataplane_client import QuotaUpdate
+from svc.control.dataplane_client import QuotaUpdate, SessionFence
 from svc.control.routes_access import AccessDeps, access_routes
 from svc.control.routes_entities import EntityDeps, entity_routes, new_enroll_token
 from svc.control.routing import Feature
@@ -49,6 +49,7 @@ class RecordedPushes:
     quotas: list[QuotaUpdate] = attrs.field(factory=list)
     placed: list[str] = attrs.field(factory=list)
     registered: list[str] = attrs.field(factory=list)
+    fences: list[SessionFence] = attrs.field(factory=list)
 
     def revocations_changed(self) -> None:
         self.revocations += 1
@@ -61,6 +62,9 @@ class RecordedPushes:
 
     def server_registered(self, fqdn: str) -> None:
         self.registered.append(fqdn)
+
+    def session_granted(self, fence: SessionFence) -> None:
+        self.fences.append(fence)
 
 
 class EntityRouteCase(RouteBackend):

@@ -19,6 +19,7 @@ from twisted.web.server import Request
 from svc.control.agent_auth import AgentIdentityAuthenticator, sign_request
 from svc.control.app import build_control_app
 from svc.control.ca import AgentCAProvider
+from svc.control.dataplane_client import SessionFence
 from svc.control.http import Authenticator
 from svc.control.routes_entities import EntityDeps, entity_routes
 from svc.control.routes_mounts import MountDeps, mount_routes
@@ -29,7 +30,7 @@ from svc.control.test.backends import PostgresBackend, RouteBackend, SQLiteBacke
 from svc.control.test.test_dataplane_client import fake_client
 from svc.control.test.test_enrollment_support import Enrolled, RouteWorld
 from svc.control.test.test_routes_entities import ENVIRON, SERVICE, RecordedPushes
-from svc.sessions import PREFIX
+from svc.sessions import PREFIX, parse_epoch
 from svc.testing.web import Answer
 from svc.web.errors import INVALID_CLIENT, InvalidCredential
 
@@ -219,6 +220,24 @@ class AcquireContract(MountRouteCase):
         self.assertEqual((await self.mount(ENROLLMENT_2, {"force": True})).status, 200)
         self.assertEqual(await self.result(self.store.active_revocations(self.now())), ())
         self.assertEqual(self.pushes.revocations, 0)
+
+    async def test_every_grant_fences_older_sessions(self) -> None:
+        """
+        Every grant has the tenant's server fence the agent's older sessions
+        (the push loop is told the new epoch); a refused acquisition, nothing.
+        """
+        first = (await self.mount()).json()
+        self.assertError(await self.mount(ENROLLMENT_2), 409, "lease_live")
+        self.clock.advance(30)
+        second = (await self.mount(ENROLLMENT_2, {"force": True})).json()
+        self.assertEqual(
+            self.pushes.fences,
+            [
+                SessionFence("acme", "acme", "a1", parse_epoch(first["session_id"])),
+                SessionFence("acme", "acme", "a1", parse_epoch(second["session_id"])),
+            ],
+        )
+        self.assertGreater(self.pushes.fences[1].epoch, self.pushes.fences[0].epoch)
 
     async def test_grants_without_takeover_do_not_push(self) -> None:
         """A first grant, the holder's forced re-grant and taking an expired lease push nothing."""

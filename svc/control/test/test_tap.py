@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.x509.oid import NameOID
 from treq.client import HTTPClient
 from twisted.internet import reactor as global_reactor
 from twisted.internet.ssl import CertificateOptions
@@ -39,6 +36,7 @@ from svc.control.tap import (
 from svc.control.test.test_tls_listener import key_pem, operator_chain, pem, tls_get
 from svc.pki.filesystem import FilesystemCA
 from svc.pki.tls import org_root_trust
+from svc.testing.registration import registration_body
 
 TOKEN = "service-token-" + "y" * 30
 KEK = base64.b64encode(b"k" * 32).decode()
@@ -207,14 +205,7 @@ class ControlPlaneServiceTests(TestCase):
         with socket.socket() as probe:  # a loopback port nobody listens on
             probe.bind(("127.0.0.1", 0))
             closed = f"127.0.0.1:{probe.getsockname()[1]}"
-        csr = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dp.test")]))
-            .sign(Ed25519PrivateKey.generate(), None)
-        )
-        pem = csr.public_bytes(serialization.Encoding.PEM).decode()
-        register = {"csr_pem": pem, "fqdn": "dp.test", "advertise_addr": closed}
-        register["http_addr"] = closed
+        register = registration_body("dp.test", closed, closed, "svc.test")
         for path, body in (
             ("/control/sign-server-cert", register),
             ("/v1/entities", {"type": "agent", "id": "a1", "owner": "acme", "grant_bytes": 5}),

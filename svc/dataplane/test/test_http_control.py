@@ -11,7 +11,12 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.dataplane.http_control import canonical_serial, parse_quotas, parse_revocations
+from svc.dataplane.http_control import (
+    canonical_serial,
+    parse_quotas,
+    parse_revocations,
+    parse_session_fence,
+)
 from svc.dataplane.revocations import DenyListFile
 from svc.dataplane.test.test_http_support import HttpFixture, rfc3339
 from svc.store.layout import TenantLocation
@@ -270,6 +275,52 @@ class QuotaTests(SynchronousTestCase):
         answer = self.f.call("PUT", "/control/quotas", body=body)
         self.assertEqual(answer.status, 400)
         self.assertFalse(Path(self.f.store.root, "acme", "account.json").exists())
+
+
+class SessionFenceTests(SynchronousTestCase):
+    """
+    C{PUT /control/session-epochs} hands the fence to the service; only the
+    control plane may send it.
+    """
+
+    def setUp(self) -> None:
+        self.f = HttpFixture(self)
+
+    def test_fence(self) -> None:
+        """A well-formed fence is handed on, then answered 204."""
+        self.f.as_control()
+        body = {"owner": "acme", "tenant": "labs", "agent_id": "a1", "epoch": 7}
+        answer = self.f.call("PUT", "/control/session-epochs", body=body)
+        self.assertEqual(answer.status, 204, answer.body)
+        self.assertEqual(self.f.fences, [(LABS, "a1", 7)])
+
+    def test_parse_errors(self) -> None:
+        """A missing field, a bad id or an epoch out of range is refused and not handed on."""
+        self.f.as_control()
+        good: dict[str, object] = {"owner": "acme", "tenant": "labs", "agent_id": "a1", "epoch": 1}
+        cases: list[tuple[dict[str, object], str]] = [
+            ({"epoch": None}, "bad_epoch"),
+            ({"epoch": -1}, "bad_epoch"),
+            ({"epoch": 2**64}, "bad_epoch"),
+            ({"epoch": True}, "bad_epoch"),
+            ({"agent_id": "../x"}, "bad_agent_id"),
+        ]
+        for changes, description in cases:
+            answer = self.f.call("PUT", "/control/session-epochs", body={**good, **changes})
+            self.assertEqual(answer.status, 400, answer.body)
+            self.assertEqual(answer.json()["error_description"], description)
+        error = self.assertRaises(
+            InvalidRequest, parse_session_fence, {k: v for k, v in good.items() if k != "epoch"}
+        )
+        self.assertEqual(error.description, "missing_epoch")
+        self.assertEqual(self.f.fences, [])
+
+    def test_agents_refused(self) -> None:
+        """An agent's certificate may not fence sessions."""
+        self.f.as_agent()
+        body = {"owner": "acme", "tenant": "labs", "agent_id": "a1", "epoch": 7}
+        self.assertEqual(self.f.call("PUT", "/control/session-epochs", body=body).status, 403)
+        self.assertEqual(self.f.fences, [])
 
 
 class UsageTests(SynchronousTestCase):

@@ -25,6 +25,7 @@ from svc.metrics import DataPlaneMetrics
 from svc.pki.identity import DenyList
 from svc.pki.names import format_serial
 from svc.store.gc import SweepReport
+from svc.store.layout import TenantLocation
 from svc.store.test.test_engine import EngineFixture
 from svc.testing.pki import AgentCredentials, shared_test_pki
 from svc.testing.web import Answer, request
@@ -65,6 +66,7 @@ class HttpFixture:
             DenyListFile(self.state_dir), ImmediateWorker(), self.clock, self._replace
         )
         self.chain: list[x509.Certificate] = []
+        self.fences: list[tuple[TenantLocation, str, int]] = []
         self.http = DataPlaneHttp(
             engine=self.store.engine,
             registry=self.registry,
@@ -82,6 +84,7 @@ class HttpFixture:
             serve_metrics=serve_metrics,
             readiness=readiness,
             sweep=sweep,
+            fence=lambda location, agent_id, epoch: self.fences.append((location, agent_id, epoch)),
         )
         self.resource = self.http.resource()
 

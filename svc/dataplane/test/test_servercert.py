@@ -26,11 +26,12 @@ from twisted.web.server import Request, Site
 from svc.backoff import Backoff
 from svc.dataplane.servercert import (
     CERT_FILE,
+    IDENTITY_KEY_FILE,
     KEY_FILE,
-    REGISTRATION_FILE,
     ROOT_FILE,
     CredentialFiles,
     Registration,
+    RegistrationRefused,
     ServerCertificate,
     ServerCertificateError,
     ServerCredentials,
@@ -42,8 +43,10 @@ from svc.dataplane.servercert import (
     refusal_at_start,
     renewal_time,
 )
+from svc.pki import server_identity
+from svc.pki.errors import InvalidName
 from svc.pki.issuance import issue_server_leaf, sign_server_csr
-from svc.pki.pem import cert_to_pem, key_to_pem
+from svc.pki.pem import cert_to_pem, key_from_pem, key_to_pem
 from svc.startup import StartError
 from svc.testing.pki import shared_test_pki
 from svc.testing.worker import ImmediateWorker
@@ -51,13 +54,19 @@ from svc.web.clients import control_plane_http_client
 
 TOKEN = "svc_servicetoken"
 FQDN = "dp1.svc.test"
-REGISTRATION = Registration(FQDN, "dp1.svc.test:7000", "dp1.svc.test:7443", capacity=50)
+TRUST_DOMAIN = "svc.test"
+REGISTRATION = Registration(
+    FQDN, "dp1.svc.test:7000", "dp1.svc.test:7443", TRUST_DOMAIN, capacity=50
+)
 
 
 class FakeControlPlane:
     """
     C{POST /control/sign-server-cert} signing with the test root at the
-    clock's time; can be told to fail, answer for another key, or hang.
+    clock's time, registering each FQDN under the first identity key that
+    proves itself (as the real control plane does, 409 C{fqdn_registered}
+    for another unless it names that key to replace) and refusing another
+    trust domain; can be told to fail, answer for another key, or hang.
     """
 
     app = Klein()
@@ -72,6 +81,8 @@ class FakeControlPlane:
         self.wrong_key = False
         self.hang = False
         self.token = TOKEN
+        self.trust_domain = TRUST_DOMAIN
+        self.keys: dict[str, str] = {}
 
     @app.route("/control/sign-server-cert", methods=["POST"])
     def sign(self, request: Request) -> Any:
@@ -90,6 +101,23 @@ class FakeControlPlane:
                 request.setHeader(b"Retry-After", self.retry_after.encode())
             return json.dumps({"error": "temporarily_unavailable"}).encode()
         csr = x509.load_pem_x509_csr(body["csr_pem"].encode())
+        server_identity.check_proof(body["identity_key"], body["identity_proof"], csr)
+        if body["trust_domain"] != self.trust_domain:
+            request.setResponseCode(409)
+            return json.dumps(
+                {"error": "trust_domain_mismatch", "trust_domain": self.trust_domain}
+            ).encode()
+        registered = self.keys.setdefault(body["fqdn"], body["identity_key"])
+        if registered not in (body["identity_key"], body.get("replaces_identity_key")):
+            request.setResponseCode(409)
+            answer = {
+                "error": "fqdn_registered",
+                "server_id": "srv-1",
+                "identity_key": registered,
+                "last_seen_at": "2026-11-22T19:00:00Z",
+            }
+            return json.dumps(answer).encode()
+        self.keys[body["fqdn"]] = body["identity_key"]
         now = datetime.fromtimestamp(self.clock.seconds(), UTC)
         if self.wrong_key:
             cert = issue_server_leaf(self.pki.root, body["fqdn"], now).cert
@@ -178,57 +206,144 @@ class ServerCertificateTests(SynchronousTestCase):
         self.assertEqual(sans.get_values_for_type(x509.DNSName), [FQDN])
         self.assertIn(FQDN, csr.subject.rfc4514_string())
 
-    def test_uses_stored_certificate(self) -> None:
-        """Valid stored credentials are installed without asking the control plane."""
+    def test_uses_stored_certificate_and_registers_again(self) -> None:
+        """
+        A restart installs valid stored credentials at once and registers
+        again (a fresh leaf), so the control plane learns the current
+        addresses; registered() fires once it has.
+        """
         self.start().stopService()
         first = self.installed[0][0]
         self.installed.clear()
-        self.start()
+        moved = Registration(FQDN, "10.9.9.9:7000", "10.9.9.9:7443", TRUST_DOMAIN, capacity=50)
+        service = self.service(registration=moved)
+        self.control.hang = True
+        service.startService()
+        self.settle()
         self.assertEqual([cert for cert, _, _ in self.installed], [first])
-        self.assertEqual(len(self.control.requests), 1)
-
-    def test_changed_addresses_registered_again(self) -> None:
-        """
-        Restarting with new addresses serves with the stored leaf at once and
-        registers again, so the control plane learns where agents must dial.
-        """
-        self.start().stopService()
-        first = self.installed[0][0]
-        self.installed.clear()
-        moved = Registration(FQDN, "10.9.9.9:7000", "10.9.9.9:7443", capacity=50)
-        service = self.start(registration=moved)
-        self.assertEqual(self.installed[0][0], first)
-        self.clock.advance(0)
+        registered = service.registered()
+        self.assertNoResult(registered)
+        self.control.hang = False
+        self.clock.advance(30)  # the hanging call times out; retried later
+        self.settle()
+        self.successResultOf(registered)
+        self.clock.advance((service.next_attempt_at() or 0) - self.clock.seconds())
         self.settle()
         self.assertEqual(len(self.control.requests), 2)
         self.assertEqual(self.control.requests[1]["advertise_addr"], "10.9.9.9:7000")
         self.assertEqual(self.control.requests[1]["http_addr"], "10.9.9.9:7443")
-        self.assertEqual(CredentialFiles(self.state).load_registration(), moved)
+        self.assertEqual(len(self.installed), 2)
         self.assertEqual(service.failures, 0)
-        # The next restart with the same addresses asks nothing.
-        service.stopService()
-        self.start(registration=moved)
-        self.clock.advance(0)
-        self.settle()
-        self.assertEqual(len(self.control.requests), 2)
 
-    def test_state_without_a_registration_record_registers_again(self) -> None:
-        """State written before registrations were stored is registered once more."""
+    def test_registered_waits_without_stored_credentials(self) -> None:
+        """Without stored credentials, registered() waits through failures for a success."""
+        self.control.unavailable = 1
+        service = self.start()
+        registered = service.registered()
+        self.assertNoResult(registered)
+        self.clock.advance((service.next_attempt_at() or 0) - self.clock.seconds())
+        self.settle()
+        self.successResultOf(registered)
+
+    def test_identity_key_created_once_and_proved(self) -> None:
+        """
+        The identity key is created once (mode 0600) and every registration
+        names it with a proof over its own CSR.
+        """
         self.start().stopService()
-        (self.state / REGISTRATION_FILE).unlink()
         self.start()
-        self.clock.advance(0)
-        self.settle()
-        self.assertEqual(len(self.control.requests), 2)
+        key_file = self.state / IDENTITY_KEY_FILE
+        self.assertEqual(stat.S_IMODE(key_file.stat().st_mode), 0o600)
+        identity = server_identity.key_text(key_from_pem(key_file.read_bytes()))
+        self.assertEqual([r["identity_key"] for r in self.control.requests], [identity] * 2)
+        self.assertEqual({r["trust_domain"] for r in self.control.requests}, {TRUST_DOMAIN})
+        self.assertNotIn("replaces_identity_key", self.control.requests[0])
 
-    def test_registration_record_round_trips_and_rejects_junk(self) -> None:
-        self.assertEqual(Registration.from_record(REGISTRATION.record()), REGISTRATION)
-        junks: list[object] = [None, [], {"fqdn": 7}, {**REGISTRATION.record(), "capacity": True}]
-        for junk in junks:
-            self.assertIsNone(Registration.from_record(junk))
-        (self.state).mkdir()
-        (self.state / REGISTRATION_FILE).write_bytes(b"{not json")
-        self.assertIsNone(CredentialFiles(self.state).load_registration())
+    def test_fqdn_of_another_server_refused_for_good(self) -> None:
+        """
+        A second server (another identity key) claiming a registered FQDN is
+        refused: ready() and registered() fail with the fix named, on_refused
+        is told, nothing is installed or retried.
+        """
+        self.start().stopService()
+        self.control.requests.clear()
+        self.installed.clear()
+        refusals: list[RegistrationRefused] = []
+        self.state = Path(self.mktemp())  # another machine: its own state
+        service = self.start(on_refused=refusals.append)
+        error = self.failureResultOf(service.ready(), RegistrationRefused).value
+        self.failureResultOf(service.registered(), RegistrationRefused)
+        self.assertEqual(refusals, [error])
+        self.assertEqual(error.code, "fqdn_registered")
+        registered = self.control.keys[FQDN]
+        self.assertIn(f"SVC_REPLACE_SERVER_KEY={registered}", str(error))
+        self.assertIn(f"SVC_SERVER_FQDN={FQDN}", str(error))
+        self.assertEqual(self.installed, [])
+        self.assertIsNone(service.next_attempt_at())
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+
+    def test_refused_after_serving_stored_credentials(self) -> None:
+        """
+        A server serving stored credentials whose registration is then
+        refused (another server took the FQDN over) is told to stop.
+        """
+        self.start().stopService()
+        self.control.keys[FQDN] = server_identity.key_text(Ed25519PrivateKey.generate())
+        refusals: list[RegistrationRefused] = []
+        service = self.start(on_refused=refusals.append)
+        self.assertEqual(len(self.installed), 2)  # the stored leaf, installed at once
+        self.assertEqual([r.code for r in refusals], ["fqdn_registered"])
+        self.failureResultOf(service.registered(), RegistrationRefused)
+        self.assertIsNone(service.next_attempt_at())
+
+    def test_replacing_names_the_registered_key(self) -> None:
+        """
+        A server started with the registered key to replace takes the FQDN
+        over; a leftover replace setting is harmless after that.
+        """
+        self.start().stopService()
+        old = self.control.keys[FQDN]
+        self.state = Path(self.mktemp())
+        replacing = Registration(
+            FQDN, "dp1.svc.test:7000", "dp1.svc.test:7443", TRUST_DOMAIN, replaces=old
+        )
+        service = self.start(registration=replacing)
+        self.successResultOf(service.registered())
+        self.assertEqual(self.control.requests[-1]["replaces_identity_key"], old)
+        self.assertNotEqual(self.control.keys[FQDN], old)
+        service.stopService()
+        self.successResultOf(self.start(registration=replacing).registered())
+
+    def test_trust_domain_mismatch_refused(self) -> None:
+        """A control plane of another trust domain refuses the server; the fix is named."""
+        self.control.trust_domain = "other.test"
+        service = self.start()
+        error = self.failureResultOf(service.registered(), RegistrationRefused).value
+        self.assertEqual(error.code, "trust_domain_mismatch")
+        self.assertIn("SVC_TRUST_DOMAIN=other.test", str(error))
+        self.assertIn(repr(TRUST_DOMAIN), str(error))
+        self.assertIsNone(service.next_attempt_at())
+
+    def test_unreadable_identity_key_refuses_to_start(self) -> None:
+        """An identity key file holding no key fails the start naming the file; nothing is sent."""
+        self.state.mkdir()
+        (self.state / IDENTITY_KEY_FILE).write_bytes(b"not a key")
+        service = self.start()
+        error = self.failureResultOf(service.ready(), ServerCertificateError).value
+        self.assertIn(IDENTITY_KEY_FILE, str(error))
+        self.assertEqual(self.control.requests, [])
+
+    def test_replace_setting_checked(self) -> None:
+        """A replace setting that is not an identity key is refused when built."""
+        self.assertRaises(
+            InvalidName,
+            Registration,
+            FQDN,
+            "a:1",
+            "b:1",
+            TRUST_DOMAIN,
+            replaces="abc",
+        )
 
     def test_stored_for_another_name_replaced(self) -> None:
         """A stored leaf for another FQDN is not used: a new one is obtained."""
@@ -272,10 +387,8 @@ class ServerCertificateTests(SynchronousTestCase):
         self.clock.advance(renewal_time(cert).timestamp() - self.clock.seconds() + 10)
         service = self.start()
         self.assertEqual(self.installed[1][0], cert)
-        self.assertEqual(service.next_attempt_at(), self.clock.seconds())
-        self.clock.advance(0)
-        self.settle()
-        self.assertEqual(len(self.installed), 3)
+        self.assertEqual(len(self.installed), 3)  # registered again at once, a new leaf
+        self.assertGreater(service.next_attempt_at() or 0, self.clock.seconds())
 
     def test_retry_backoff(self) -> None:
         """Failures are retried after a growing, jittered delay, and then succeed."""
@@ -496,7 +609,9 @@ class ControlPlaneHttpsTests(TestCase):
         signer = SignServerCertCall(http, f"https://localhost:{port.getHost().port}", TOKEN, real)
 
         async def run() -> None:
-            credentials = await signer.sign(REGISTRATION, Ed25519PrivateKey.generate())
+            credentials = await signer.sign(
+                REGISTRATION, Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+            )
             self.assertEqual(credentials.root, pki.root.cert)
 
         return Deferred.fromCoroutine(run())
@@ -517,7 +632,9 @@ class ControlPlaneHttpsTests(TestCase):
 
         async def run() -> None:
             with self.assertRaises(SigningFailed) as raised:
-                await signer.sign(REGISTRATION, Ed25519PrivateKey.generate())
+                await signer.sign(
+                    REGISTRATION, Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+                )
             self.assertEqual(control.requests, [])
             self.assertTrue(raised.exception.untrusted)
 

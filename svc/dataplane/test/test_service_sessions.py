@@ -22,9 +22,16 @@ from svc.dataplane.session_epochs import (
     parse_epochs,
     render_epochs,
 )
-from svc.dataplane.test.test_service_support import ServiceFixture, admitted, blob, identity
+from svc.dataplane.test.test_service_support import (
+    Agent,
+    ServiceFixture,
+    admitted,
+    blob,
+    identity,
+)
 from svc.pki.identity import DenyList
 from svc.policy import PathPolicy
+from svc.store.layout import TenantLocation
 from svc.wire.errno import WireErrno
 
 ALICE = identity()
@@ -228,6 +235,90 @@ class PolicyTests(SynchronousTestCase):
         self.assertTrue(grant["granted"])
 
 
+class FencePushTests(SynchronousTestCase):
+    """
+    When an agent's newest epoch rises, its other live connections are told
+    (PUSH C{session_fenced}): a displaced mount stops writing at once.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = ServiceFixture(self)
+        self.addCleanup(self.fixture.close)
+        self.location = TenantLocation("user-1", "tenant-a")
+
+    def fenced(self, agent: Agent) -> list[object]:
+        return [p["epoch"] for op, p in agent.sink.pushes if op == "session_fenced"]
+
+    def test_newer_session_tells_the_agents_other_connections(self) -> None:
+        """
+        A write with a newer session tells the agent's connections of older
+        sessions or none; not its own, one as new, or another agent's.
+        """
+        old = self.fixture.agent()
+        old.ok(
+            "dir_create", path="/agent-1/a", mode=0o755, session_id=self.fixture.session(ALICE, 1)
+        )
+        quiet = self.fixture.agent()
+        other = self.fixture.agent(identity(agent="agent-2", serial="b2"))
+        new = self.fixture.agent()
+        new.ok(
+            "dir_create", path="/agent-1/b", mode=0o755, session_id=self.fixture.session(ALICE, 2)
+        )
+        same = self.fixture.agent()
+        same.ok(
+            "dir_create", path="/agent-1/c", mode=0o755, session_id=self.fixture.session(ALICE, 2)
+        )
+        self.assertEqual(
+            [self.fenced(a) for a in (old, quiet, other, new, same)], [[2], [2], [], [], []]
+        )
+        self.assertEqual(
+            old.errno("dir_remove", path="/agent-1/a", session_id=self.fixture.session(ALICE, 1)),
+            WireErrno.EPERM,
+        )
+
+    def test_first_session_tells_nobody(self) -> None:
+        """The first session ever seen for the agent fences nobody and tells nobody."""
+        watcher = self.fixture.agent()
+        writer = self.fixture.agent()
+        writer.ok(
+            "dir_create", path="/agent-1/a", mode=0o755, session_id=self.fixture.session(ALICE, 1)
+        )
+        self.assertEqual(self.fenced(watcher), [])
+
+    def test_control_plane_fence(self) -> None:
+        """
+        fence_sessions fences older sessions before any newer one wrote: kept
+        in sessions.json, the older session's writes refused, its
+        connection told.
+        """
+        old = self.fixture.agent()
+        old.ok(
+            "dir_create", path="/agent-1/a", mode=0o755, session_id=self.fixture.session(ALICE, 3)
+        )
+        self.successResultOf(self.fixture.service.fence_sessions(self.location, "agent-1", 4))
+        self.assertEqual(self.fenced(old), [4])
+        saved = json.loads((self.fixture.root / "user-1" / "tenant-a" / SESSIONS_FILE).read_text())
+        self.assertEqual(saved["agents"], {"agent-1": 4})
+        refused = old.error(
+            "dir_remove", path="/agent-1/a", session_id=self.fixture.session(ALICE, 3)
+        )
+        self.assertEqual(dict(refused.details), {"reason": "fenced"})
+        # A late fence of an older epoch lowers nothing.
+        self.successResultOf(self.fixture.service.fence_sessions(self.location, "agent-1", 2))
+        self.assertEqual(
+            json.loads((self.fixture.root / "user-1" / "tenant-a" / SESSIONS_FILE).read_text()),
+            saved,
+        )
+
+    def test_fence_of_an_agent_never_seen_here(self) -> None:
+        """A fence for an agent whose storage was never opened here is kept all the same."""
+        self.successResultOf(
+            self.fixture.service.fence_sessions(TenantLocation("user-9", "tenant-z"), "a9", 5)
+        )
+        saved = json.loads((self.fixture.root / "user-9" / "tenant-z" / SESSIONS_FILE).read_text())
+        self.assertEqual(saved["agents"], {"a9": 5})
+
+
 class DenyListTests(SynchronousTestCase):
     """
     C{set_deny_list}: the new list is kept and live connections it names are dropped.
@@ -251,6 +342,20 @@ class DenyListTests(SynchronousTestCase):
         fixture.service.set_deny_list(denied)
         self.assertEqual(bob.sink.disconnects, [DENIED_GOAWAY_REASON])
 
+    def test_revoked_connection_told_before_goaway(self) -> None:
+        """
+        A connection whose serial is denied is pushed credentials_revoked
+        (naming the serial) just before its GOAWAY, once.
+        """
+        fixture = ServiceFixture(self)
+        self.addCleanup(fixture.close)
+        bob = fixture.agent(identity(agent="agent-2", serial="b2"))
+        denied = DenyList.of([("b2", identity().not_after)])
+        fixture.service.set_deny_list(denied)
+        fixture.service.set_deny_list(denied)
+        self.assertEqual(bob.sink.sent, ["credentials_revoked", "GOAWAY credentials_expired"])
+        self.assertEqual(bob.sink.pushes, [("credentials_revoked", {"serial": "b2"})])
+
 
 class DeniedIntermediateTests(SynchronousTestCase):
     """
@@ -268,6 +373,7 @@ class DeniedIntermediateTests(SynchronousTestCase):
         self.assertEqual(
             (retired.sink.disconnects, current.sink.disconnects), ([DENIED_GOAWAY_REASON], [])
         )
+        self.assertEqual(retired.sink.pushes, [("credentials_revoked", {"serial": "1e"})])
 
 
 class ExpiryTests(SynchronousTestCase):
@@ -303,6 +409,8 @@ class ExpiryTests(SynchronousTestCase):
         fixture.service.set_deny_list(DenyList())
         fixture.clock.advance(3600)
         self.assertEqual(short.sink.disconnects, [DENIED_GOAWAY_REASON])
+        # An expired leaf may have been renewed: it is not told it is revoked.
+        self.assertEqual(short.sink.sent, ["GOAWAY credentials_expired"])
 
     def test_intermediate_expiry_disconnects_at_its_not_after(self) -> None:
         """An intermediate expiring before the leaf ends the connection at its not-after."""

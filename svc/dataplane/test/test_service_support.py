@@ -100,13 +100,17 @@ class RecordingSink:
     def __init__(self) -> None:
         self.pushes: list[tuple[str, dict[str, object]]] = []
         self.disconnects: list[str] = []
+        self.sent: list[str] = []
+        """Pushes (their op) and disconnections (C{GOAWAY <reason>}), in order."""
 
     def push(self, op: str, payload: Mapping[str, object]) -> None:
         # As the peer receives it: through the msgpack profile.
         self.pushes.append((op, unpack_payload(pack_payload(payload))))
+        self.sent.append(op)
 
     def disconnect(self, reason: str) -> None:
         self.disconnects.append(reason)
+        self.sent.append(f"GOAWAY {reason}")
 
 
 class Agent:

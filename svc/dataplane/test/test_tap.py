@@ -16,6 +16,7 @@ from twisted.python.usage import UsageError
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.answer_budget import MIB, AnswerLimits
+from svc.dataplane.servercert import RegistrationRefused
 from svc.dataplane.settings import (
     DEFAULT_HTTP_LISTEN,
     DEFAULT_IO_THREADS,
@@ -28,6 +29,7 @@ from svc.dataplane.tap import DataPlaneServer, Options, RenewableAdmission
 from svc.pki.errors import AdmissionRefused
 from svc.pki.identity import DenyList
 from svc.pki.pem import cert_to_pem, key_to_pem
+from svc.startup import FAILED_STATUS
 from svc.store.footprint import FootprintPolicy
 from svc.testing.pki import shared_test_pki
 from svc.wire.ops import Op
@@ -171,6 +173,19 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(config.registration.fqdn, "localhost")
         self.assertEqual(config.registration.advertise_addr, "10.0.0.5:9443")
         self.assertEqual(config.registration.http_addr, "127.0.0.1:7444")
+
+    def test_registration_names_trust_domain_and_replaced_key(self) -> None:
+        """The registration carries the trust domain and SVC_REPLACE_SERVER_KEY (lower-cased)."""
+        key = "AB" * 32
+        config = parse({**CONTROL, "SVC_REPLACE_SERVER_KEY": key})
+        assert config.registration is not None
+        self.assertEqual(config.registration.trust_domain, config.settings.trust_domain)
+        self.assertEqual(config.registration.replaces, key.lower())
+        plain = parse(CONTROL).registration
+        assert plain is not None
+        self.assertIsNone(plain.replaces)
+        error = self.assertRaises(UsageError, parse, {**CONTROL, "SVC_REPLACE_SERVER_KEY": "ab"})
+        self.assertTrue(str(error).startswith("SVC_REPLACE_SERVER_KEY"), str(error))
 
     def test_wildcard_interface_advertises_fqdn(self) -> None:
         """A listener on every interface is advertised under the server's FQDN."""
@@ -407,6 +422,30 @@ class ServerTests(SynchronousTestCase):
         server.metrics.observe_op(Op.PING.value, 0.001)
         names = {family.name for family in server.registry.collect()}
         self.assertIn("svc_dataplane_op_duration_seconds", names)
+
+    def test_refusal_after_start_ends_the_process(self) -> None:
+        """
+        A registration refused once the server serves (a later renewal) stops
+        the reactor and exits with status 1; one refused while starting
+        leaves that to the failed start.
+        """
+        files = StaticFiles(self)
+        environ = {**BASE, "SVC_TENANTS_ROOT": self.mktemp()}
+        reactor = MemoryReactorClock()
+        server = DataPlaneServer(parse(environ, files.args()), reactor, install_signal=None)
+        refused = RegistrationRefused("refused", "fqdn_registered")
+        server._registration_refused(refused)
+        self.assertFalse(reactor.hasStopped)
+        server._serving = True
+        server._registration_refused(refused)
+        self.assertTrue(reactor.hasStopped)
+        (trigger,) = reactor.triggers["after"]["shutdown"]
+        self.assertEqual(trigger[1], (FAILED_STATUS,))
+
+    def test_storage_reports_to_the_metrics(self) -> None:
+        """The storage engine reports chunk deletions and journal rows to the server's metrics."""
+        server = self.build()
+        self.assertIs(server.service.engine.observer, server.metrics)
 
 
 class RenewableAdmissionTests(SynchronousTestCase):

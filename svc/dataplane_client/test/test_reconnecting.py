@@ -594,6 +594,22 @@ class SwitchAndCloseTests(SynchronousTestCase):
         clock.advance(100)
         self.assertEqual(clock.getDelayedCalls(), [])
 
+    def test_close_with_a_reason(self) -> None:
+        """Closed with a reason, waiting and later calls fail at once with it; none reconnects."""
+        clock, dialler, client, first = started()
+        first.close()
+        waiting = client.call("ping")
+        attempts = len(dialler.attempts)
+        self.successResultOf(client.close("credentials revoked (serial 1f)"))
+        error = self.failureResultOf(waiting, NotExecuted).value
+        self.assertIn("credentials revoked (serial 1f)", str(error))
+        later = self.failureResultOf(client.call("head_file", {"path": "/a"}), NotExecuted)
+        self.assertIn("credentials revoked (serial 1f)", str(later.value))
+        self.successResultOf(client.close())
+        self.assertIn("credentials revoked", str(self.failureResultOf(client.call("ping")).value))
+        clock.advance(100)
+        self.assertEqual(len(dialler.attempts), attempts)
+
 
 class RealProtocolTests(SynchronousTestCase):
     """

@@ -62,6 +62,7 @@ class EngineFixture:
         root: Path | None = None,
         db_worker: Any = None,
         footprint: FootprintPolicy | None = None,
+        observer: Any = None,
     ) -> None:
         self.case = case
         self.root = root or Path(case.mktemp())
@@ -81,6 +82,7 @@ class EngineFixture:
                 journal_retention_seconds=RETENTION,
                 footprint=footprint or FootprintPolicy(),
             ),
+            observer=observer,
         )
 
     def tenant(self, location: TenantLocation = ACME) -> TenantStorage:

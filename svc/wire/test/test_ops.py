@@ -24,7 +24,10 @@ class OpTests(SynchronousTestCase):
 
     def test_partition(self) -> None:
         """Every op is either a request or a push; lease_revoke and changed are the pushes."""
-        self.assertEqual(PUSH_OPS, {Op.LEASE_REVOKE, Op.CHANGED})
+        self.assertEqual(
+            PUSH_OPS,
+            {Op.LEASE_REVOKE, Op.CHANGED, Op.CREDENTIALS_REVOKED, Op.SESSION_FENCED},
+        )
         self.assertEqual(REQUEST_OPS | PUSH_OPS, set(Op))
         self.assertFalse(REQUEST_OPS & PUSH_OPS)
 

@@ -235,10 +235,20 @@ _AGENT_LEAVES = (
     "CREATE INDEX issued_certificates_by_agent ON issued_certificates (agent_id, not_after_us)",
 )
 
+_SERVER_IDENTITY = (
+    # The identity key a data-plane server registered its FQDN under: 64
+    # lowercase hex digits, the raw ed25519 public key (svc.pki.server_identity).
+    # Another key is refused the FQDN unless it names this one to replace
+    # it; NULL (servers registered before this migration) is claimed by
+    # the next registration.
+    "ALTER TABLE servers ADD COLUMN identity_key TEXT",
+)
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS = (
     Migration(1, "initial control-plane schema", _INITIAL),
     Migration(2, "mount-lease epochs and server HTTPS addresses", _SESSIONS_AND_HTTPS),
     Migration(3, "enrollment chains of agent leaves", _ENROLLMENT_CHAINS),
     Migration(4, "agent leaves by agent", _AGENT_LEAVES),
+    Migration(5, "server identity keys", _SERVER_IDENTITY),
 )

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from twisted.internet.defer import gatherResults
 
-from svc.control.store.errors import InvalidValue, NotFound
+from svc.control.store.errors import InvalidValue, NotFound, ServerKeyConflict
 from svc.control.store.outcomes import InsufficientCapacity
 from svc.control.store.test.contract_support import HOUR, NOW, StoreCase
 from svc.control.store.values import CaKind, CaMaterial, Placement, to_micros
+
+KEY_A = "a1" * 32
+KEY_B = "b2" * 32
 
 
 class FleetContract(StoreCase):
@@ -98,6 +101,86 @@ class FleetContract(StoreCase):
             "dp1.example.net", "10.0.0.1:7443", 3, NOW + HOUR, http_address="10.0.0.1:8443"
         )
         self.assertEqual((again.server_id, again.http_address), ("d" * 32, "10.0.0.1:8443"))
+
+    async def test_identity_key_holds_the_fqdn(self) -> None:
+        """
+        The first identity key registered for an FQDN holds it: another is
+        refused (ServerKeyConflict, nothing changed) unless it names the
+        registered key to replace; a registration naming no key keeps it.
+        """
+        first = await self.store.register_server(
+            "dp1.example.net", "10.0.0.1:7443", 10, NOW, identity_key=KEY_A
+        )
+        self.assertEqual(first.identity_key, KEY_A)
+        again = await self.store.register_server(
+            "dp1.example.net", "10.0.0.9:7443", 10, NOW + HOUR, identity_key=KEY_A
+        )
+        self.assertEqual((again.server_id, again.address), (first.server_id, "10.0.0.9:7443"))
+        refused = await self.refused(
+            self.store.register_server(
+                "dp1.example.net", "evil:1", 99, NOW + 2 * HOUR, identity_key=KEY_B
+            ),
+            ServerKeyConflict,
+        )
+        assert isinstance(refused, ServerKeyConflict)
+        self.assertEqual(refused.code, "fqdn_registered")
+        self.assertEqual(refused.server, again)
+        self.assertEqual(await self.store.list_servers(), (again,))
+        await self.refused(
+            self.store.register_server(
+                "dp1.example.net", "evil:1", 99, NOW, identity_key=KEY_B, replacing=KEY_B
+            ),
+            ServerKeyConflict,
+        )
+        replaced = await self.store.register_server(
+            "dp1.example.net",
+            "10.0.0.2:7443",
+            10,
+            NOW + 3 * HOUR,
+            identity_key=KEY_B,
+            replacing=KEY_A,
+        )
+        self.assertEqual((replaced.server_id, replaced.identity_key), (first.server_id, KEY_B))
+        keyless = await self.store.register_server("dp1.example.net", "10.0.0.2:7443", 10, NOW)
+        self.assertEqual(keyless.identity_key, KEY_B)
+        await self.refused(
+            self.store.register_server("dp1.example.net", "a:1", 1, NOW, identity_key=KEY_A),
+            ServerKeyConflict,
+        )
+        for bad in ("AB" * 32, "ab", ""):
+            await self.refused(
+                self.store.register_server("dp2.example.net", "a:1", 1, NOW, identity_key=bad),
+                InvalidValue,
+            )
+
+    async def test_concurrent_claims_of_one_fqdn(self) -> None:
+        """Two identity keys registering a new FQDN at once: exactly one holds it."""
+        outcomes = await gatherResults(
+            [
+                self.store.register_server(
+                    "dp1.example.net", "a:1", 1, NOW, identity_key=key
+                ).addErrback(lambda failure: failure.trap(ServerKeyConflict) and None)
+                for key in (KEY_A, KEY_B)
+            ]
+        )
+        (server,) = await self.store.list_servers()
+        self.assertEqual([o for o in outcomes if o is not None], [server])
+
+    async def test_previous_release_server_claimed_by_first_key(self) -> None:
+        """A server registered before identity keys is claimed by the first key registered."""
+        store = await self.open_previous_release(
+            (
+                "INSERT INTO servers (server_id, fqdn, address, capacity, registered_us,"
+                f" last_seen_us) VALUES ('{'d' * 32}', 'dp1.example.net', '10.0.0.1:7443', 3,"
+                f" {to_micros(NOW)}, {to_micros(NOW)})",
+            )
+        )
+        (old,) = await store.list_servers()
+        self.assertIsNone(old.identity_key)
+        claimed = await store.register_server(
+            "dp1.example.net", "10.0.0.1:7443", 3, NOW, identity_key=KEY_A
+        )
+        self.assertEqual((claimed.server_id, claimed.identity_key), ("d" * 32, KEY_A))
 
     async def test_placement_is_least_loaded_and_sticky(self) -> None:
         """New tenants go to the least-loaded server; a placed tenant stays put."""

@@ -9,7 +9,7 @@ placement, and CA material for the in-database secrets backend.
 
 from __future__ import annotations
 
-from svc.control.store.errors import NotFound
+from svc.control.store.errors import NotFound, ServerKeyConflict
 from svc.control.store.outcomes import InsufficientCapacity, PlacementOutcome
 from svc.control.store.rules import choose_server
 from svc.control.store.sql import Rows, Sql, Transaction, as_int, as_str
@@ -28,20 +28,31 @@ def register_server(
     cert_serial: str | None,
     cert_not_after_us: int | None,
     http_address: str | None,
+    identity_key: str | None = None,
+    replacing: str | None = None,
 ) -> Transaction[Server]:
     """
     Register the server C{fqdn}, or update its address, capacity, last-seen
-    time and (when given) certificate and HTTPS address. C{server_id} is
-    used only for a new registration; a known FQDN keeps its id and
-    placements.
+    time and (when given) certificate, HTTPS address and identity key.
+    C{server_id} is used only for a new registration; a known FQDN keeps its
+    id and placements.
+
+    A known FQDN whose stored identity key differs from C{identity_key} is
+    left unchanged and L{ServerKeyConflict} raised, unless C{replacing}
+    names the stored key; a stored key of L{None} is claimed. The check is
+    the upsert's own condition, so two servers registering one new FQDN at
+    once cannot both have it.
     """
     found: Rows = yield Sql(
-        f"INSERT INTO servers ({rows.SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        f"INSERT INTO servers ({rows.SERVER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (fqdn) DO UPDATE SET address = excluded.address,"
         " capacity = excluded.capacity, last_seen_us = excluded.last_seen_us,"
         " cert_serial = COALESCE(excluded.cert_serial, servers.cert_serial),"
         " cert_not_after_us = COALESCE(excluded.cert_not_after_us, servers.cert_not_after_us),"
-        " http_address = COALESCE(excluded.http_address, servers.http_address)"
+        " http_address = COALESCE(excluded.http_address, servers.http_address),"
+        " identity_key = COALESCE(excluded.identity_key, servers.identity_key)"
+        " WHERE excluded.identity_key IS NULL OR servers.identity_key IS NULL"
+        " OR servers.identity_key = excluded.identity_key OR servers.identity_key = ?"
         f" RETURNING {rows.SERVER_COLUMNS}",
         (
             server_id,
@@ -53,9 +64,15 @@ def register_server(
             cert_serial,
             cert_not_after_us,
             http_address,
+            identity_key,
+            replacing,
         ),
     )
-    return rows.server(found.only())
+    row = found.one()
+    if row is None:
+        stored: Rows = yield Sql(f"{_SELECT_SERVER} WHERE fqdn = ?", (fqdn,))
+        raise ServerKeyConflict(rows.server(stored.only()))
+    return rows.server(row)
 
 
 def touch_server(fqdn: str, now_us: int) -> Transaction[Server]:

@@ -170,7 +170,7 @@ def revocation(row: Row) -> Revocation:
 
 SERVER_COLUMNS = (
     "server_id, fqdn, address, capacity, registered_us, last_seen_us, cert_serial,"
-    " cert_not_after_us, http_address"
+    " cert_not_after_us, http_address, identity_key"
 )
 
 
@@ -186,6 +186,7 @@ def server(row: Row) -> Server:
         cert_serial=as_opt_str(row[6]),
         cert_not_after=opt_at(row[7]),
         http_address=as_opt_str(row[8]),
+        identity_key=as_opt_str(row[9]),
     )
 
 
