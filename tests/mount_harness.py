@@ -33,7 +33,7 @@ from twisted.trial.unittest import SkipTest, TestCase
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
-from svc.quickstart import DEMO_AGENT, http
+from svc.quickstart import DEMO_AGENT, Stack, http, start_dataplane
 from tests.json_logs import JSON_LOGS, check_json_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,6 +165,15 @@ def _print_evidence(tmp: Path) -> None:
                 print("    " + line[:400])
 
 
+def port_open(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:C{port}."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 class Mount:
     """One C{twist svc-mount} process and its files."""
 
@@ -269,6 +278,23 @@ class MountStackCase(TestCase):
         self.assertEqual(status, 200, body)
         enrollment: dict[str, Any] = body
         return enrollment
+
+    def kill_dataplane(self) -> None:
+        """SIGKILL the data-plane process and wait until its port is closed."""
+        pid = int((self.stack / "dataplane.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while port_open(self.state["dataplane_port"]):
+            self.assertLess(time.monotonic(), deadline, "the data plane's port stayed open")
+            time.sleep(0.1)
+
+    def start_dataplane(self, environ: dict[str, str] | None = None) -> None:
+        """Start the data plane again (with C{environ} added) and wait for its frame port."""
+        start_dataplane(Stack(self.stack), self.state, environ or {})
+        deadline = time.monotonic() + 60
+        while not port_open(self.state["dataplane_port"]):
+            self.assertLess(time.monotonic(), deadline, "the data plane did not come back")
+            time.sleep(0.1)
 
     # Mounts
 

@@ -109,6 +109,7 @@ BAD: dict[tuple[str, str], Bad] = {
     ("dataplane", "SVC_LEASE_REVOKE_TIMEOUT_SECONDS"): dp(
         SVC_LEASE_TTL_SECONDS="5", SVC_LEASE_REVOKE_TIMEOUT_SECONDS="10"
     ),
+    ("dataplane", "SVC_REPLACE_SERVER_KEY"): dp(SVC_REPLACE_SERVER_KEY="not-a-key"),
     ("dataplane", "--metrics-listen"): Bad("dataplane", argv=("--metrics-listen={busy}",)),
     ("dataplane", "SVC_METRICS_PATH_LABELS"): dp(SVC_METRICS_PATH_LABELS="sometimes"),
     # The control plane's variables and options.

@@ -231,7 +231,9 @@ class ControlSystemMixin:
     def database_url(self) -> str:
         raise NotImplementedError
 
-    def make_control(self, case: TestCase, init_ca: bool = True) -> ControlProcess:
+    def make_control(
+        self, case: TestCase, init_ca: bool = True, extra: dict[str, str] | None = None
+    ) -> ControlProcess:
         self.workdir = Path(case.mktemp()).resolve()
         secrets_dir = self.workdir / "secrets"
         secrets_dir.mkdir(parents=True)
@@ -244,6 +246,7 @@ class ControlSystemMixin:
             "SVC_TRUST_DOMAIN": "svc.test",
             "SVC_ORG_NAME": "System Test",
             "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": str(PUSH_INTERVAL),
+            **(extra or {}),
         }
         if init_ca:
             operator(environ, "ca", "init")
@@ -480,7 +483,8 @@ class HttpBoundaryTests(ControlSystemMixin, TestCase):
         return f"sqlite:///{self.workdir}/control.db"
 
     def setUp(self) -> None:
-        self.control = self.make_control(self, init_ca=False)
+        # Access lines are debug: the parser's 400 must have one too.
+        self.control = self.make_control(self, init_ca=False, extra={"SVC_LOG_LEVEL": "debug"})
         self.control.start()
 
     def test_oversized_enroll_refused_before_body(self) -> None:

@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,6 @@ from pathlib import Path
 
 from blake3 import blake3
 
-from svc.quickstart import Stack, start_dataplane
 from tests.mount_harness import Mount, MountStackCase, lstat_tree, shows_evidence
 
 IDLE_SECONDS = 2
@@ -80,37 +78,14 @@ else:
 """Writes a file and prints how its close ended (an errno's name, or C{closed})."""
 
 
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 class MountReconnectTests(MountStackCase):
     """
     The mount keeps working across data-plane restarts and idle timeouts.
     """
 
-    def kill_dataplane(self) -> None:
-        """SIGKILL the data-plane process and wait until its port is closed."""
-        pid = int((self.stack / "dataplane.pid").read_text())
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while port_open(self.state["dataplane_port"]):
-            self.assertLess(time.monotonic(), deadline, "the data plane's port stayed open")
-            time.sleep(0.1)
-
-    def start_dataplane(self) -> None:
-        """Start it again (short idle timeout) and wait for its frame port."""
-        start_dataplane(
-            Stack(self.stack), self.state, {"SVC_IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS)}
-        )
-        deadline = time.monotonic() + 60
-        while not port_open(self.state["dataplane_port"]):
-            self.assertLess(time.monotonic(), deadline, "the data plane did not come back")
-            time.sleep(0.1)
+    def start_dataplane(self, environ: dict[str, str] | None = None) -> None:
+        """Start it again with a short idle timeout."""
+        super().start_dataplane({"SVC_IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS)})
 
     @shows_evidence
     def test_writes_survive_restart_outage_and_idle_timeout(self) -> None:
