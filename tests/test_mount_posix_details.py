@@ -8,11 +8,13 @@ by data-plane restarts, and the C{.} and C{..} of a listing.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from svc.quickstart import DEMO_AGENT
 from tests.mount_harness import MountStackCase, shows_evidence
@@ -117,16 +119,26 @@ class MountPosixDetailsTests(MountStackCase):
     test_a_truncation_changes_ctime_with_mtime.todo = ISSUE  # type: ignore[attr-defined]
 
     def test_opening_for_writing_audits_no_lease_denied_without_a_refusal(self) -> None:
-        """200 quick open(O_WRONLY) + close of one file by one mount: no lease_denied line."""
+        """
+        Quick open(O_WRONLY) + write + close rounds over more files than
+        the mount keeps leases for, by one mount (nobody else has them
+        open): no lease_denied line.
+        """
         mount = self.mount()
-        path = self.mount_point / "reopened"
-        path.write_text("content\n")
-        for _ in range(200):
-            os.close(os.open(path, os.O_WRONLY))
+        directory = self.mount_point / "reopened"
+        directory.mkdir()
+        paths = [directory / f"f{index}" for index in range(300)]
+        for path in paths:
+            path.write_text("content\n")
+        for round in range(3):
+            for path in paths:
+                fd = os.open(path, os.O_WRONLY)
+                os.write(fd, b"%03d" % round)
+                os.close(fd)
         time.sleep(2)
         denied = [line for line in mount.audit_lines() if line["event"] == "lease_denied"]
         self.assertEqual(denied, [])
-        self.assertEqual(path.read_text(), "content\n")
+        self.assertEqual(paths[0].read_text(), "002tent\n")
 
     test_opening_for_writing_audits_no_lease_denied_without_a_refusal.todo = ISSUE  # type: ignore[attr-defined]
 
@@ -184,3 +196,32 @@ class MountPosixDetailsTests(MountStackCase):
         self.assertEqual(sorted(listed), [".", "..", "file", "inner"])
 
     test_a_listing_holds_dot_and_dot_dot.todo = ISSUE  # type: ignore[attr-defined]
+
+    def test_rename_flags_are_einval_and_a_plain_rename_works(self) -> None:
+        """
+        renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE fails EINVAL (the
+        kernel refuses flags below FUSE protocol 7.23: mount-fs.md, section 5)
+        and changes nothing; rename without flags works.
+        """
+        mount = self.mount()
+        self.sh("mkdir r && echo a > r/a && echo b > r/b", mount)
+        here = self.mount_point / "r"
+        for flag, target in ((RENAME_NOREPLACE, "c"), (RENAME_EXCHANGE, "b")):
+            self.assertEqual(renameat2(here / "a", here / target, flag), errno.EINVAL)
+        self.assertEqual(renameat2(here / "a", here / "c", 0), 0)
+        self.assertEqual(sorted(os.listdir(here)), ["b", "c"])
+        self.assertEqual((here / "c").read_text(), "a\n")
+
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def renameat2(source: Path, target: Path, flags: int) -> int:
+    """C{renameat2(2)} through glibc: 0, or the errno it failed with."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = libc.renameat2(
+        AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), ctypes.c_uint(flags)
+    )
+    return 0 if result == 0 else ctypes.get_errno()
