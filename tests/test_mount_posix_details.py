@@ -99,8 +99,6 @@ class MountPosixDetailsTests(MountStackCase):
         finally:
             os.close(fd)
 
-    test_a_file_whose_data_plane_path_is_too_long_is_refused_not_lost.todo = ISSUE  # type: ignore[attr-defined]
-
     def test_a_truncation_changes_ctime_with_mtime(self) -> None:
         """After ftruncate and close, stat shows a ctime no older than the new mtime."""
         self.mount()
@@ -115,8 +113,6 @@ class MountPosixDetailsTests(MountStackCase):
         self.assertEqual(after.st_size, 10)
         self.assertGreater(after.st_mtime_ns, before.st_mtime_ns)
         self.assertGreaterEqual(after.st_ctime_ns, after.st_mtime_ns)
-
-    test_a_truncation_changes_ctime_with_mtime.todo = ISSUE  # type: ignore[attr-defined]
 
     def test_opening_for_writing_audits_no_lease_denied_without_a_refusal(self) -> None:
         """
@@ -139,8 +135,6 @@ class MountPosixDetailsTests(MountStackCase):
         denied = [line for line in mount.audit_lines() if line["event"] == "lease_denied"]
         self.assertEqual(denied, [])
         self.assertEqual(paths[0].read_text(), "002tent\n")
-
-    test_opening_for_writing_audits_no_lease_denied_without_a_refusal.todo = ISSUE  # type: ignore[attr-defined]
 
     @shows_evidence
     def test_an_orphaned_write_lease_does_not_hold_up_the_mount_that_took_over(self) -> None:
@@ -194,8 +188,6 @@ class MountPosixDetailsTests(MountStackCase):
         self.sh("mkdir -p sub/inner && touch sub/file", mount)
         listed = self.sh("ls -a1 sub", mount).split()
         self.assertEqual(sorted(listed), [".", "..", "file", "inner"])
-
-    test_a_listing_holds_dot_and_dot_dot.todo = ISSUE  # type: ignore[attr-defined]
 
     def test_rename_flags_are_einval_and_a_plain_rename_works(self) -> None:
         """

@@ -1,8 +1,9 @@
 """
 Reading directories: C{opendir} takes a snapshot of a directory's names
 (listing it in full with C{list} pages unless the names cache already holds
-all of it), C{readdir} returns pages of that snapshot by offset, each entry
-audited as C{readdir_entry}.
+all of it), C{readdir} returns pages of that snapshot by offset: C{.} and
+C{..} first (offsets 1 and 2, not audited: they name the directory and its
+parent, not entries), then each name audited as C{readdir_entry}.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from svc.audit.names import EventName
 from svc.mount.attributes import Attributes, DirEntry, Entry, FileKind
 from svc.mount.errors import FSError
 from svc.mount.fs_context import FSContext, join
-from svc.mount.inodes import Node
+from svc.mount.inodes import ROOT_INODE, Node
 
 DEFAULT_READDIR_PAGE = 256
 """Entries returned by one C{readdir} call unless told otherwise."""
+
+DOTS = (".", "..")
+"""The names every listing starts with."""
 
 
 @attrs.define
@@ -49,6 +53,8 @@ class DirectoryReader:
             if not node.complete:
                 await self._list_all(node)
             names = sorted(node.children.items(), key=lambda item: item[0].encode("utf-8"))
+            parent = min((link[0] for link in node.names), default=ROOT_INODE)
+            names[:0] = [(".", node.ino), ("..", parent)]
             fh = next(self._dir_numbers)
             self._dirs[fh] = _DirHandle(node.ino, rel, names)
             return fh
@@ -88,6 +94,9 @@ class DirectoryReader:
             index += 1
             node = ctx.table.get(ino)
             if node is None:
+                continue
+            if name in DOTS:
+                result.append(DirEntry(name.encode(), Entry(ino, ctx.attributes(node)), index))
                 continue
             rel = join(handle.rel, name)
             try:

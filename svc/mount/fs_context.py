@@ -39,6 +39,7 @@ from svc.mount.writeback import (
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.timers import TimerClock
 from svc.wire.errno import WireErrno
+from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES
 from svc.worker import IWorker
 
 _log = Logger()
@@ -104,6 +105,20 @@ def decode_name(raw: bytes) -> str:
 def audit_name(raw: bytes) -> str:
     """A name for audit lines: non-UTF-8 bytes as surrogate escapes."""
     return raw.decode("utf-8", "surrogateescape")
+
+
+def path_too_long(server_path: str) -> str | None:
+    """
+    Why the data plane would refuse C{server_path} as too long, counted as
+    it counts (``mount-fs.md`` section 2): more than L{MAX_PATH_BYTES} UTF-8
+    bytes in all, or a component over L{MAX_NAME_BYTES}; C{None} when it fits.
+    """
+    encoded = server_path.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_PATH_BYTES:
+        return f"data-plane path of {len(encoded)} bytes (at most {MAX_PATH_BYTES})"
+    if any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        return f"a name longer than {MAX_NAME_BYTES} bytes"
+    return None
 
 
 def join(rel: str, name: str) -> str:
@@ -231,14 +246,19 @@ class FSContext:
         return rel
 
     def attributes(self, node: Node) -> Attributes:
-        """C{node}'s attributes, with an open file's local size and mtime."""
+        """
+        C{node}'s attributes, with an open file's local size and mtime (and
+        a ctime no older than that mtime: POSIX changes both with the data).
+        """
         attributes = node.attributes
         state = self.files.state(node.ino)
         if state is not None and state.dirty:
+            mtime_ns = state.mtime_ns if state.mtime_ns is not None else attributes.mtime_ns
             attributes = attrs.evolve(
                 attributes,
                 size=state.size,
-                mtime_ns=state.mtime_ns if state.mtime_ns is not None else attributes.mtime_ns,
+                mtime_ns=mtime_ns,
+                ctime_ns=max(attributes.ctime_ns, mtime_ns),
             )
         return attributes
 
@@ -263,7 +283,14 @@ class FSContext:
             raise FSError(errno.EACCES, f"policy refuses {rel!r}: {decision.reason}")
 
     def check_write(self, rel: str) -> None:
-        """EROFS in read-only mode; EACCES when the policy refuses a write to C{rel}."""
+        """
+        ENAMETOOLONG when C{rel}'s data-plane path is longer than the data
+        plane takes (L{path_too_long}); EROFS in read-only mode; EACCES when
+        the policy refuses a write to C{rel}.
+        """
+        too_long = path_too_long(self.server_path(rel))
+        if too_long is not None:
+            raise FSError(errno.ENAMETOOLONG, f"{rel!r}: {too_long}")
         if self.read_only_reason is not None:
             raise FSError(errno.EROFS, f"read-only: {self.read_only_reason}")
         decision = self.policy.check(rel, write=True)

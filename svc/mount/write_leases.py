@@ -106,7 +106,8 @@ class WriteLeases:
         Take the write lease on server path C{path} for C{ino}, not
         waiting; fires C{True} when held (at once when it is already),
         C{False} when refused, L{None} when the request was not answered
-        (the connection was lost: nobody refused it; logged).
+        (the connection was lost: nobody refused it; logged) or the file
+        was closed before the grant came (given back at once).
         """
         self._wanted.add(ino)
         held = self._kept(ino, path)
@@ -201,8 +202,8 @@ class WriteLeases:
             return False
         held = _Held(path, answer.lease_id)
         if ino not in self._wanted or self._closed:
-            self._give_back(held)  # the file was closed meanwhile
-            return False
+            self._give_back(held)  # the file was closed meanwhile: no refusal
+            return None
         previous = self._held.pop(ino, None)
         self._lingering.pop(ino, None)
         if previous is not None:

@@ -7,6 +7,7 @@ attributes, inode numbers and their audit lines.
 from __future__ import annotations
 
 import errno
+import os
 import stat
 
 from twisted.internet.defer import succeed
@@ -14,7 +15,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import AttributeChanges, FileKind, QuotaReport
 from svc.mount.fs import ROOT_INODE
-from svc.mount.test.test_fs_support import CALLER, FSFixture
+from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture
+
+DEEP_NAME = b"d" * 250
+"""A directory name; each level adds 251 bytes to a data-plane path."""
+
+LEVELS = (4096 - len(f"/{AGENT.agent_id}")) // (len(DEEP_NAME) + 1)
+"""The deepest chain of such directories whose data-plane path fits 4,096 bytes."""
 
 
 class LookupTests(SynchronousTestCase):
@@ -61,6 +68,27 @@ class LookupTests(SynchronousTestCase):
         self.assertEqual(self.mount.errno(latin), errno.EINVAL)
         self.assertEqual(self.mount.events("mkdir")[-1].path, "/caf\udce9")
 
+    def test_a_data_plane_path_too_long_is_refused_at_once(self) -> None:
+        """
+        mkdir, create and symlink of a name whose data-plane path would pass
+        4,096 bytes fail ENAMETOOLONG before anything is sent; the same
+        names one level up are made.
+        """
+        fs = self.mount.fs
+        parent = ROOT_INODE
+        for _ in range(LEVELS):
+            parent = self.mount.ok(fs.mkdir(parent, DEEP_NAME, 0o755, CALLER)).ino
+        sent = len(self.mount.connection.calls)
+        long_name = b"f" * 100
+        for refused in (
+            fs.mkdir(parent, long_name, 0o755, CALLER),
+            fs.create(parent, long_name, 0o644, os.O_WRONLY | os.O_CREAT, CALLER),
+            fs.symlink(parent, long_name, b"target", CALLER),
+        ):
+            self.assertEqual(self.mount.errno(refused), errno.ENAMETOOLONG)
+        self.assertEqual(len(self.mount.connection.calls), sent)
+        self.mount.ok(fs.mkdir(ROOT_INODE, long_name, 0o755, CALLER))
+
     def test_statfs_reports_quota(self) -> None:
         """statfs takes capacity and usage from the quota callable."""
         mount = self.fixture.mount()
@@ -103,9 +131,27 @@ class DirectoryTests(SynchronousTestCase):
         self.assertEqual(fresh.count("list"), 2)
         entry = fresh.lookup_path("many")
         fh = fresh.ok(fresh.fs.opendir(entry.ino, CALLER))
-        page = fresh.fs.readdir(fh, 1000, CALLER, limit=3)
+        page = fresh.fs.readdir(fh, 1002, CALLER, limit=3)  # after . and ..
         self.assertEqual([e.name for e in page], [b"n1000", b"n1001", b"n1002"])
-        self.assertEqual(page[-1].next_offset, 1003)
+        self.assertEqual(page[-1].next_offset, 1005)
+
+    def test_a_listing_starts_with_dot_and_dot_dot(self) -> None:
+        """
+        readdir gives C{.} (the directory) and C{..} (its parent) first, at
+        offsets 1 and 2, with no readdir_entry line for either.
+        """
+        fs = self.mount.fs
+        made = self.mount.ok(fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.write_file("d/f", b"x")
+        fh = self.mount.ok(fs.opendir(made.ino, CALLER))
+        page = fs.readdir(fh, 0, CALLER)
+        self.assertEqual(
+            [(e.name, e.entry.ino, e.next_offset) for e in page[:2]],
+            [(b".", made.ino, 1), (b"..", ROOT_INODE, 2)],
+        )
+        self.assertEqual([e.name for e in page[2:]], [b"f"])
+        self.assertEqual([e.path for e in self.mount.events("readdir_entry")], ["/d/f"])
+        fs.releasedir(fh)
 
     def test_errors(self) -> None:
         """EEXIST, ENOTEMPTY, ENOTDIR, EISDIR and ENOENT as POSIX says."""

@@ -292,7 +292,7 @@ class Mount:
         return b"".join(parts)
 
     def names(self, path: str) -> list[str]:
-        """The names listed in directory C{path}."""
+        """The names listed in directory C{path}, without C{.} and C{..}."""
         entry = self.lookup_path(path)
         fh = self.ok(self.fs.opendir(entry.ino, CALLER))
         names: list[str] = []
@@ -301,7 +301,7 @@ class Mount:
             page = self.fs.readdir(fh, offset, CALLER)
             if not page:
                 break
-            names.extend(item.name.decode() for item in page)
+            names.extend(item.name.decode() for item in page if item.name not in (b".", b".."))
             offset = page[-1].next_offset
         self.fs.releasedir(fh)
         return names

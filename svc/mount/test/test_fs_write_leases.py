@@ -175,6 +175,23 @@ class WriteLeaseTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.release(fh, CALLER))
         self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
 
+    def test_a_file_closed_before_its_grant_came_is_no_refusal(self) -> None:
+        """
+        The file is closed while its grant is on its way: the lease is given
+        back when it comes, with no C{lease_denied} line, and the file is
+        not written uncached at its next open.
+        """
+        self.mount.answers.hold("lease_grant")
+        fh = self.open_rw()
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.mount.answers.release()
+        self.assertEqual(self.mount.events("lease_denied"), [])
+        self.assertFalse(self.held())
+        again = self.open_rw()
+        self.assertTrue(self.held())
+        self.mount.ok(self.mount.fs.release(again, CALLER))
+        self.assertEqual(self.mount.events("lease_denied"), [])
+
     def test_asked_back_after_writing_back(self) -> None:
         """
         Another connection waits for the lease: the mount commits the open
