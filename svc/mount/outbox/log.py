@@ -1,0 +1,188 @@
+"""
+The outbox log on the cache disk: entries appended in program order, each
+written with one C{write(2)} before the call that made it returns (no
+C{fsync}: a killed mount loses nothing the kernel took), settle marks
+appended as the data plane answers, and the entries still unsettled read
+back by the next mount on the same cache (``mount-outbox.md`` section 2).
+
+    log, replay = OutboxLog.open(cache / "outbox" / "log")
+    entry = log.append(lambda seq: Unlink(seq, "/agent-1/f"))
+    ...
+    log.settle(entry.seq)
+
+Damage (a torn tail after a lost machine, a record this version cannot
+read) is never dropped in silence: the whole file is kept beside the log as
+C{log.damaged-<n>}, the good records before it are written to a new log,
+and L{Replay.damage} says what happened for the caller to log.
+
+The log itself is not thread-safe: its owner calls it from one thread at a
+time (the mount's local-state lock, ``mount-outbox.md`` section 5).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import attrs
+
+from svc.mount.outbox.entries import BadEntry, Entry, entry_from_map, entry_to_map
+from svc.mount.outbox.records import MAGIC, SETTLED, encode_record, scan, settle_mark
+
+COMPACT_BYTES = 64 * 1024 * 1024
+"""A log this long with settled entries in it is rewritten with the unsettled only."""
+
+E = TypeVar("E", bound=Entry)
+
+
+@attrs.frozen
+class Replay:
+    """
+    What a log held when it was opened.
+
+    @ivar unsettled: its entries not settled, in order.
+    @ivar damage: why reading stopped before the end (the file was kept as
+        C{kept}), or L{None}.
+    @ivar kept: the damaged file's new name, or L{None}.
+    """
+
+    unsettled: tuple[Entry, ...]
+    damage: str | None = None
+    kept: Path | None = None
+
+
+class OutboxLog:
+    """See the module docstring."""
+
+    def __init__(self, path: Path, fd: int, size: int, entries: dict[int, Entry], next_seq: int):
+        self._path = path
+        self._fd = fd
+        self._size = size
+        self._unsettled = entries
+        self._next_seq = next_seq
+        self._settled_bytes = 0
+
+    @classmethod
+    def open(cls, path: Path) -> tuple[OutboxLog, Replay]:
+        """
+        Open (creating if needed) the log at C{path}, reading what a
+        previous mount left in it.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = path.read_bytes() if path.exists() else b""
+        found = scan(data)
+        entries: dict[int, Entry] = {}
+        settled: set[int] = set()
+        last_seq = 0
+        damage = found.damage
+        for record in found.records:
+            if record.get("op") == SETTLED:
+                seq = record.get("seq")
+                if isinstance(seq, int):
+                    settled.add(seq)
+                continue
+            try:
+                entry = entry_from_map(record)
+            except BadEntry as error:
+                damage = f"unreadable entry: {error}"
+                break
+            if entry.seq <= last_seq:
+                damage = f"entry {entry.seq} out of order after {last_seq}"
+                break
+            entries[entry.seq] = entry
+            last_seq = entry.seq
+        for seq in settled:
+            entries.pop(seq, None)
+        kept = None
+        if damage is not None:
+            kept = _keep_aside(path)
+        log = cls._rewrite(path, entries, max(last_seq, max(settled, default=0)) + 1)
+        return log, Replay(tuple(entries[seq] for seq in sorted(entries)), damage, kept)
+
+    @classmethod
+    def _rewrite(cls, path: Path, entries: dict[int, Entry], next_seq: int) -> OutboxLog:
+        """A fresh log at C{path} holding C{entries} (written aside, then renamed over)."""
+        fresh = path.with_name(path.name + ".new")
+        body = MAGIC + b"".join(encode_record(entry_to_map(entries[s])) for s in sorted(entries))
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        try:
+            _write_all(fd, body)
+            os.replace(fresh, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, len(body), dict(entries), next_seq)
+
+    @property
+    def path(self) -> Path:
+        """Where the log is."""
+        return self._path
+
+    @property
+    def size(self) -> int:
+        """The log's length in bytes."""
+        return self._size
+
+    def unsettled(self) -> tuple[Entry, ...]:
+        """The entries not settled yet, in order."""
+        return tuple(self._unsettled[seq] for seq in sorted(self._unsettled))
+
+    def append(self, make: Callable[[int], E]) -> E:
+        """
+        Append the entry C{make} builds with the next sequence number;
+        written before this returns.
+        """
+        entry = make(self._next_seq)
+        if entry.seq != self._next_seq:
+            raise ValueError(f"entry built with seq {entry.seq}, not {self._next_seq}")
+        self._write(encode_record(entry_to_map(entry)))
+        self._next_seq += 1
+        self._unsettled[entry.seq] = entry
+        return entry
+
+    def settle(self, seq: int) -> None:
+        """
+        Entry C{seq} is settled (answered, or refused and reconciled): it is
+        not replayed. Once nothing is unsettled the log is emptied; a long
+        log is rewritten with the unsettled entries only.
+        """
+        if self._unsettled.pop(seq, None) is None:
+            raise KeyError(f"no unsettled outbox entry {seq}")
+        if not self._unsettled:
+            os.ftruncate(self._fd, len(MAGIC))
+            self._size = len(MAGIC)
+            return
+        self._write(encode_record(settle_mark(seq)))
+        if self._size >= COMPACT_BYTES:
+            os.close(self._fd)
+            fresh = self._rewrite(self._path, self._unsettled, self._next_seq)
+            self._fd, self._size = fresh._fd, fresh._size
+
+    def close(self) -> None:
+        """Close the file (the unsettled entries stay in it for the next mount)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _write(self, record: bytes) -> None:
+        _write_all(self._fd, record)
+        self._size += len(record)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _keep_aside(path: Path) -> Path:
+    """Rename damaged log C{path} to the first free C{<name>.damaged-<n>}."""
+    for number in range(1, 10_000):
+        kept = path.with_name(f"{path.name}.damaged-{number}")
+        if not kept.exists():
+            os.replace(path, kept)
+            return kept
+    raise OSError(f"too many damaged outbox logs beside {path}")
