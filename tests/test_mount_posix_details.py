@@ -180,8 +180,6 @@ class MountPosixDetailsTests(MountStackCase):
         self.assertEqual(sorted(os.listdir(self.mount_point / "work")), ["f"])
         self.unmount(second)
 
-    test_an_orphaned_write_lease_does_not_hold_up_the_mount_that_took_over.todo = ISSUE  # type: ignore[attr-defined]
-
     def test_a_listing_holds_dot_and_dot_dot(self) -> None:
         """getdents of a directory returns C{.} and C{..}, as every local file system does."""
         mount = self.mount()

@@ -21,6 +21,11 @@ down in ``docs/specifications/leases-db.md``; in short:
     and, once asked to yield, its revoke deadline (C{lease_violation
     revoke_timeout}). A write lease ended that way fences its holder on that
     path until the holder is granted a lease there again.
+  - A write lease restored after a restart is an orphan its own session may
+    reclaim. A newer mount session of the same agent that meets it (a
+    request or a put on its path) drops it at once (C{lease_release},
+    reason C{conn_closed}) instead of asking it to yield and waiting: the
+    older session is fenced and can never reclaim it.
 """
 
 from __future__ import annotations
@@ -139,11 +144,12 @@ class LeaseState:
         """
         Whether C{holder} may write C{path} without contention: it is not
         fenced there, and it holds the write lease (or its session owns the
-        orphaned one) or nobody holds any lease on the path.
+        orphaned one) or nobody holds any lease on the path (an orphan of a
+        session C{holder}'s supersedes does not count: it would be dropped).
         """
         if self.is_fenced(holder, path):
             return False
-        leases = self.leases_on(path)
+        leases = [lease for lease in self.leases_on(path) if not self._superseded(lease, holder)]
         return not leases or any(
             lease.mode is LeaseMode.WRITE and self._owned_by(lease, holder) for lease in leases
         )
@@ -161,8 +167,9 @@ class LeaseState:
         Take in the leases stored by a previous run, whose connections are
         all gone. A write lease carrying a session id and not yet expired is
         kept as an orphan until the earlier of its expiry and C{now + ttl},
-        reclaimable by a connection of the same agent and session; every
-        other row is released with reason C{conn_closed}.
+        reclaimable by a connection of the same agent and session, and
+        dropped as soon as a newer session of the agent meets it (see
+        L{request}); every other row is released with reason C{conn_closed}.
         """
         pending = _Pending()
         for lease in leases:
@@ -198,10 +205,13 @@ class LeaseState:
     ) -> tuple[Answer | Queued, LeaseEffects]:
         """
         A holder asks for a lease. Returns the answer now, or L{Queued} when a
-        write request waits (C{wait}) for conflicting holders to yield.
+        write request waits (C{wait}) for conflicting holders to yield. An
+        orphan on C{path} whose session C{holder}'s supersedes is dropped
+        first (C{lease_release}, reason C{conn_closed}), never waited for.
         """
         pending = _Pending()
         self._process_due(now, pending)
+        self._drop_superseded(path, holder, now, pending)
         answer = self._request(path, mode, holder, wait, now, pending)
         return answer, pending.freeze(self._epoch)
 
@@ -284,10 +294,12 @@ class LeaseState:
         is asked to yield (reason C{manifest_put_contention}) and the put is
         refused as contended. Otherwise the put proceeds and other holders'
         read leases are asked to yield with the same reason (their cached
-        copy is about to be outdated).
+        copy is about to be outdated). An orphan of a session C{writer}'s
+        supersedes is dropped first, as in L{request}.
         """
         pending = _Pending()
         self._process_due(now, pending)
+        self._drop_superseded(path, writer, now, pending)
         if self.is_fenced(writer, path):
             return PutVerdict.FENCED, pending.freeze(self._epoch)
         own = self._own_lease(path, writer, now, pending)
@@ -414,6 +426,23 @@ class LeaseState:
             and lease.holder.agent_id == holder.agent_id
             and lease.holder.session_id == holder.session_id
         )
+
+    def _superseded(self, lease: Lease, holder: LeaseHolder) -> bool:
+        """Whether C{lease} is an orphan of a session older than C{holder}'s."""
+        return lease.orphan and holder.supersedes(lease.holder)
+
+    def _drop_superseded(
+        self, path: str, holder: LeaseHolder, now: float, pending: _Pending
+    ) -> None:
+        """
+        Drop the orphans on C{path} of sessions older than C{holder}'s, as a
+        release of their closed connection, and let the path's queue move.
+        """
+        superseded = [lease for lease in self.leases_on(path) if self._superseded(lease, holder)]
+        for lease in superseded:
+            self._drop(lease, LeaseEventName.RELEASE, LeaseReason.CONN_CLOSED, pending)
+        if superseded:
+            self._advance_queue(path, now, pending)
 
     def _adoptable(self, path: str, holder: LeaseHolder) -> Lease | None:
         leases = self.leases_on(path)

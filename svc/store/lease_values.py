@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import attrs
 
 from svc.config import ConfigError, env_int
+from svc.sessions import SessionRejected, parse_epoch
 
 _LEASE_ID = re.compile(r"\A[0-9a-f]{32}\Z")
 
@@ -92,13 +93,40 @@ class LeaseHolder:
     """
     Who holds a lease: an agent on one data-plane connection. Identity is
     C{(agent_id, connection_id)}; C{session_id} is carried along (it lets a
-    reconnecting session reclaim its write lease after a restart) but is not
-    part of equality.
+    reconnecting session reclaim its write lease after a restart, and a newer
+    session drop an older one's) but is not part of equality.
     """
 
     agent_id: str = attrs.field(validator=_non_empty)
     connection_id: str = attrs.field(validator=_non_empty)
     session_id: str | None = attrs.field(default=None, eq=False)
+
+    @property
+    def session_epoch(self) -> int | None:
+        """
+        The mount-lease epoch of C{session_id} (``docs/specifications/sessions.md``),
+        or L{None} without a session or for an id not of that format.
+        """
+        if self.session_id is None:
+            return None
+        try:
+            return parse_epoch(self.session_id)
+        except SessionRejected:
+            return None
+
+    def supersedes(self, other: LeaseHolder) -> bool:
+        """
+        Whether C{self}'s session is a newer mount session of C{other}'s agent
+        than C{other}'s: the control plane granted the agent's mount lease
+        again since, so C{other}'s session is fenced and can write no more.
+        """
+        newer, older = self.session_epoch, other.session_epoch
+        return (
+            self.agent_id == other.agent_id
+            and newer is not None
+            and older is not None
+            and newer > older
+        )
 
 
 @attrs.frozen

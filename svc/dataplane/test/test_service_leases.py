@@ -162,6 +162,59 @@ class LeaseTests(SynchronousTestCase):
         self.assertIsNone(self.held())
 
 
+class OrphanTests(SynchronousTestCase):
+    """
+    A write lease of a mount session left behind by a server restart (an
+    orphan), met by that session again and by a newer session of the agent.
+    """
+
+    def setUp(self) -> None:
+        before = ServiceFixture(self)
+        agent = before.agent()
+        self.who = agent.identity
+        self.orphan_id = agent.ok(
+            "lease_grant", path=PATH, mode="write", session_id=before.session(self.who, 3)
+        )["lease_id"]
+        before.close()
+        self.fixture = ServiceFixture(self, before.root)
+        self.addCleanup(self.fixture.close)
+
+    def test_its_session_reclaims_it(self) -> None:
+        """The orphan's own session, on a new connection, is granted the same lease."""
+        again = self.fixture.agent().ok(
+            "lease_grant", path=PATH, mode="write", session_id=self.fixture.session(self.who, 3)
+        )
+        self.assertEqual((again["granted"], again["lease_id"]), (True, self.orphan_id))
+
+    def test_a_newer_session_is_granted_the_path_at_once(self) -> None:
+        """
+        A newer session's waiting write request does not wait for the orphan:
+        the orphan is released (conn_closed) and the request granted at once.
+        """
+        grant = self.fixture.agent().ok(
+            "lease_grant",
+            path=PATH,
+            mode="write",
+            wait=True,
+            session_id=self.fixture.session(self.who, 4),
+        )
+        self.assertTrue(grant["granted"])
+        self.assertNotEqual(grant["lease_id"], self.orphan_id)
+        [released] = self.fixture.events("lease_release")
+        self.assertEqual(
+            (released.get("lease_id"), released.get("reason")), (self.orphan_id, "conn_closed")
+        )
+        self.assertEqual(self.fixture.events("lease_revoke"), [])
+
+    def test_a_newer_sessions_commit_is_not_refused_for_it(self) -> None:
+        """A newer session's manifest_put on the orphan's path commits (no ESTALE)."""
+        agent = self.fixture.agent()
+        done = agent.put_file("f", b"new", session_id=self.fixture.session(self.who, 4))
+        self.assertEqual(done["version"], 1)
+        [released] = self.fixture.events("lease_release")
+        self.assertEqual(released.get("reason"), "conn_closed")
+
+
 class OrderingTests(SynchronousTestCase):
     """
     Pipelined requests of one connection see the effects of earlier ones.

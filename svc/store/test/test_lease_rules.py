@@ -39,6 +39,11 @@ BOB = LeaseHolder("bob", "c2", "mount:bb")
 CAROL = LeaseHolder("carol", "c3")
 
 
+def session(epoch: int) -> str:
+    """A well-formed mount session id at C{epoch} (the tag is not checked here)."""
+    return f"mount:{epoch:016x}{'0' * 16}{'0' * 32}"
+
+
 def counting_ids() -> Callable[[], str]:
     """A deterministic lease id source: 000...1, 000...2, ..."""
     counter = itertools.count(1)
@@ -68,6 +73,22 @@ class ValueTests(SynchronousTestCase):
         """Two holders with the same agent and connection are equal whatever the session."""
         self.assertEqual(LeaseHolder("a", "c", "s1"), LeaseHolder("a", "c", None))
         self.assertNotEqual(LeaseHolder("a", "c"), LeaseHolder("a", "d"))
+
+    def test_holder_session_epoch(self) -> None:
+        """A holder's session epoch is read from a mount session id; other ids have none."""
+        self.assertEqual(LeaseHolder("a", "c", session(12)).session_epoch, 12)
+        self.assertIsNone(LeaseHolder("a", "c", "mount:aa").session_epoch)
+        self.assertIsNone(LeaseHolder("a", "c").session_epoch)
+
+    def test_newer_session_of_same_agent_supersedes(self) -> None:
+        """Only a strictly newer mount session of the same agent supersedes a holder."""
+        older = LeaseHolder("a", "c1", session(3))
+        self.assertTrue(LeaseHolder("a", "c2", session(4)).supersedes(older))
+        self.assertFalse(LeaseHolder("a", "c2", session(3)).supersedes(older))
+        self.assertFalse(LeaseHolder("a", "c2", session(2)).supersedes(older))
+        self.assertFalse(LeaseHolder("b", "c2", session(4)).supersedes(older))
+        self.assertFalse(LeaseHolder("a", "c2").supersedes(older))
+        self.assertFalse(LeaseHolder("a", "c2", session(4)).supersedes(LeaseHolder("a", "c1")))
 
     def test_holder_rejects_empty(self) -> None:
         """An empty agent or connection id is refused on construction."""
@@ -556,6 +577,95 @@ class RestoreTests(SynchronousTestCase):
         (revoke,) = effects.revokes
         self.assertEqual((revoke.holder, revoke.deadline), (again, 111.0))
 
+    def test_newer_session_request_drops_orphan_at_once(self) -> None:
+        """
+        A write request from a newer session of the orphan's agent drops the
+        orphan at once (released, conn_closed) and is granted: nothing is
+        asked to yield, nothing waits.
+        """
+        state = new_state()
+        old = LeaseHolder("alice", "c1", session(3))
+        state.restore([stored("a" * 32, old, WRITE, 200.0)], 100.0)
+        successor = LeaseHolder("alice", "c9", session(4))
+        answer, effects = state.request("/f", WRITE, successor, True, 101.0)
+        grant = granted(answer)
+        self.assertEqual((grant.holder, grant.epoch), (successor, 8))
+        self.assertNotEqual(grant.lease_id, "a" * 32)
+        self.assertEqual(
+            events(effects),
+            [
+                ("lease_release", "alice", "write", "conn_closed"),
+                ("lease_grant", "alice", "write", ""),
+            ],
+        )
+        self.assertEqual(effects.events[0].connection_id, "c1")
+        self.assertEqual(effects.dropped, ("a" * 32,))
+        self.assertEqual(effects.revokes, ())
+        (lease,) = state.leases()
+        self.assertEqual((lease.holder, lease.orphan), (successor, False))
+
+    def test_newer_session_put_drops_orphan_and_proceeds(self) -> None:
+        """A put from a newer session of the orphan's agent drops the orphan and proceeds."""
+        state = new_state()
+        state.restore(
+            [stored("a" * 32, LeaseHolder("alice", "c1", session(3)), WRITE, 200.0)], 100.0
+        )
+        successor = LeaseHolder("alice", "c9", session(4))
+        self.assertTrue(state.check_write("/f", successor))
+        verdict, effects = state.manifest_put("/f", successor, 101.0)
+        self.assertEqual(verdict, PutVerdict.PROCEED)
+        self.assertEqual(events(effects), [("lease_release", "alice", "write", "conn_closed")])
+        self.assertEqual(state.leases(), ())
+
+    def test_orphan_not_dropped_by_older_or_unrelated_sessions(self) -> None:
+        """
+        An older session, another agent's newer session, or a holder without
+        a session meet the orphan as before: it is asked to yield.
+        """
+        for other in (
+            LeaseHolder("alice", "c9", session(2)),
+            LeaseHolder("bob", "c9", session(9)),
+            LeaseHolder("alice", "c9"),
+        ):
+            state = new_state()
+            state.restore(
+                [stored("a" * 32, LeaseHolder("alice", "c1", session(3)), WRITE, 200.0)], 100.0
+            )
+            self.assertFalse(state.check_write("/f", other))
+            answer, effects = state.request("/f", WRITE, other, False, 101.0)
+            self.assertIsInstance(answer, LeaseDenied)
+            self.assertEqual(events(effects), [("lease_revoke", "alice", "write", "contention")])
+            verdict, _ = state.manifest_put("/f", other, 102.0)
+            self.assertEqual(verdict, PutVerdict.CONTENDED)
+
+    def test_dropped_orphan_lets_the_queue_move(self) -> None:
+        """
+        A request waiting for an orphan to yield is granted as soon as a newer
+        session drops the orphan; the newer session then meets that grant.
+        """
+        state = new_state()
+        state.restore(
+            [stored("a" * 32, LeaseHolder("alice", "c1", session(3)), WRITE, 200.0)], 100.0
+        )
+        tool = LeaseHolder("alice", "c5")
+        queued = state.request("/f", WRITE, tool, True, 101.0)[0]
+        assert isinstance(queued, Queued)
+        successor = LeaseHolder("alice", "c9", session(4))
+        answer, effects = state.request("/f", WRITE, successor, False, 102.0)
+        self.assertEqual(
+            events(effects),
+            [
+                ("lease_release", "alice", "write", "conn_closed"),
+                ("lease_grant", "alice", "write", ""),
+                ("lease_revoke", "alice", "write", "contention"),
+            ],
+        )
+        ((request_id, tool_grant),) = effects.answers
+        self.assertEqual((request_id, granted(tool_grant).holder), (queued.request_id, tool))
+        self.assertIsInstance(answer, LeaseDenied)
+        (revoke,) = effects.revokes
+        self.assertEqual(revoke.holder, tool)
+
     def test_orphan_expiry(self) -> None:
         """An orphan not reclaimed expires as a violation and fences nobody."""
         state = new_state()
@@ -572,10 +682,11 @@ def attrs_evolve_path(lease: Lease, path: str) -> Lease:
 # A model-checking property over random operation sequences.
 
 HOLDERS = (
-    LeaseHolder("a0", "k0", "s0"),
+    LeaseHolder("a0", "k0", session(1)),
     LeaseHolder("a1", "k1"),
     LeaseHolder("a2", "k2", "s2"),
-    LeaseHolder("a0", "k3", "s0"),
+    LeaseHolder("a0", "k3", session(1)),
+    LeaseHolder("a0", "k4", session(2)),
 )
 PATHS = ("/p", "/q")
 TERMINAL = {LeaseEventName.RELEASE, LeaseEventName.VIOLATION}
@@ -635,9 +746,10 @@ operation: st.SearchStrategy[Operation] = st.one_of(
 )
 
 #: Leases a previous run may have left: a session write lease on /p (an
-#: orphan that HOLDERS[0] and HOLDERS[3] may reclaim) and a read on /q.
+#: orphan that HOLDERS[0] and HOLDERS[3] may reclaim and HOLDERS[4], a newer
+#: session, drops) and a read on /q.
 LEFT_OVER = (
-    Lease("e" * 32, "/p", WRITE, LeaseHolder("a0", "old", "s0"), 3, 0.0, 30.0),
+    Lease("e" * 32, "/p", WRITE, LeaseHolder("a0", "old", session(1)), 3, 0.0, 30.0),
     Lease("d" * 32, "/q", READ, LeaseHolder("a1", "old", "s1"), 2, 0.0, 30.0),
 )
 
