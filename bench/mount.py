@@ -618,7 +618,9 @@ def main() -> int:
             backing = tmp / "bindfs-backing"
             backing.mkdir()
             bind_mnt.mkdir()
-            subprocess.run([bindfs, str(backing), str(bind_mnt)], check=True)
+            # big_writes: the FUSE floor moves writes in 128 KiB requests,
+            # as the svc mount does (without it each write is cut to 4 KiB).
+            subprocess.run([bindfs, "-o", "big_writes", str(backing), str(bind_mnt)], check=True)
             result["bindfs"] = run_target(bind_mnt, data, lambda: None)
             # Kept mounted for the interleaved small-file rounds.
 
