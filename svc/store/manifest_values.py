@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import attrs
 
 from svc.store.errors import InvalidArgument, LastWriter
+from svc.store.outbox_answers import OutboxPosition
 
 #: Largest chunk the chunker produces (the spec's maximum, 16 MiB).
 MAX_CHUNK_SIZE = 16 * 1024 * 1024
@@ -123,14 +124,16 @@ def chunks_of(pairs: Sequence[ChunkRef | tuple[str, int]]) -> tuple[ChunkRef, ..
 class Writer:
     """
     Who makes a change: the agent from the verified certificate and the
-    optional ``mount:<hex>`` session id; recorded on the inode and in the
-    journal.
+    optional ``mount:<hex>`` session id, recorded on the inode and in the
+    journal; and, for a change a mount's outbox sends, which entry it is
+    (applied at most once: L{svc.store.outbox_answers}).
     """
 
     agent_id: str = attrs.field(validator=attrs.validators.instance_of(str))
     session_id: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    outbox: OutboxPosition | None = None
 
 
 @attrs.frozen

@@ -20,7 +20,14 @@ from typing import Any, Protocol, TypeVar
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from svc.store import footprint_rows, journal, manifest_names, manifest_reads, manifest_writes
+from svc.store import (
+    footprint_rows,
+    journal,
+    manifest_names,
+    manifest_reads,
+    manifest_writes,
+    outbox_answers,
+)
 from svc.store.footprint import Footprint, FootprintPolicy
 from svc.store.journal import JournalPage, JournalQuery, MissingChunks, RevertResult
 from svc.store.journal_rows import JournalEntry
@@ -146,7 +153,12 @@ class ManifestStore:
 
         def stamped(connection: sqlite3.Connection) -> tuple[T, int]:
             stamp = Stamp(self._now(), writer)
+            position = writer.outbox
+            if position is not None:
+                outbox_answers.before(connection, writer.agent_id, position)
             result = work(connection, stamp)
+            if position is not None:
+                outbox_answers.applied(connection, writer.agent_id, position, result)
             grew = (
                 0 if cap is None else footprint_rows.prune_to_cap(connection, top, cap, stamp.at_ms)
             )
@@ -386,11 +398,15 @@ class ManifestStore:
         """
         Erase the agent disk ``/<top>`` with its journal rows (see
         L{manifest_names.purge_subtree}); the result lists the chunks it
-        referenced, for the caller to collect.
+        referenced, for the caller to collect. The answers kept for the
+        agent's outbox entries go with it.
         """
-        return self._write(
-            Writer("svc-purge"), lambda c, s: manifest_names.purge_subtree(c, s, top)
-        )
+
+        def purge(connection: sqlite3.Connection, stamp: Stamp) -> PurgeResult:
+            outbox_answers.forget_agent(connection, top)
+            return manifest_names.purge_subtree(connection, stamp, top)
+
+        return self._write(Writer("svc-purge"), purge)
 
     # Journal
 

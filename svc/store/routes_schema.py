@@ -319,6 +319,23 @@ def _retain_journaled_chunks(connection: sqlite3.Connection) -> None:
     )
 
 
+_SCHEMA_3 = (
+    # The answer to each change a mount's outbox sent that was applied, in
+    # the transaction that applied it, until the mount says the entry is
+    # settled: the same entry sent again gets this answer, not a second run
+    # (svc.store.outbox_answers).
+    """
+    CREATE TABLE outbox_answers (
+        agent_id  TEXT    NOT NULL,                 -- whose disk (its top)
+        outbox    BLOB    NOT NULL CHECK (length(outbox) = 16),
+        seq       INTEGER NOT NULL CHECK (seq >= 1),
+        answer    BLOB    NOT NULL,                 -- opaque: the wire answer sent
+        PRIMARY KEY (agent_id, outbox, seq)
+    ) WITHOUT ROWID
+    """,
+)
+
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "namespace, chunk references, journal", _SCHEMA_1),
@@ -328,6 +345,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _SCHEMA_2,
         _retain_journaled_chunks,
     ),
+    Migration(3, "answers of applied outbox entries", _SCHEMA_3),
 )
 
 #: The schema version this code reads and writes.
