@@ -60,6 +60,7 @@ from svc.dataplane.connection_audit import ConnectionAudit
 from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
 from svc.dataplane.interfaces import IConnectionSink, OpReply
+from svc.dataplane.outbox_entries import AnswerOf, answered_before, position_of
 from svc.dataplane.rate_limited_log import RateLimitedLog
 from svc.dataplane.request_order import RequestOrder, Running, Turn
 from svc.dataplane.request_paths import first_path, path_uses, session_of
@@ -72,6 +73,7 @@ from svc.store.errors import StoreError
 from svc.store.layout import TenantLocation
 from svc.store.lease_values import LeaseHolder
 from svc.store.manifest_values import Writer
+from svc.store.outbox_answers import AnsweredBefore
 from svc.store.tenant import TenantStorage
 from svc.wire.commands import COMMANDS, Command
 from svc.wire.contract import DecodedRequest, RequestRefused
@@ -221,9 +223,13 @@ class AgentConnection:
         """The agent's path policy now (L{None}: unrestricted)."""
         return self._context.policy_for(self.identity.tenant_id, self.agent_id)
 
-    def writer(self, call: Call) -> Writer:
-        """The author of a change: the agent and the request's verified session."""
-        return Writer(self.agent_id, call.session_id)
+    def writer(self, call: Call, answer: AnswerOf | None = None) -> Writer:
+        """
+        The author of a change: the agent and the request's verified
+        session; with the request's mount outbox entry, if it names one
+        (L{svc.dataplane.outbox_entries}).
+        """
+        return Writer(self.agent_id, call.session_id, position_of(call.request, answer))
 
     def holder(self) -> LeaseHolder:
         """This connection as a lease holder (with its newest verified session)."""
@@ -439,8 +445,12 @@ class AgentConnection:
                 if self.closing:
                     # Lost before its turn came: not run (dataplane-ops.md section 7).
                     raise OpFailed(WireErrno.EBADF, "the connection closed before it ran")
-                outcome = await self._checked(call, raw, turn)
-                self._announce(call)
+                try:
+                    outcome = await self._checked(call, raw, turn)
+                except AnsweredBefore as before:
+                    outcome = answered_before(before)
+                else:
+                    self._announce(call)
             except PathOutsideSubtree:
                 raise
             except StoreError as e:

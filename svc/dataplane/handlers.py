@@ -26,6 +26,7 @@ from svc.dataplane.errors import (
 )
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.replies import (
+    Reply,
     attributes_map,
     journal_page_map,
     lease_denied_map,
@@ -44,10 +45,12 @@ from svc.store.lease_values import LeaseGrant, LeaseMode, LeaseReason
 from svc.store.manifest_names import SubtreeMoveCheck
 from svc.store.manifest_paths import child_path
 from svc.store.manifest_values import (
+    CreateResult,
     DirectoryEntry,
     FileKind,
     Manifest,
     RemoveResult,
+    SetattrResult,
 )
 from svc.wire.answers import ReadlinkReply, RemoveReply
 from svc.wire.contract import answer_map
@@ -199,7 +202,7 @@ async def _manifest_put(
         mtime_ns=request.mtime_ns,
         uid=request.uid,
         gid=request.gid,
-        writer=conn.writer(call),
+        writer=conn.writer(call, put_map),
         holder=conn.holder(),
         atime_ns=request.atime_ns,
         # Queued in the database: the connection's next put may start
@@ -218,7 +221,7 @@ async def _manifest_delete(
     _protect_root(conn, request.path)
     storage = await conn.storage()
     result = await storage.manifest_delete(
-        request.path, writer=conn.writer(call), holder=conn.holder()
+        request.path, writer=conn.writer(call, removal_answer), holder=conn.holder()
     )
     _count_journal(conn, "delete", result.journal_seq)
     return _removed(result)
@@ -231,17 +234,26 @@ async def _dir_remove(
     assert isinstance(request, PathWriteRequest)
     _protect_root(conn, request.path)
     storage = await conn.storage()
-    result = await storage.dir_remove(request.path, writer=conn.writer(call))
+    result = await storage.dir_remove(request.path, writer=conn.writer(call, removal_answer))
     _count_journal(conn, "rmdir", result.journal_seq)
     return _removed(result)
 
 
-def _removed(result: RemoveResult) -> Outcome:
+def removal_answer(result: RemoveResult) -> Reply:
     """
     The answer to a removal: the parent directory's new mtime and ctime
     (``dataplane-ops.md``), so a client updates its copy without asking.
     """
-    return Outcome(OpReply(answer_map(RemoveReply(result.changed_ns))))
+    return answer_map(RemoveReply(result.changed_ns))
+
+
+def created_answer(result: CreateResult | SetattrResult) -> Reply:
+    """The answer to a change that made or changed one inode: its attributes."""
+    return attributes_map(result.attributes)
+
+
+def _removed(result: RemoveResult) -> Outcome:
+    return Outcome(OpReply(removal_answer(result)))
 
 
 async def _dir_create(
@@ -255,10 +267,10 @@ async def _dir_create(
         mode=request.mode,
         uid=request.uid,
         gid=request.gid,
-        writer=conn.writer(call),
+        writer=conn.writer(call, created_answer),
     )
     _count_journal(conn, "mkdir", result.journal_seq)
-    return Outcome(OpReply(attributes_map(result.attributes)))
+    return Outcome(OpReply(created_answer(result)))
 
 
 def _subtree_check(conn: AgentConnection) -> SubtreeMoveCheck | None:
@@ -289,7 +301,7 @@ async def _rename(conn: AgentConnection, call: Call, raw: memoryview, release: R
     result = await storage.manifest_rename(
         request.path,
         request.to_path,
-        writer=conn.writer(call),
+        writer=conn.writer(call, rename_map),
         subtree_check=_subtree_check(conn),
     )
     _count_journal(conn, "rename", result.journal_seq)
@@ -300,18 +312,22 @@ async def _link(conn: AgentConnection, call: Call, raw: memoryview, release: Rel
     request = call.request
     assert isinstance(request, TwoPathRequest)
     storage = await conn.storage()
-    result = await storage.link(request.path, request.to_path, writer=conn.writer(call))
+    result = await storage.link(
+        request.path, request.to_path, writer=conn.writer(call, created_answer)
+    )
     _count_journal(conn, "link", result.journal_seq)
-    return Outcome(OpReply(attributes_map(result.attributes)))
+    return Outcome(OpReply(created_answer(result)))
 
 
 async def _setattr(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
     request = call.request
     assert isinstance(request, SetattrRequest)
     storage = await conn.storage()
-    result = await storage.setattr(request.path, writer=conn.writer(call), **request.changes())
+    result = await storage.setattr(
+        request.path, writer=conn.writer(call, created_answer), **request.changes()
+    )
     _count_journal(conn, "setattr", result.journal_seq)
-    return Outcome(OpReply(attributes_map(result.attributes)))
+    return Outcome(OpReply(created_answer(result)))
 
 
 async def _symlink(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
@@ -319,10 +335,14 @@ async def _symlink(conn: AgentConnection, call: Call, raw: memoryview, release: 
     assert isinstance(request, SymlinkRequest)
     storage = await conn.storage()
     result = await storage.symlink(
-        request.path, request.target, uid=request.uid, gid=request.gid, writer=conn.writer(call)
+        request.path,
+        request.target,
+        uid=request.uid,
+        gid=request.gid,
+        writer=conn.writer(call, created_answer),
     )
     _count_journal(conn, "symlink", result.journal_seq)
-    return Outcome(OpReply(attributes_map(result.attributes)))
+    return Outcome(OpReply(created_answer(result)))
 
 
 async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
@@ -336,10 +356,10 @@ async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Re
         rdev=request.rdev,
         uid=request.uid,
         gid=request.gid,
-        writer=conn.writer(call),
+        writer=conn.writer(call, created_answer),
     )
     _count_journal(conn, "mknod", result.journal_seq)
-    return Outcome(OpReply(attributes_map(result.attributes)))
+    return Outcome(OpReply(created_answer(result)))
 
 
 # The disk.

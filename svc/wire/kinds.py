@@ -254,7 +254,45 @@ class ChunkEntryKind:
         return value
 
 
+class OutboxTag(NamedTuple):
+    """
+    Which entry of a mount's outbox a change is (``mount-outbox.md``
+    section 6): the outbox's id (32 lowercase hex digits), the entry's
+    C{seq} (at least 1) and C{settled} (every entry up to it is settled at
+    the mount; below C{seq}). On the wire, C{[outbox, seq, settled]}.
+    """
+
+    outbox: str
+    seq: int
+    settled: int
+
+
+@attrs.frozen
+class OutboxTagKind:
+    """An L{OutboxTag}: C{[32 hex digits, seq >= 1, 0 <= settled < seq]}."""
+
+    bound: Bound = Bound(1 + 34 + 2 * _INT_BYTES, containers=1, width=3, string=32, depth=1)
+    identity = False
+
+    def decode(self, value: object, key: str) -> OutboxTag:
+        if not isinstance(value, list | tuple) or len(value) != 3:
+            raise shape_error(key, "an [outbox, seq, settled] array", value)
+        outbox, seq, settled = value
+        if type(outbox) is not str or len(outbox) != 32 or not _HEX_DIGITS.issuperset(outbox):
+            raise value_error(f"{key}[0]", "must be 32 lowercase hex digits")
+        _SEQ.decode(seq, f"{key}[1]")
+        _SETTLED.decode(settled, f"{key}[2]")
+        if settled >= seq:
+            raise value_error(f"{key}[2]", "must be below the seq")
+        return OutboxTag(outbox, seq, settled)
+
+    def encode(self, value: OutboxTag) -> object:
+        return list(value)
+
+
 _HASH = Hash()
+_SEQ = Int(1, I64)
+_SETTLED = Int(0, I64)
 _CHUNK_SIZE = Int(1, MAX_CHUNK_SIZE)
 _MAKE_ENTRY = partial(tuple.__new__, ChunkEntry)
 _UPPER_HEX = "ABCDEF"

@@ -23,6 +23,8 @@ from svc.wire.kinds import (
     Hash,
     Int,
     ListOf,
+    OutboxTag,
+    OutboxTagKind,
     Str,
 )
 from svc.wire.schema import arg
@@ -88,6 +90,8 @@ TIME = Int(-I64, I64)
 COUNT = Int(0, I64)
 HASH = Hash()
 CHUNK_LIST = ChunkList(MAX_MANIFEST_CHUNKS)
+OUTBOX = OutboxTagKind()
+"""Which mount outbox entry a change is (exactly once: ``mount-outbox.md`` section 6)."""
 ANY_INT = Int()
 TEXT = Str(64 * 1024)
 """A string in an answer (names, paths, ids): generous, the server is trusted."""
@@ -146,6 +150,7 @@ class ManifestPutRequest:
     uid: int = arg(OWNER_ID, default=0)
     gid: int = arg(OWNER_ID, default=0)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
     atime_ns: int | None = arg(TIME, default=None)
     inline: tuple[str, ...] = arg(ListOf(HASH, MAX_INLINE_CHUNKS), default=())
 
@@ -175,6 +180,7 @@ class PathWriteRequest:
 
     path: str = arg(PATH)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
 
 @attrs.frozen
@@ -187,6 +193,7 @@ class TwoPathRequest:
     path: str = arg(PATH)
     to_path: str = arg(PATH)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
 
 @attrs.frozen
@@ -198,6 +205,7 @@ class DirCreateRequest:
     uid: int = arg(OWNER_ID, default=0)
     gid: int = arg(OWNER_ID, default=0)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
 
 @attrs.frozen
@@ -212,6 +220,7 @@ class SetattrRequest:
     mtime_ns: int | None = arg(TIME, default=None)
     atime_ns: int | None = arg(TIME, default=None)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
     def changes(self) -> dict[str, int | None]:
         """The attribute changes, by name (L{None}: unchanged)."""
@@ -234,6 +243,7 @@ class SymlinkRequest:
     uid: int = arg(OWNER_ID, default=0)
     gid: int = arg(OWNER_ID, default=0)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
 
 @attrs.frozen
@@ -247,6 +257,7 @@ class MknodRequest:
     uid: int = arg(OWNER_ID, default=0)
     gid: int = arg(OWNER_ID, default=0)
     session_id: str | None = arg(SESSION, default=None)
+    outbox: OutboxTag | None = arg(OUTBOX, default=None)
 
 
 @attrs.frozen

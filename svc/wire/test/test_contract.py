@@ -39,6 +39,8 @@ from svc.wire.kinds import (
     Int,
     Kind,
     ListOf,
+    OutboxTag,
+    OutboxTagKind,
     Str,
 )
 from svc.wire.messages import (
@@ -161,6 +163,8 @@ def sample(kind: Kind) -> object:
         return ChunkEntry(H1, 10)
     if isinstance(kind, ChunkList):
         return (ChunkEntry(H1, 10),)
+    if isinstance(kind, OutboxTagKind):
+        return OutboxTag("0f" * 16, 7, 6)
     if isinstance(kind, ListOf):
         return (sample(kind.item),) * max(kind.min_items, 1)
     if isinstance(kind, Nested | Flat):
@@ -277,6 +281,27 @@ class RoundTripTests(SynchronousTestCase):
 
 class RequestSchemaTests(SynchronousTestCase):
     """Decoding requests: shape EPROTO, range EINVAL, defaults, unknown keys."""
+
+    def test_outbox_tags(self) -> None:
+        """
+        A change's C{outbox} is C{[32 hex digits, seq >= 1, settled < seq]}:
+        another shape is EPROTO, a value out of range EINVAL.
+        """
+        put = VALID[Op.MANIFEST_PUT]
+        good = parse(Op.MANIFEST_PUT, {**put, "outbox": ["ab" * 16, 2, 1]})
+        self.assertEqual(good.outbox, OutboxTag("ab" * 16, 2, 1))
+        self.assertIsNone(parse(Op.MANIFEST_PUT, put).outbox)
+        for value, refused in (
+            ("ab" * 16, WireErrno.EPROTO),
+            (["ab" * 16, 2], WireErrno.EPROTO),
+            (["AB" * 16, 2, 1], WireErrno.EINVAL),
+            (["ab" * 15, 2, 1], WireErrno.EINVAL),
+            (["ab" * 16, 0, 0], WireErrno.EINVAL),
+            (["ab" * 16, 2, 2], WireErrno.EINVAL),
+            (["ab" * 16, 2, -1], WireErrno.EINVAL),
+            (["ab" * 16, True, 0], WireErrno.EPROTO),
+        ):
+            self.assertEqual(errno_of(Op.MANIFEST_PUT, {**put, "outbox": value}), refused, value)
 
     def test_missing_required_keys(self) -> None:
         """Removing any required key (or setting it nil) is EPROTO."""
