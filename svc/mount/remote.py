@@ -418,6 +418,13 @@ class Remote:
         """Add the name C{to_path} to the inode of C{path}."""
         return self._call(Op.LINK, TwoPathRequest(path, to_path, session_id), _attributes)
 
+    def change(self, op: Op, request: object) -> Deferred[Any]:
+        """
+        Send the declared write C{request} of C{op} as it is (an outbox
+        entry's, L{svc.mount.outbox.requests}); its decoded answer message.
+        """
+        return self._call(op, request, lambda answer, _: answer)
+
     # Chunks
 
     def chunk_get(self, chunk_hash: str) -> Deferred[bytes]:

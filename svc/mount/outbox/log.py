@@ -24,12 +24,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
 from svc.mount.outbox.entries import BadEntry, Entry, entry_from_map, entry_to_map
-from svc.mount.outbox.records import MAGIC, SETTLED, encode_record, scan, settle_mark
+from svc.mount.outbox.records import (
+    MAGIC,
+    OUTBOX,
+    OUTBOX_ID_BYTES,
+    SETTLED,
+    encode_record,
+    scan,
+    settle_mark,
+)
 
 COMPACT_BYTES = 64 * 1024 * 1024
 """A log this long with settled entries in it is rewritten with the unsettled only."""
@@ -56,19 +64,30 @@ class Replay:
 class OutboxLog:
     """See the module docstring."""
 
-    def __init__(self, path: Path, fd: int, size: int, entries: dict[int, Entry], next_seq: int):
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        outbox_id: bytes,
+        size: int,
+        entries: dict[int, Entry],
+        next_seq: int,
+    ) -> None:
         self._path = path
         self._fd = fd
+        self._outbox_id = outbox_id
+        self._header_bytes = len(_header(outbox_id))
         self._size = size
         self._unsettled = entries
         self._next_seq = next_seq
-        self._settled_bytes = 0
 
     @classmethod
-    def open(cls, path: Path) -> tuple[OutboxLog, Replay]:
+    def open(
+        cls, path: Path, new_id: Callable[[], bytes] = lambda: os.urandom(OUTBOX_ID_BYTES)
+    ) -> tuple[OutboxLog, Replay]:
         """
         Open (creating if needed) the log at C{path}, reading what a
-        previous mount left in it.
+        previous mount left in it; a new log gets the outbox id C{new_id()}.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         data = path.read_bytes() if path.exists() else b""
@@ -77,7 +96,14 @@ class OutboxLog:
         settled: set[int] = set()
         last_seq = 0
         damage = found.damage
-        for record in found.records:
+        records = list(found.records)
+        outbox_id = _outbox_id(records[0]) if records else None
+        if outbox_id is not None:
+            del records[0]
+        elif records:
+            damage = "the log does not start with its outbox id"
+            records = []
+        for record in records:
             if record.get("op") == SETTLED:
                 seq = record.get("seq")
                 if isinstance(seq, int):
@@ -98,14 +124,21 @@ class OutboxLog:
         kept = None
         if damage is not None:
             kept = _keep_aside(path)
-        log = cls._rewrite(path, entries, max(last_seq, max(settled, default=0)) + 1)
+        if outbox_id is None:
+            outbox_id = new_id()
+        next_seq = max(last_seq, max(settled, default=0)) + 1
+        log = cls._rewrite(path, outbox_id, entries, next_seq)
         return log, Replay(tuple(entries[seq] for seq in sorted(entries)), damage, kept)
 
     @classmethod
-    def _rewrite(cls, path: Path, entries: dict[int, Entry], next_seq: int) -> OutboxLog:
+    def _rewrite(
+        cls, path: Path, outbox_id: bytes, entries: dict[int, Entry], next_seq: int
+    ) -> OutboxLog:
         """A fresh log at C{path} holding C{entries} (written aside, then renamed over)."""
         fresh = path.with_name(path.name + ".new")
-        body = MAGIC + b"".join(encode_record(entry_to_map(entries[s])) for s in sorted(entries))
+        body = _header(outbox_id) + b"".join(
+            encode_record(entry_to_map(entries[seq])) for seq in sorted(entries)
+        )
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
             _write_all(fd, body)
@@ -113,12 +146,21 @@ class OutboxLog:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, len(body), dict(entries), next_seq)
+        return cls(path, fd, outbox_id, len(body), dict(entries), next_seq)
 
     @property
     def path(self) -> Path:
         """Where the log is."""
         return self._path
+
+    @property
+    def outbox_id(self) -> bytes:
+        """This outbox's id (16 bytes, kept for the cache's life)."""
+        return self._outbox_id
+
+    def settled_through(self) -> int:
+        """The highest seq up to which every entry is settled."""
+        return min(self._unsettled, default=self._next_seq) - 1
 
     @property
     def size(self) -> int:
@@ -151,13 +193,13 @@ class OutboxLog:
         if self._unsettled.pop(seq, None) is None:
             raise KeyError(f"no unsettled outbox entry {seq}")
         if not self._unsettled:
-            os.ftruncate(self._fd, len(MAGIC))
-            self._size = len(MAGIC)
+            os.ftruncate(self._fd, self._header_bytes)
+            self._size = self._header_bytes
             return
         self._write(encode_record(settle_mark(seq)))
         if self._size >= COMPACT_BYTES:
             os.close(self._fd)
-            fresh = self._rewrite(self._path, self._unsettled, self._next_seq)
+            fresh = self._rewrite(self._path, self._outbox_id, self._unsettled, self._next_seq)
             self._fd, self._size = fresh._fd, fresh._size
 
     def close(self) -> None:
@@ -169,6 +211,19 @@ class OutboxLog:
     def _write(self, record: bytes) -> None:
         _write_all(self._fd, record)
         self._size += len(record)
+
+
+def _header(outbox_id: bytes) -> bytes:
+    """A log's first bytes: the magic, then the record naming its outbox."""
+    return MAGIC + encode_record({"op": OUTBOX, "id": outbox_id})
+
+
+def _outbox_id(record: dict[Any, Any]) -> bytes | None:
+    """The outbox id a log's first record names, or L{None}."""
+    value = record.get("id")
+    if record.get("op") != OUTBOX or not isinstance(value, bytes):
+        return None
+    return value if len(value) == OUTBOX_ID_BYTES else None
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -4,9 +4,10 @@ section 2). Pure: no I/O.
 
 A log is L{MAGIC} followed by records. A record is a 4-byte big-endian
 payload length, the payload's 4-byte big-endian CRC-32 (zlib's), and the
-payload: a msgpack map. A record's map is an entry (its C{op} names the
-kind, L{svc.mount.outbox.entries}) or a settle mark (C{op} C{"settled"},
-C{seq}: that entry is settled).
+payload: a msgpack map. The first record names the outbox (L{OUTBOX});
+every other is an entry (its C{op} names the kind,
+L{svc.mount.outbox.entries}) or a settle mark (C{op} C{"settled"}, C{seq}:
+that entry is settled).
 
 Reading stops at the first record that is short, too long, fails its CRC
 or is not a msgpack map: what follows a torn write (a machine that lost
@@ -35,6 +36,12 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 SETTLED = "settled"
 """The C{op} of a settle mark."""
+
+OUTBOX = "outbox"
+"""The C{op} of a log's first record, C{{"op": "outbox", "id": <16 bytes>}}."""
+
+OUTBOX_ID_BYTES = 16
+"""The length of an outbox id."""
 
 
 def encode_record(payload: dict[str, Any]) -> bytes:

@@ -22,6 +22,11 @@ from svc.mount.outbox.records import MAGIC, MAX_RECORD_BYTES, encode_record, sca
 OWNER = Owner(0o40755, 0, 0)
 
 
+def header(log: OutboxLog) -> bytes:
+    """The bytes of C{log} with no entry: the magic and its outbox id."""
+    return MAGIC + encode_record({"op": "outbox", "id": log.outbox_id})
+
+
 def unlink_at(path: str, seq: int) -> Unlink:
     """An unlink of C{path} with sequence number C{seq}."""
     return Unlink(seq, path)
@@ -106,7 +111,7 @@ class OutboxLogTests(SynchronousTestCase):
         for name in ("a", "b"):
             entry = log.append(partial(unlink_at, f"/agent-1/{name}"))
             log.settle(entry.seq)
-        self.assertEqual(self.path.read_bytes(), MAGIC)
+        self.assertEqual(self.path.read_bytes(), header(log))
         later = log.append(lambda seq: Unlink(seq, "/agent-1/c"))
         self.assertEqual(later.seq, 3)
         _, replay = self.reopen(log)
@@ -127,7 +132,7 @@ class OutboxLogTests(SynchronousTestCase):
         log, _ = OutboxLog.open(self.path)
         self.addCleanup(log.close)
         self.assertRaises(ValueError, log.append, lambda seq: Unlink(seq + 1, "/agent-1/f"))
-        self.assertEqual(self.path.read_bytes(), MAGIC)
+        self.assertEqual(self.path.read_bytes(), header(log))
 
     def test_a_long_log_is_rewritten_with_the_unsettled_only(self) -> None:
         """Past the compaction size, settled entries and their marks leave the file."""
@@ -170,6 +175,7 @@ class OutboxLogTests(SynchronousTestCase):
         first = {"op": "unlink", "seq": 1, "path": "/agent-1/f"}
         self.path.write_bytes(
             MAGIC
+            + encode_record({"op": "outbox", "id": b"i" * 16})
             + encode_record(first)
             + encode_record({"op": "unlink", "seq": "two", "path": "/agent-1/g"})
             + encode_record({"op": "unlink", "seq": 3, "path": "/agent-1/h"})
@@ -180,3 +186,40 @@ class OutboxLogTests(SynchronousTestCase):
         assert replay.damage is not None
         self.assertIn("unreadable entry", replay.damage)
         self.assertIsNotNone(replay.kept)
+        self.assertEqual(log.outbox_id, b"i" * 16)
+
+    def test_the_outbox_id_is_kept_for_the_cache_s_life(self) -> None:
+        """A new log gets a fresh id; reopening, emptying or compacting keeps it."""
+        self.patch(log_module, "COMPACT_BYTES", 1024)
+        log, _ = OutboxLog.open(self.path, new_id=lambda: b"a" * 16)
+        self.assertEqual(log.outbox_id, b"a" * 16)
+        kept = log.append(partial(unlink_at, "/agent-1/kept"))
+        for number in range(50):
+            entry = log.append(partial(unlink_at, f"/agent-1/f{number}"))
+            log.settle(entry.seq)
+        log.settle(kept.seq)
+        again, _ = self.reopen(log)
+        self.assertEqual(again.outbox_id, b"a" * 16)
+
+    def test_a_log_without_its_outbox_id_is_damage(self) -> None:
+        """Records with no outbox id first are kept aside; the new log gets a new id."""
+        self.path.parent.mkdir(parents=True)
+        self.path.write_bytes(MAGIC + encode_record({"op": "unlink", "seq": 1, "path": "/a/f"}))
+        log, replay = OutboxLog.open(self.path, new_id=lambda: b"n" * 16)
+        self.addCleanup(log.close)
+        self.assertEqual(replay.unsettled, ())
+        self.assertEqual(replay.damage, "the log does not start with its outbox id")
+        self.assertEqual(log.outbox_id, b"n" * 16)
+
+    def test_settled_through(self) -> None:
+        """Everything up to the oldest unsettled entry, or to the last entry, is settled."""
+        log, _ = OutboxLog.open(self.path)
+        self.addCleanup(log.close)
+        self.assertEqual(log.settled_through(), 0)
+        first, second, third = (log.append(partial(unlink_at, f"/a/{n}")) for n in "xyz")
+        log.settle(second.seq)
+        self.assertEqual(log.settled_through(), 0)
+        log.settle(first.seq)
+        self.assertEqual(log.settled_through(), 2)
+        log.settle(third.seq)
+        self.assertEqual(log.settled_through(), 3)
