@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from svc.quickstart import DEMO_AGENT
+from svc.wire.messages import MAX_PATH_BYTES
 from tests.mount_harness import MountStackCase, shows_evidence
 
 ISSUE = "issue 35: the mount answers before the data plane refuses"
@@ -24,8 +25,8 @@ ISSUE = "issue 35: the mount answers before the data plane refuses"
 DIRECTORY_NAME = "d" * 250
 """A directory name; each level adds 251 bytes to a data-plane path."""
 
-LEVELS = (4096 - len(f"/{DEMO_AGENT}")) // (len(DIRECTORY_NAME) + 1)
-"""The deepest chain of such directories whose data-plane path fits 4,096 bytes."""
+LEVELS = (MAX_PATH_BYTES - len(f"/{DEMO_AGENT}")) // (len(DIRECTORY_NAME) + 1)
+"""The deepest chain of such directories whose data-plane path fits the limit."""
 
 HOLD_OPEN = """
 import os, sys, time
@@ -69,7 +70,7 @@ class MountPosixDetailsTests(MountStackCase):
 
     def test_a_file_whose_data_plane_path_is_too_long_is_refused_not_lost(self) -> None:
         """
-        A new file whose data-plane path would pass 4,096 bytes (each
+        A new file whose data-plane path would pass the limit (each
         component within 255) is refused with ENAMETOOLONG by the call that
         makes or closes it; a file that call accepted is still there later.
         """

@@ -12,12 +12,7 @@ from __future__ import annotations
 import posixpath
 
 from svc.wire.errno import WireErrno
-
-MAX_PATH_BYTES = 4096
-"""Longest path in UTF-8 bytes (Linux PATH_MAX, as C{routes.db} stores)."""
-
-MAX_NAME_BYTES = 255
-"""Longest single component in UTF-8 bytes (Linux NAME_MAX)."""
+from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 OUTSIDE_MESSAGE = "path outside agent subtree"
 """The message of every confinement refusal (it never echoes the path)."""

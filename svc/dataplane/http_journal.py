@@ -21,7 +21,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.python.failure import Failure
 
-from svc.dataplane.confinement import MAX_NAME_BYTES, MAX_PATH_BYTES, is_canonical
+from svc.dataplane.confinement import is_canonical
 from svc.dataplane.replies import journal_entry_map, revert_map
 from svc.pki import names
 from svc.pki.errors import InvalidName
@@ -32,6 +32,7 @@ from svc.store.layout import TenantLocation, is_valid_id
 from svc.store.manifest_values import Writer
 from svc.store.tenant import TenantStorage
 from svc.web.errors import AccessDenied, Conflict, InvalidRequest, JsonValue, NotFound
+from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES
 from svc.worker import IWorker
 
 MAX_WAIT_SECONDS = 30.0

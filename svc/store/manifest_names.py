@@ -24,7 +24,6 @@ from svc.store.errors import (
 )
 from svc.store.journal_rows import Snapshot, append_entry, snapshot_of
 from svc.store.manifest_paths import (
-    MAX_PATH_BYTES,
     ROOT,
     check_path,
     check_symlink_target,
@@ -56,6 +55,7 @@ from svc.store.manifest_values import (
     check_id,
     check_mode,
 )
+from svc.wire.messages import MAX_PATH_BYTES
 
 #: Kinds L{mknod} creates.
 MKNOD_KINDS = frozenset(
@@ -385,7 +385,7 @@ def _move_names(
             (low, high),
         ).fetchone()
         if longest is not None and longest + growth > MAX_PATH_BYTES:
-            raise InvalidArgument("a moved path would exceed 4096 bytes")
+            raise InvalidArgument(f"a moved path would exceed {MAX_PATH_BYTES} bytes")
     cursor = connection.execute(
         "UPDATE names SET path = ?1 || substr(path, ?2), parent = ?1 || substr(parent, ?2)"
         " WHERE path >= ?3 AND path < ?4",

@@ -9,12 +9,10 @@ can plant a name that a second implementation would read differently.
 from __future__ import annotations
 
 from svc.store.errors import InvalidArgument
+from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_SYMLINK_TARGET_BYTES
 
-#: Longest path, in UTF-8 bytes (Linux PATH_MAX).
-MAX_PATH_BYTES = 4096
-
-#: Longest single component, in UTF-8 bytes (Linux NAME_MAX).
-MAX_NAME_BYTES = 255
+# The longest path (16384), component (255) and symlink target (4096), in
+# UTF-8 bytes, are the wire's limits (one definition: svc.wire.messages).
 
 ROOT = "/"
 
@@ -23,8 +21,8 @@ def check_path(path: str) -> str:
     """
     Return ``path`` if it is absolute and canonical: a leading C{/}, no
     empty, C{.} or C{..} components, no trailing slash except for the root,
-    no NUL, components of at most 255 UTF-8 bytes and at most 4096 bytes in
-    all.
+    no NUL, components of at most 255 UTF-8 bytes and at most
+    L{MAX_PATH_BYTES} in all.
 
     @raise InvalidArgument: otherwise.
     """
@@ -115,6 +113,6 @@ def check_symlink_target(target: str) -> str:
         encoded = target.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument("symlink target is not valid UTF-8") from None
-    if b"\x00" in encoded or len(encoded) > MAX_PATH_BYTES:
+    if b"\x00" in encoded or len(encoded) > MAX_SYMLINK_TARGET_BYTES:
         raise InvalidArgument("bad symlink target")
     return target

@@ -29,13 +29,16 @@ from svc.wire.kinds import (
 )
 from svc.wire.schema import arg
 
-MAX_PATH_BYTES = 4096
-"""Longest path the data plane accepts, in UTF-8 bytes (longer: C{ENAMETOOLONG})."""
+MAX_PATH_BYTES = 16384
+"""Longest path the data plane accepts, C{/<agent_id>/...} in UTF-8 bytes
+(longer: C{ENAMETOOLONG}). A local file system limits only what one system
+call names (4,095 bytes), not how deep a tree goes: four times that lets a
+program work at a 4,095-byte path below a directory of the disk, as
+pjdfstest does (``mount-fs.md`` section 2)."""
 
-MAX_PATH_FIELD_BYTES = 4 * MAX_PATH_BYTES
+MAX_PATH_FIELD_BYTES = MAX_PATH_BYTES
 """Longest path string a request map may carry at all (longer: C{ENAMETOOLONG}
-without reading further); paths between this and L{MAX_PATH_BYTES} are refused
-by confinement with the same errno."""
+without reading further)."""
 
 MAX_NAME_BYTES = 255
 """Longest path component, in UTF-8 bytes."""

@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.confinement import (
-    MAX_NAME_BYTES,
-    MAX_PATH_BYTES,
     NameTooLong,
     PathOutsideSubtree,
     confine,
@@ -20,6 +18,7 @@ from svc.dataplane.confinement import (
     relative_to_disk,
 )
 from svc.wire.errno import WireErrno
+from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 AGENT = "agent-1"
 

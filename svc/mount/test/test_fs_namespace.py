@@ -16,12 +16,13 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.mount.attributes import AttributeChanges, FileKind, QuotaReport
 from svc.mount.fs import ROOT_INODE
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture
+from svc.wire.messages import MAX_PATH_BYTES
 
 DEEP_NAME = b"d" * 250
 """A directory name; each level adds 251 bytes to a data-plane path."""
 
-LEVELS = (4096 - len(f"/{AGENT.agent_id}")) // (len(DEEP_NAME) + 1)
-"""The deepest chain of such directories whose data-plane path fits 4,096 bytes."""
+LEVELS = (MAX_PATH_BYTES - len(f"/{AGENT.agent_id}")) // (len(DEEP_NAME) + 1)
+"""The deepest chain of such directories whose data-plane path fits the limit."""
 
 
 class LookupTests(SynchronousTestCase):
@@ -71,7 +72,7 @@ class LookupTests(SynchronousTestCase):
     def test_a_data_plane_path_too_long_is_refused_at_once(self) -> None:
         """
         mkdir, create and symlink of a name whose data-plane path would pass
-        4,096 bytes fail ENAMETOOLONG before anything is sent; the same
+        the limit (16,384 bytes) fail ENAMETOOLONG before anything is sent; the same
         names one level up are made.
         """
         fs = self.mount.fs

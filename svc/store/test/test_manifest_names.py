@@ -19,6 +19,7 @@ from svc.store.errors import (
 from svc.store.manifest_values import FileKind
 from svc.store.test.routes_support import ALICE, BOB, StoreTestCase, chunk
 from svc.wire.errno import WireErrno
+from svc.wire.messages import MAX_PATH_BYTES
 
 
 class DirectoryTests(StoreTestCase):
@@ -252,10 +253,10 @@ class RenameTests(StoreTestCase):
         self.assertEqual((moved.ctime_ns, moved.mtime_ns), (now, 123))
 
     def test_too_long_after_move(self) -> None:
-        """A move that would make a descendant longer than 4096 bytes is EINVAL."""
+        """A move that would make a descendant longer than the path limit is EINVAL."""
         self.mkdirs("/alice/d")
         path = "/alice/d"
-        while len(path) + 201 <= 4096:
+        while len(path) + 201 <= MAX_PATH_BYTES:
             path += "/" + "n" * 200
             self.mkdirs(path)
         self.mkdirs("/alice/" + "l" * 250)
@@ -395,7 +396,7 @@ class PathValidationTests(StoreTestCase):
         "/al\x00ice",
         "/\udcff",
         "/" + "x" * 256,
-        "/a" * 2049,
+        "/a" * (MAX_PATH_BYTES // 2 + 1),
     )
 
     def test_bad_paths_refused(self) -> None:
@@ -408,12 +409,12 @@ class PathValidationTests(StoreTestCase):
         self.assertEqual(self.ok(self.store.journal_row_count()), 0)
 
     def test_limits_are_inclusive(self) -> None:
-        """A 255-byte component and a 4096-byte path are accepted."""
+        """A 255-byte component and a path of the limit's length are accepted."""
         self.mkdirs("/alice")
         self.write("/alice/" + "é" * 127 + "x", [])
         self.fails(self.store.get("/alice/" + "é" * 128), InvalidArgument)
-        longest = "/alice" + "/d" * ((4096 - 6) // 2)
-        self.assertEqual(len(longest), 4096)
+        longest = "/alice" + "/d" * ((MAX_PATH_BYTES - 6) // 2)
+        self.assertEqual(len(longest), MAX_PATH_BYTES)
         self.fails(self.store.get(longest), NotFound)
         self.fails(self.store.get(longest + "x"), InvalidArgument)
 
