@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, http  # noqa: E402
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20
@@ -381,22 +381,7 @@ class SvcStack:
         self.mount_point.mkdir()
 
     def _stop_quickstart_mount(self) -> None:
-        pid_file = self.stack / "mount.pid"
-        if not pid_file.exists():
-            return
-        pid = int(pid_file.read_text())
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        pid_file.unlink(missing_ok=True)
+        Stack(self.stack).stop_process("mount")
         umount_lazy(Path(self.state["mount_point"]))
 
     def mount(self, *, durable_close: bool = False) -> None:

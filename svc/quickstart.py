@@ -173,22 +173,33 @@ class Stack:
             return None
         return pid
 
+    def stop_process(self, name: str) -> bool | None:
+        """
+        SIGTERM this stack's process C{name} and wait for it to exit (60 s
+        for the mount, which flushes first; 20 s otherwise), then SIGKILL
+        it. L{None} if it was not running, else whether it exited on
+        SIGTERM. Its pid file is removed.
+        """
+        pid = self.running(name)
+        if pid is None:
+            return None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + (60 if name == "mount" else 20)
+        while time.monotonic() < deadline and self.running(name) is not None:
+            time.sleep(0.1)
+        exited = self.running(name) is None
+        if not exited:
+            os.kill(pid, signal.SIGKILL)
+        (self.root / f"{name}.pid").unlink(missing_ok=True)
+        return exited
+
     def stop(self) -> list[str]:
         stopped = []
         # The mount first: it flushes, unmounts and releases its lease, which
         # needs both planes still running.
         for name in ("mount", "dataplane", "control"):
-            pid = self.running(name)
-            if pid is None:
-                continue
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + (60 if name == "mount" else 20)
-            while time.monotonic() < deadline and self.running(name) is not None:
-                time.sleep(0.1)
-            if self.running(name) is not None:
-                os.kill(pid, signal.SIGKILL)
-            (self.root / f"{name}.pid").unlink(missing_ok=True)
-            stopped.append(name)
+            if self.stop_process(name) is not None:
+                stopped.append(name)
         mount_point = self.load_state().get("mount_point")
         if mount_point:
             # A mount process killed without unmounting leaves a dead mount.

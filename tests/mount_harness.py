@@ -241,24 +241,8 @@ class MountStackCase(TestCase):
 
     def _stop_quickstart_mount(self) -> None:
         """SIGTERM the quickstart's own mount and wait until it is gone and unmounted."""
-        pid_file = self.stack / "mount.pid"
-        if not pid_file.exists():
-            return
-        pid = int(pid_file.read_text())
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
+        if Stack(self.stack).stop_process("mount") is False:
             self.fail("the quickstart's mount did not exit on SIGTERM")
-        pid_file.unlink(missing_ok=True)
         self.assertFalse(os.path.ismount(self.state["mount_point"]))
 
     def enroll_token(self) -> str:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, http
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -142,22 +142,7 @@ class ConformanceStack:
         self.mount_point.mkdir(exist_ok=True)
 
     def _stop_quickstart_mount(self) -> None:
-        pid_file = self.stack / "mount.pid"
-        if not pid_file.exists():
-            return
-        pid = int(pid_file.read_text())
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        pid_file.unlink(missing_ok=True)
+        Stack(self.stack).stop_process("mount")
         umount_lazy(Path(self.state["mount_point"]))
 
     def mount(self, label: str) -> Mount:
