@@ -975,6 +975,14 @@ class FileOps:
             saved = None
             if held is not None:
                 await ctx.unsent.remove(held[0])  # unlinked: nobody can want it
+        if saved is None and rel is None:
+            # Unlinked: its changes go with it, as on any file system.
+            _log.info(
+                "dropping the uncommitted changes to unlinked inode {ino} ({size} bytes)",
+                size=state.size,
+                ino=state.ino,
+            )
+            return
         if saved is None:
             _log.warn(
                 "discarding {size} bytes of uncommitted changes to inode {ino}",
