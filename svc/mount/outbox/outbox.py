@@ -1,0 +1,193 @@
+"""
+The outbox as the mount's core uses it (``mount-outbox.md``): one log on the
+cache disk, the chunks its commits hold, and the one sender, behind four
+calls.
+
+    outbox, replay = Outbox.open(cache / "outbox", reconciler, in_reactor)
+    outbox.start(remote, reactor, session_id)     # reactor: sends the replay first
+    entry = outbox.append(make, chunks)           # any thread: persisted on return
+    await outbox.settled(entry.seq)               # reactor: the barrier
+
+C{append} writes the entry (and the chunks it adds) before it returns, so a
+killed mount loses nothing it was given, then hands the entry to the sender
+on the reactor (C{in_reactor}). Answers and refusals settle the entry (its
+settle mark written, its held chunks released) and go on to the
+L{Reconciler}, which brings the mount's picture in line. L{Outbox.settled}
+fires once every entry up to a seq is settled: C{fsync}, and a call that
+waits for its answer, wait on it.
+
+Threads: C{append} and L{backlog} may be called from any thread; the log and
+the held chunks are guarded by the outbox's own lock, held only while they
+change (a leaf lock: nothing else is taken under it). Everything else is
+for the reactor thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from twisted.internet.defer import Deferred, succeed
+
+from svc.mount.errors import RemoteFailure
+from svc.mount.outbox.early import Backlog
+from svc.mount.outbox.entries import Commit, Entry
+from svc.mount.outbox.held_chunks import HeldChunks
+from svc.mount.outbox.log import OutboxLog, Replay
+from svc.mount.outbox.sender import OutboxSender
+from svc.mount.remote import Remote
+from svc.timers import TimerClock
+
+E = TypeVar("E", bound=Entry)
+
+
+class Reconciler(Protocol):
+    """Where settled entries' outcomes go: the mount's picture (reactor thread)."""
+
+    def answered(self, entry: Entry, answer: Any) -> None:
+        """C{entry} was applied; C{answer} is its decoded answer message."""
+
+    def refused(self, entry: Entry, failure: RemoteFailure) -> None:
+        """C{entry} was refused; it applied nothing."""
+
+
+class Outbox:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        log: OutboxLog,
+        held: HeldChunks,
+        reconciler: Reconciler,
+        in_reactor: Callable[[Callable[[], None]], object],
+    ) -> None:
+        self._log = log
+        self._held = held
+        self._reconciler = reconciler
+        self._in_reactor = in_reactor
+        self._lock = threading.Lock()
+        self._content_bytes = 0
+        self._refused = False
+        self._sender: OutboxSender | None = None
+        self._early: list[Entry] = []  # appended before start
+        self._waiters: list[tuple[int, Deferred[None]]] = []
+
+    @classmethod
+    def open(
+        cls,
+        root: Path,
+        reconciler: Reconciler,
+        in_reactor: Callable[[Callable[[], None]], object],
+    ) -> tuple[Outbox, Replay, frozenset[str]]:
+        """
+        Open the outbox under C{root} (its log and held chunks), with what
+        a previous mount left unsettled (to send first, L{start}) and the
+        held chunks that replay needs and are missing.
+        """
+        log, replay = OutboxLog.open(root / "log")
+        held, missing = HeldChunks.open(root / "chunks", replay.unsettled)
+        outbox = cls(log, held, reconciler, in_reactor)
+        outbox._early.extend(replay.unsettled)
+        outbox._content_bytes = sum(e.size for e in replay.unsettled if isinstance(e, Commit))
+        return outbox, replay, missing
+
+    def start(
+        self, remote: Remote, clock: TimerClock, session_id: Callable[[], str | None]
+    ) -> None:
+        """Start sending (reactor): what the log held first, in order, then each new entry."""
+        self._sender = OutboxSender(remote, self, clock, session_id=session_id)
+        early, self._early = self._early, []
+        for entry in early:
+            self._sender.append(entry)
+
+    def stop(self) -> None:
+        """Stop sending; the log keeps what is unsettled for the next mount."""
+        if self._sender is not None:
+            self._sender.stop()
+        self._log.close()
+
+    # Any thread.
+
+    def append(self, make: Callable[[int], E], chunks: Mapping[str, bytes] = {}) -> E:
+        """
+        Persist the entry C{make} builds with the next seq (and C{chunks},
+        the bytes it adds, first), then hand it to the sender.
+        """
+        with self._lock:
+            entry = self._log.append(lambda seq: self._holding(make(seq), chunks))
+            if isinstance(entry, Commit):
+                self._content_bytes += entry.size
+        self._in_reactor(lambda: self._send(entry))
+        return entry
+
+    def _holding(self, entry: E, chunks: Mapping[str, bytes]) -> E:
+        if chunks:
+            self._held.hold(entry.seq, chunks)
+        return entry
+
+    def backlog(self) -> Backlog:
+        """What is unsettled, for the early-return rule."""
+        with self._lock:
+            return Backlog(len(self._log.unsettled()), self._content_bytes, self._refused)
+
+    # Reactor thread.
+
+    def _send(self, entry: Entry) -> None:
+        if self._sender is None:
+            self._early.append(entry)
+        else:
+            self._sender.append(entry)
+
+    def settled(self, seq: int) -> Deferred[None]:
+        """Fires once every entry up to C{seq} is settled (at once if it is)."""
+        if self.settled_through() >= seq:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._waiters.append((seq, waiter))
+        return waiter
+
+    # The sender's source.
+
+    @property
+    def outbox_id(self) -> bytes:
+        """The outbox's id."""
+        return self._log.outbox_id
+
+    def settled_through(self) -> int:
+        """The highest seq up to which every entry is settled."""
+        with self._lock:
+            return self._log.settled_through()
+
+    def held_chunk(self, name: str) -> bytes | None:
+        """A held chunk's verified bytes, or L{None}."""
+        with self._lock:
+            return self._held.read(name)
+
+    def answered(self, entry: Entry, answer: Any) -> None:
+        """The sender's: C{entry} was applied."""
+        self._settle(entry, refused=False)
+        self._reconciler.answered(entry, answer)
+        self._wake()
+
+    def refused(self, entry: Entry, failure: RemoteFailure) -> None:
+        """The sender's: C{entry} was refused."""
+        self._settle(entry, refused=True)
+        self._reconciler.refused(entry, failure)
+        self._wake()
+
+    def _settle(self, entry: Entry, *, refused: bool) -> None:
+        with self._lock:
+            self._log.settle(entry.seq)
+            self._held.release(entry.seq)
+            if isinstance(entry, Commit):
+                self._content_bytes -= entry.size
+            self._refused = refused
+
+    def _wake(self) -> None:
+        through = self.settled_through()
+        ready = [waiter for seq, waiter in self._waiters if seq <= through]
+        self._waiters = [(seq, waiter) for seq, waiter in self._waiters if seq > through]
+        for waiter in ready:
+            waiter.callback(None)

@@ -1,0 +1,145 @@
+"""
+Tests for L{svc.mount.outbox.outbox} against the real data-plane service
+(in process): entries appended are persisted and sent, the barrier waits
+for them, and entries a killed mount left in its log are replayed by the
+next mount on the same cache, applied once even where the first mount's
+requests ran and their answers were lost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.chunking import chunk_hash
+from svc.dataplane.test.test_service_support import ServiceFixture
+from svc.mount.errors import RemoteFailure
+from svc.mount.outbox.entries import Commit, Entry, Mkdir, Owner
+from svc.mount.outbox.outbox import Outbox
+from svc.mount.outbox.sender import DEFAULT_BACKOFF
+from svc.mount.outbox.test.test_sender import refs
+from svc.mount.remote import Remote
+from svc.mount.test.test_fs_support import AGENT, HeldAnswers
+from svc.testing.local_connection import LocalConnection
+from svc.wire.errno import WireErrno
+
+ROOT = f"/{AGENT.agent_id}"
+FILE = Owner(0o100644, 1000, 1000)
+DIR = Owner(0o40755, 1000, 1000)
+
+
+class Recorder:
+    """A reconciler that records what it is told."""
+
+    def __init__(self) -> None:
+        self.answered: list[tuple[int, Any]] = []
+        self.refused: list[tuple[int, RemoteFailure]] = []
+
+    def answered_entry(self, entry: Entry, answer: Any) -> None:
+        self.answered.append((entry.seq, answer))
+
+    def refused_entry(self, entry: Entry, failure: RemoteFailure) -> None:
+        self.refused.append((entry.seq, failure))
+
+
+class _Reconciler:
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def answered(self, entry: Entry, answer: Any) -> None:
+        self._recorder.answered_entry(entry, answer)
+
+    def refused(self, entry: Entry, failure: RemoteFailure) -> None:
+        self._recorder.refused_entry(entry, failure)
+
+
+class OutboxTests(SynchronousTestCase):
+    """One cache's outbox, across mounts."""
+
+    def setUp(self) -> None:
+        self.service = ServiceFixture(self)
+        self.addCleanup(self.service.close)
+        self.root = Path(self.mktemp())
+        self.check = self.service.agent(AGENT)
+        self.connections = 0
+
+    def mount(self) -> tuple[Outbox, Recorder, HeldAnswers, Any]:
+        """A mount's outbox on the cache, started on a new connection."""
+        self.connections += 1
+        connection = LocalConnection(self.service.service, AGENT, f"m{self.connections}")
+        answers = HeldAnswers(connection)
+        recorder = Recorder()
+        outbox, replay, missing = Outbox.open(self.root, _Reconciler(recorder), lambda f: f())
+        self.assertEqual(missing, frozenset())
+        outbox.start(Remote(answers), self.service.clock, lambda: None)
+        self.addCleanup(outbox.stop)
+        return outbox, recorder, answers, replay
+
+    def commit(self, seq: int, name: str, expected: int, data: bytes) -> Commit:
+        chunks = refs(data) if data else ()
+        return Commit(seq, f"{ROOT}/{name}", expected, False, (), chunks, len(data), FILE, 1)
+
+    def test_appended_entries_are_sent_and_the_barrier_waits_for_them(self) -> None:
+        """An entry is sent once appended; C{settled} fires when it and those before it are."""
+        outbox, recorder, answers, _ = self.mount()
+        answers.hold("dir_create", "manifest_put")
+        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
+        data = b"content"
+        put = outbox.append(lambda seq: self.commit(seq, "d/f", 0, data), {chunk_hash(data): data})
+        self.assertEqual(outbox.backlog().entries, 2)
+        self.assertEqual(outbox.backlog().content_bytes, len(data))
+        barrier = outbox.settled(put.seq)
+        self.assertNoResult(barrier)
+        answers.release()
+        self.successResultOf(barrier)
+        self.assertEqual([seq for seq, _ in recorder.answered], [made.seq, put.seq])
+        self.assertEqual(outbox.backlog().entries, 0)
+        self.assertEqual(self.check.ok("head_file", path=f"{ROOT}/d/f")["size"], len(data))
+
+    def test_a_killed_mount_s_entries_are_replayed_and_applied_once(self) -> None:
+        """
+        The first mount's requests ran but their answers were lost when it
+        was killed; the next mount on the same cache sends them again before
+        anything else, and each is applied once: one version, no refusal.
+        """
+        first, _, answers, _ = self.mount()
+        answers.hold("dir_create", "manifest_put", "chunk_put")
+        first.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
+        data = b"closed before the kill"
+        first.append(lambda seq: self.commit(seq, "d/f", 0, data), {chunk_hash(data): data})
+        answers.release(lost=True)  # they ran; the mount never heard
+        first.stop()  # the process is gone: nothing more is sent
+
+        second, recorder, _, replay = self.mount()
+        self.assertEqual(len(replay.unsettled), 2)
+        self.service.clock.advance(DEFAULT_BACKOFF.maximum)
+        self.successResultOf(second.settled(2))
+        self.assertEqual(recorder.refused, [])
+        head = self.check.ok("head_file", path=f"{ROOT}/d/f")
+        self.assertEqual((head["version"], head["size"]), (1, len(data)))
+
+    def test_entries_never_sent_are_replayed_with_their_chunks(self) -> None:
+        """A mount killed before sending: the next sends the entries and uploads the held chunks."""
+        first, _, answers, _ = self.mount()
+        answers.down = True
+        data = b"never left the machine"
+        first.append(lambda seq: self.commit(seq, "f", 0, data), {chunk_hash(data): data})
+        first.stop()
+
+        second, recorder, _, _ = self.mount()
+        self.successResultOf(second.settled(1))
+        self.assertEqual([seq for seq, _ in recorder.answered], [1])
+        manifest = self.check.ok("manifest_get", path=f"{ROOT}/f")
+        self.assertEqual(manifest["size"], len(data))
+
+    def test_a_refusal_is_reconciled_and_said_in_the_backlog(self) -> None:
+        """A refused entry settles, reaches the reconciler, and marks the backlog refused."""
+        outbox, recorder, _, _ = self.mount()
+        outbox.append(lambda seq: self.commit(seq, "f", 3, b""))
+        [(seq, failure)] = recorder.refused
+        self.assertEqual((seq, failure.wire), (1, WireErrno.ESTALE))
+        self.assertTrue(outbox.backlog().refused)
+        outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/ok", DIR))
+        self.assertFalse(outbox.backlog().refused)
