@@ -62,6 +62,10 @@ def tag_of(outbox: bytes, seq: int, settled: int) -> OutboxTag:
 def request_of(entry: Entry, tag: OutboxTag, session_id: str | None) -> tuple[Op, object]:
     """The operation and request message that send C{entry}."""
     if isinstance(entry, Commit):
+        if entry.chained:
+            # Its expected version is the answer to an earlier entry: for
+            # the coalescing of issue 36, which will resolve it first.
+            raise ValueError("a chained commit cannot be sent before its version is known")
         return Op.MANIFEST_PUT, ManifestPutRequest(
             path=entry.path,
             expected_version=entry.expected,
