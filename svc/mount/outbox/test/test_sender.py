@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef, chunk_hash
@@ -196,6 +197,14 @@ class OutboxSenderTests(SynchronousTestCase):
     def test_a_commit_whose_chunk_is_not_held_is_refused_unsent(self) -> None:
         """A new chunk missing from the cache disk: the entry is refused, nothing is sent."""
         self.send(lambda seq: self.commit(seq, "f", 0, b"lost"))
+        self.successResultOf(self.sender.drained())
+        [(_, failure)] = self.source.refusals
+        self.assertIsInstance(failure, Unsendable)
+        self.assertEqual(self.connection.calls, [])
+
+    def test_a_chained_commit_is_not_sent(self) -> None:
+        """A commit whose expected version is an earlier answer's is refused unsent (for now)."""
+        self.send(lambda seq: attrs.evolve(self.commit(seq, "f", 0), chained=True))
         self.successResultOf(self.sender.drained())
         [(_, failure)] = self.source.refusals
         self.assertIsInstance(failure, Unsendable)
