@@ -45,7 +45,7 @@ from tests.mount_harness import Mount, MountStackCase, shows_evidence
 ROUNDS = int(os.environ.get("SVC_KILL9_ROUNDS", "20"))
 """Kills per test (at least 20 for issue 35)."""
 
-SLEEP = (0.3, 2.5)
+SLEEP = (0.2, 1.5)
 """The writer runs this many seconds (uniform, seeded) before the mount is killed."""
 
 SMALL = ("s0", "s1", "s2", "s3")
