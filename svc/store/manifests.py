@@ -155,10 +155,10 @@ class ManifestStore:
             stamp = Stamp(self._now(), writer)
             position = writer.outbox
             if position is not None:
-                outbox_answers.before(connection, writer.agent_id, position)
+                outbox_answers.before(connection, writer.agent_id, position, stamp.at_ms)
             result = work(connection, stamp)
             if position is not None:
-                outbox_answers.applied(connection, writer.agent_id, position, result)
+                outbox_answers.applied(connection, writer.agent_id, position, result, stamp.at_ms)
             grew = (
                 0 if cap is None else footprint_rows.prune_to_cap(connection, top, cap, stamp.at_ms)
             )

@@ -8,7 +8,9 @@ is answered with that stored answer instead of being applied twice.
 Only changes that were applied are stored: a refused change applied
 nothing, so sending it again simply asks again. The answers of the entries
 the mount says are settled (C{settled}: every entry up to it) are dropped
-by the next change of that outbox.
+by the next change of that outbox; those of an outbox no change names any
+more (its cache is gone) after L{KEEP_MS}, by a change of another outbox of
+the agent.
 
 The answer is opaque bytes the caller makes from the change's result
 (L{OutboxPosition.answer}; the data plane stores the wire answer it sends),
@@ -25,6 +27,12 @@ import attrs
 
 OUTBOX_ID_BYTES = 16
 """The length of an outbox id."""
+
+KEEP_MS = 7 * 24 * 3600 * 1000
+"""How long an answer of I{another} outbox of the agent is kept: a cache that
+was thrown away never says its entries are settled, so its answers go when
+they are this old (a mount replaying a week-old cache is answered as if its
+entries were new: their compare-and-swap still guards them)."""
 
 
 @attrs.frozen
@@ -71,14 +79,21 @@ class AnsweredBefore(Exception):
         self.answer = answer
 
 
-def before(connection: sqlite3.Connection, agent_id: str, position: OutboxPosition) -> None:
+def before(
+    connection: sqlite3.Connection, agent_id: str, position: OutboxPosition, at_ms: int
+) -> None:
     """
-    Drop the answers C{position} says are settled; raise L{AnsweredBefore}
-    if its own entry was applied already.
+    Drop the answers C{position} says are settled, and the agent's answers
+    of other outboxes older than L{KEEP_MS}; raise L{AnsweredBefore} if its
+    own entry was applied already.
     """
     connection.execute(
         "DELETE FROM outbox_answers WHERE agent_id = ? AND outbox = ? AND seq <= ?",
         (agent_id, position.outbox, position.settled),
+    )
+    connection.execute(
+        "DELETE FROM outbox_answers WHERE agent_id = ? AND outbox != ? AND at_ms < ?",
+        (agent_id, position.outbox, at_ms - KEEP_MS),
     )
     row = connection.execute(
         "SELECT answer FROM outbox_answers WHERE agent_id = ? AND outbox = ? AND seq = ?",
@@ -89,12 +104,16 @@ def before(connection: sqlite3.Connection, agent_id: str, position: OutboxPositi
 
 
 def applied(
-    connection: sqlite3.Connection, agent_id: str, position: OutboxPosition, result: object
+    connection: sqlite3.Connection,
+    agent_id: str,
+    position: OutboxPosition,
+    result: object,
+    at_ms: int,
 ) -> None:
-    """Store the answer to C{position}'s change, applied in this transaction."""
+    """Store the answer to C{position}'s change, applied in this transaction at C{at_ms}."""
     connection.execute(
-        "INSERT INTO outbox_answers (agent_id, outbox, seq, answer) VALUES (?, ?, ?, ?)",
-        (agent_id, position.outbox, position.seq, position.answer(result)),
+        "INSERT INTO outbox_answers (agent_id, outbox, seq, at_ms, answer) VALUES (?, ?, ?, ?, ?)",
+        (agent_id, position.outbox, position.seq, at_ms, position.answer(result)),
     )
 
 

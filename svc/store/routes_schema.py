@@ -329,6 +329,7 @@ _SCHEMA_3 = (
         agent_id  TEXT    NOT NULL,                 -- whose disk (its top)
         outbox    BLOB    NOT NULL CHECK (length(outbox) = 16),
         seq       INTEGER NOT NULL CHECK (seq >= 1),
+        at_ms     INTEGER NOT NULL,                 -- when it was applied
         answer    BLOB    NOT NULL,                 -- opaque: the wire answer sent
         PRIMARY KEY (agent_id, outbox, seq)
     ) WITHOUT ROWID

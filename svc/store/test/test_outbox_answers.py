@@ -13,7 +13,7 @@ import attrs
 
 from svc.store.errors import AlreadyExists, StaleVersion
 from svc.store.manifest_values import PutResult, Writer
-from svc.store.outbox_answers import AnsweredBefore, OutboxPosition
+from svc.store.outbox_answers import KEEP_MS, AnsweredBefore, OutboxPosition
 from svc.store.test.routes_support import ALICE, StoreTestCase, chunk
 
 OUTBOX = bytes(range(16))
@@ -93,6 +93,20 @@ class OutboxAnswerTests(StoreTestCase):
         # Settled and dropped: the entry is asked again (and refused: it ran).
         again = self.store.mkdir("/alice/b", mode=0o755, uid=0, gid=0, writer=at(1))
         self.fails(again, AlreadyExists)
+
+    def test_answers_of_an_abandoned_outbox_go_after_a_week(self) -> None:
+        """
+        An outbox no change names any more keeps its answers for
+        L{KEEP_MS}; a change of another outbox of the agent then drops them.
+        """
+        gone = bytes(16)
+        self.ok(self.store.mkdir("/alice/a", mode=0o755, uid=0, gid=0, writer=at(1, 0, gone)))
+        self.clock.advance(KEEP_MS / 1000 - 1)
+        self.ok(self.store.mkdir("/alice/b", mode=0o755, uid=0, gid=0, writer=at(1)))
+        self.assertEqual(self.stored(), [(gone, 1), (OUTBOX, 1)])
+        self.clock.advance(2)
+        self.ok(self.store.mkdir("/alice/c", mode=0o755, uid=0, gid=0, writer=at(2)))
+        self.assertEqual(self.stored(), [(OUTBOX, 1), (OUTBOX, 2)])
 
     def test_purging_the_disk_drops_its_answers(self) -> None:
         """A purged agent disk keeps no outbox answers."""
