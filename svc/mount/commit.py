@@ -173,7 +173,7 @@ async def commit(
     read: Reader,
     max_retries: int = DEFAULT_MAX_CAS_RETRIES,
     moved: Callable[[], bool] = lambda: False,
-    wait_for_lease: Callable[[], Deferred[bool]] | None = None,
+    wait_for_lease: Callable[[], Deferred[bool | None]] | None = None,
 ) -> Committed | Conflict:
     """
     Commit C{request}; see the module docstring. C{read} reads the new
@@ -182,7 +182,10 @@ async def commit(
     in flight (L{ChunkUploader.settle}). C{moved()} says whether the file
     no longer has C{request.path} (then a refused put is not retried).
     C{wait_for_lease()} takes the path's write lease, waiting for its
-    holder to yield, and fires whether it is held.
+    holder to yield, and fires whether it is held (L{None}: the wait was not
+    answered; then the put's refusal is no verdict and the commit fails as
+    if the connection had been lost, leaving the file's changes to a later
+    write-back rather than to a conflict copy).
 
     @raise RemoteFailure: any other failure of the put.
     """
@@ -243,7 +246,7 @@ async def commit(
                 continue
             if failure.wire is not WireErrno.ESTALE:
                 raise
-            wait_for_lease = await _lease_waited(failure, wait_for_lease)
+            wait_for_lease = await _lease_waited(failure, wait_for_lease, request.path)
             current = await _current(remote, request.path)
             if resent and current is not None and _ours(current, request):
                 uploader.inline_stored(inline)
@@ -263,15 +266,23 @@ async def commit(
 
 
 async def _lease_waited(
-    failure: RemoteFailure, wait_for_lease: Callable[[], Deferred[bool]] | None
-) -> Callable[[], Deferred[bool]] | None:
+    failure: RemoteFailure,
+    wait_for_lease: Callable[[], Deferred[bool | None]] | None,
+    path: str,
+) -> Callable[[], Deferred[bool | None]] | None:
     """
     Wait for the write lease when C{failure} says another connection holds
     it; what is left to call next time (L{None} once called: only once).
+
+    @raise RemoteFailure: (EIO, no errno from the data plane) the wait was
+        not answered: whether the lease can be had is not known yet.
     """
     if wait_for_lease is None or failure.details.get("reason") != "lease_conflict":
         return wait_for_lease
-    await wait_for_lease()
+    if await wait_for_lease() is None:
+        raise RemoteFailure(
+            errno.EIO, f"manifest_put {path}: the wait for its write lease got no answer"
+        )
     return None
 
 

@@ -97,13 +97,14 @@ class FileOps:
         self._sweep_due = False
         context.leases.on_yield(self._yield_file)
 
-    def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool]:
+    def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool | None]:
         """
         A commit of C{state} at server path C{path} met another connection's
-        write lease: take it, waiting for the holder to yield.
+        write lease: take it, waiting for the holder to yield (L{None}: the
+        wait was not answered).
         """
 
-        def held(granted: bool) -> bool:
+        def held(granted: bool | None) -> bool | None:
             if granted:
                 state.uncached = False
             return granted

@@ -117,18 +117,20 @@ class WriteLeases:
         granted: Deferred[bool | None] = Deferred.fromCoroutine(self._grant(ino, path, wait=False))
         return granted
 
-    def wait_for(self, ino: int, path: str) -> Deferred[bool]:
+    def wait_for(self, ino: int, path: str) -> Deferred[bool | None]:
         """
         Take the write lease on C{path} for C{ino}, waiting in the path's
-        queue (the holder is asked to yield); fires whether it is held.
+        queue (the holder is asked to yield); fires whether it is held, or
+        L{None} when the request was not answered (the connection was lost,
+        or the file was closed meanwhile: nobody refused it).
         """
         self._wanted.add(ino)
         held = self._kept(ino, path)
         if held is not None:
             # Asked back: asking again would only renew it.
             return succeed(not held.yielding)
-        granted = Deferred.fromCoroutine(self._grant(ino, path, wait=True))
-        return granted.addCallback(lambda answer: answer is True)
+        granted: Deferred[bool | None] = Deferred.fromCoroutine(self._grant(ino, path, wait=True))
+        return granted
 
     def _kept(self, ino: int, path: str) -> _Held | None:
         """

@@ -9,6 +9,7 @@ lost; a refusal is audited C{lease_denied} and the file written uncached.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -191,6 +192,24 @@ class WriteLeaseTests(SynchronousTestCase):
         self.assertTrue(self.held())
         self.mount.ok(self.mount.fs.release(again, CALLER))
         self.assertEqual(self.mount.events("lease_denied"), [])
+
+    def test_a_lease_wait_the_connection_took_makes_no_conflict_copy(self) -> None:
+        """
+        A commit refused because another connection holds the path's lease
+        waits for it; when that wait is lost with the connection, nobody
+        refused anything: the flush fails EIO, no conflict copy is made,
+        and the file's next write-back commits its changes.
+        """
+        granted = self.other.ok("lease_grant", path=PATH, mode="write")
+        fh = self.open_rw()
+        self.mount.ok(self.mount.fs.write(fh, 0, b"MINE", CALLER))
+        self.mount.answers.lose("lease_grant", ran=False)
+        self.assertEqual(self.mount.errno(self.mount.fs.flush(fh, CALLER)), errno.EIO)
+        self.assertEqual(self.mount.names(""), ["f"])
+        self.other.ok("lease_release", lease_id=granted["lease_id"])
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.assertEqual(self.fixture.mount().read_file("f"), b"MINEion one")
+        self.assertEqual(self.fixture.mount().names(""), ["f"])
 
     def test_asked_back_after_writing_back(self) -> None:
         """
