@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http  # noqa: E402
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http, run_quickstart  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20
@@ -353,14 +353,7 @@ class SvcStack:
         self.state: dict[str, Any] = {}
 
     def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=180,
-            check=False,
-        )
+        return run_quickstart(command, self.stack)
 
     def start(self, grant_bytes: int) -> None:
         started = self.quickstart("start")

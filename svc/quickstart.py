@@ -207,6 +207,30 @@ class Stack:
         return stopped
 
 
+def run_quickstart(
+    command: str,
+    directory: Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess[str]:
+    """
+    C{python -m svc.quickstart COMMAND --dir DIRECTORY} in a child process,
+    from the repository's root, with C{environ} added to this process's
+    environment; its output captured, its exit status not checked. How
+    the system tests and the benchmarks drive the demo stack.
+    """
+    return subprocess.run(  # noqa: S603 (our own interpreter and module)
+        [sys.executable, "-m", "svc.quickstart", command, "--dir", str(directory)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, **(environ or {})},
+        timeout=timeout,
+        check=False,
+    )
+
+
 def http(
     method: str,
     url: str,

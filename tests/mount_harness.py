@@ -33,7 +33,7 @@ from twisted.trial.unittest import SkipTest, TestCase
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
-from svc.quickstart import DEMO_AGENT, Stack, http, start_dataplane
+from svc.quickstart import DEMO_AGENT, Stack, http, run_quickstart, start_dataplane
 from tests.json_logs import JSON_LOGS, check_json_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,15 +216,7 @@ class MountStackCase(TestCase):
     # The stack
 
     def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, **JSON_LOGS},
-            timeout=180,
-            check=False,
-        )
+        return run_quickstart(command, self.stack, environ=JSON_LOGS)
 
     def check_logs(self) -> None:
         """Cleanup: the stack's three processes and every mount logged JSON lines."""

@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 )
 from twisted.trial.unittest import SkipTest, TestCase
 
-from svc.quickstart import DEMO_AGENT, http
+from svc.quickstart import DEMO_AGENT, http, run_quickstart
 from tests.json_logs import JSON_LOGS, check_json_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,15 +356,7 @@ class StackTestCase(TestCase):
         self.assertTrue(os.path.ismount(self.quickstart_mount), started.stdout)
 
     def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, **JSON_LOGS},
-            timeout=180,
-            check=False,
-        )
+        return run_quickstart(command, self.stack, environ=JSON_LOGS)
 
     def check_logs(self) -> None:
         """Cleanup: the stack's processes and the test's mounts logged JSON lines."""

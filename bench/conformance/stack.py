@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http, run_quickstart
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -113,15 +113,7 @@ class ConformanceStack:
         return f"http://127.0.0.1:{self.state['control_port']}"
 
     def quickstart(self, command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "svc.quickstart", command, "--dir", str(self.stack)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "SVC_LOG_FORMAT": "json"},
-            timeout=300,
-            check=False,
-        )
+        return run_quickstart(command, self.stack, environ={"SVC_LOG_FORMAT": "json"}, timeout=300)
 
     def start(self) -> None:
         """Start the quickstart stack, stop its mount, give the demo agent our grant."""
