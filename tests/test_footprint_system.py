@@ -18,6 +18,7 @@ versions kept for the journal.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -89,11 +90,17 @@ class FootprintSystemTests(TestCase):
     def on_disk(self, owner: str) -> int:
         """Bytes of the chunk files under the tenant's chunk store, as the filesystem says."""
         objects = self.server.tenants_root / owner / TENANT / "store" / "objects"
-        return sum(
-            path.stat().st_size
-            for path in objects.glob("*/*")
-            if path.is_file() and not path.name.startswith(".")
-        )
+        total = 0
+        for path in objects.glob("*/*"):
+            if path.name.startswith("."):
+                continue
+            try:
+                status = path.stat()
+            except FileNotFoundError:
+                continue  # collected between the listing and the stat
+            if stat.S_ISREG(status.st_mode):
+                total += status.st_size
+        return total
 
     async def connect(self, owner: str) -> DataPlaneClient:
         client = await connect_agent(_reactor, self.server, self.credentials(owner))

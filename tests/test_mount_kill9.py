@@ -15,12 +15,9 @@ went back to an older version is seen too. The writer's mount uses one
 cache directory throughout; the fresh client is a mount of its own, started
 after each kill and stopped before the next round.
 
-The same-cache test is an expected failure for now, and only for a lost
-close (L{ClosedVersionLost}): a close the mount answered before it sent the
-commit, or before the data plane answered it, holds the new version only in
-the killed process's memory (``mount-consistency.md`` 2.5; the outbox of
-``mount-outbox.md`` is the fix). A torn file, a mixed one or a lost fsync
-fails it for real.
+A close that returns before the data plane answered its commit has
+recorded the commit in the mount's outbox first, and the next mount on the
+same cache sends it before it serves (``mount-outbox.md`` section 8).
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from collections import Counter
 from pathlib import Path
 
 import attrs
-from twisted.python.reflect import qual
 from twisted.trial.unittest import FailTest
 
 from tests.mount_harness import Mount, MountStackCase, shows_evidence
@@ -59,11 +55,6 @@ LINE = 64
 
 WRITE_PIECE = 64 << 10
 """The writer writes a version in pieces of this size."""
-
-ISSUE = (
-    "issue 35: closes that returned before the data plane answered are lost on"
-    " SIGKILL until the outbox is wired in"
-)
 
 
 def line_count(name: str, version: int) -> int:
@@ -339,13 +330,6 @@ class MountKill9Tests(MountStackCase):
         returned success.
         """
         self.rounds(fresh=False)
-
-    # Only a lost close is expected; as a name, which trial's report of an unexpected
-    # success can print (it joins the expected errors as text).
-    test_closed_content_survives_kill_9_on_the_same_cache.todo = (  # type: ignore[attr-defined]
-        (qual(ClosedVersionLost),),
-        ISSUE,
-    )
 
     @shows_evidence
     def test_fsynced_content_survives_kill_9_on_a_fresh_client(self) -> None:

@@ -550,25 +550,13 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         """
         Write back on close of a descriptor; answered here, without the
         reactor, when there is nothing to write back (a read-only open's
-        close, most often), or when the close may hand its commit off and
-        need not wait for anything: the hand-off is then posted to the
-        reactor, where it starts before any later request of the program
-        (the reactor runs calls from threads in order).
+        close, most often). A close that hands its commit off returns once
+        the commit is recorded in the outbox and sent (``mount-outbox.md``
+        section 8), so it goes through the reactor.
         """
         if self._here(self._fs.nothing_to_flush, fh):
             return
-        owner = self._owner(fh)
-        reserved = self._here(self._fs.hand_off_here, fh)
-        if reserved is not None:
-            self._call.post(self._flush_reserved, fh, reserved, owner)
-            return
-        self._writeback("flush", self._fs.flush, fh, owner)
-
-    def _flush_reserved(self, fh: int, size: int, owner: CallerProcess) -> None:
-        def failed(failure: Failure) -> None:
-            _log.failure("a close's hand-off failed to start", failure)
-
-        self._fs.flush_reserved(fh, size, owner).addErrback(failed)
+        self._writeback("flush", self._fs.flush, fh, self._owner(fh))
 
     def fsync(self, fh: int, datasync: bool) -> None:
         """Write back."""

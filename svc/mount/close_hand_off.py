@@ -4,15 +4,15 @@ that go on after the call that started them returned
 (``docs/specifications/mount-consistency.md`` section 2.5).
 
 L{HandOffs} is owned by L{svc.mount.files.FileOps}: it decides whether a
-close hands off (L{HandOffs.allowed}, or L{HandOffs.reserve} on a FUSE
-thread), runs a handed-off write-back (L{HandOffs.hand_off}), and counts
+close hands off (L{HandOffs.allowed}), runs a handed-off write-back
+(L{HandOffs.hand_off}, which records its commit in the outbox before the
+close returns: ``mount-outbox.md`` section 8), and counts
 every write-back nobody waits for any more, a release's included, so
 shutdown can wait for them (L{HandOffs.settled}).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable
 
 from twisted.internet.defer import Deferred
@@ -53,14 +53,10 @@ class HandOffs:
         durable_close: bool,
         quota: Callable[[], Deferred[QuotaReport]] | None,
         connected: Callable[[], bool] = lambda: True,
-        quota_now: Callable[[], QuotaReport | None] | None = None,
     ) -> None:
         """
         @param durable_close: no close hands off.
         @param quota: the disk's quota and usage (L{None}: not known, no limit).
-        @param quota_now: any thread: C{quota}'s answer when it has one fresh
-            enough to give without asking (L{None} otherwise); without it,
-            L{reserve} decides nothing while the disk has a quota source.
         @param connected: whether the data plane's connection is open now.
         """
         self._durable_close = durable_close
@@ -71,12 +67,6 @@ class HandOffs:
         self._files = 0  # how many those are
         self._waiting_for_room: list[Deferred[None]] = []
         self._failed = False  # a handed-off write-back failed since the last commit
-        self._quota_now = quota_now
-        # Closes answered on a FUSE thread whose hand-off has not started
-        # yet (L{reserve}), counted with the others against the bounds.
-        self._reserved_guard = threading.Lock()
-        self._reserved_files = 0
-        self._reserved_bytes = 0
 
     # Write-backs nobody waits for
 
@@ -142,59 +132,10 @@ class HandOffs:
         left = report.quota_bytes - report.used_bytes - self._bytes - size
         return left >= HAND_OFF_HEADROOM
 
-    def reserve(self, size: int, *, read_only: bool) -> bool:
-        """
-        Any thread: whether the close of a file of C{size} bytes may be
-        answered now, before its hand-off starts on the reactor, because
-        L{allowed} would say yes at once there: the rules hold, there is
-        room without waiting (counting the closes reserved and not yet
-        started), and the disk's quota needs no question (no quota source,
-        or a fresh answer from C{quota_now}). A yes reserves the room; the
-        caller must then start the hand-off with L{hand_off} (C{reserved}
-        true), in the order its calls reach the reactor.
-        """
-        if (
-            self._failed
-            or not self.may_return_early(read_only=read_only)
-            or size > HAND_OFF_MAX_BYTES
-        ):
-            return False
-        if self._quota is not None:
-            report = self._quota_now() if self._quota_now is not None else None
-            if report is None:
-                return False
-        else:
-            report = None
-        with self._reserved_guard:
-            files = self._files + self._reserved_files
-            in_flight = self._bytes + self._reserved_bytes
-            if files >= HAND_OFF_MAX_FILES or (
-                files > 0 and in_flight + size > HAND_OFF_MAX_IN_FLIGHT_BYTES
-            ):
-                return False
-            if report is not None and report.quota_bytes is not None:
-                left = report.quota_bytes - report.used_bytes - in_flight - size
-                if left < HAND_OFF_HEADROOM:
-                    return False
-            self._reserved_files += 1
-            self._reserved_bytes += size
-            return True
-
-    def _unreserve(self, size: int) -> None:
-        with self._reserved_guard:
-            self._reserved_files -= 1
-            self._reserved_bytes -= size
-
-    def cancel_reserved(self, size: int) -> None:
-        """A close L{reserve}d for will not start its hand-off (its handle is gone)."""
-        self._unreserve(size)
-
     def _full(self, size: int) -> bool:
         """Whether handing off one more file of C{size} bytes would pass the bounds."""
-        files = self._files + self._reserved_files
-        in_flight = self._bytes + self._reserved_bytes
-        return files >= HAND_OFF_MAX_FILES or (
-            files > 0 and in_flight + size > HAND_OFF_MAX_IN_FLIGHT_BYTES
+        return self._files >= HAND_OFF_MAX_FILES or (
+            self._files > 0 and self._bytes + size > HAND_OFF_MAX_IN_FLIGHT_BYTES
         )
 
     def _room(self) -> Deferred[None]:
@@ -203,16 +144,11 @@ class HandOffs:
         self._waiting_for_room.append(waiter)
         return waiter
 
-    def hand_off(
-        self, ino: int, size: int, write_back: WriteBack, *, reserved: bool = False
-    ) -> Deferred[None]:
+    def hand_off(self, ino: int, size: int, write_back: WriteBack) -> Deferred[None]:
         """
         Run C{write_back} of file C{ino} (C{size} bytes), firing once its
         commit is sent, or once it ends if it ends first (nothing to commit,
-        or a failure before sending, which is the result). A close already
-        answered (C{reserved}: its room was taken by L{reserve}) fires at
-        once, and a failure even before sending is one behind a returned
-        close, as below. The rest runs on
+        or a failure before sending, which is the result). The rest runs on
         (holding the file's lock, so the file's next write, flush, fsync and
         release wait for the answer); a failure then is logged (the
         write-back wrote its C{flush} audit line) and makes later closes wait
@@ -220,9 +156,6 @@ class HandOffs:
         write-back, at the latest its last release, tries again).
         """
         sent: Deferred[None] = Deferred()
-        if reserved:
-            self._unreserve(size)
-            sent.callback(None)
 
         def on_sent() -> None:
             if not sent.called:

@@ -18,7 +18,10 @@ On C{ESTALE} it fetches the path's manifest again and:
 A put whose answer was lost with the connection (C{RemoteFailure.unknown})
 is sent once more: if the first ran, the compare-and-swap refuses the
 second, and a current version with exactly the committed content, size and
-mtime is adopted as the commit (no second version is made).
+mtime is adopted as the commit (no second version is made). A put
+recorded in the outbox carries its entry's tag (C{tag}): the data plane
+answers it sent again with the answer the first sending got, which counts
+as adopted too (the commit ran earlier).
 
 On C{ESTALE} with C{details.reason} C{lease_conflict} (another connection
 holds the path's write lease), C{wait_for_lease} is called once first: it
@@ -61,6 +64,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.remote import ChunkEntry, LastWriter, Manifest, PutResult, Remote
 from svc.mount.writeback import ChunkUploader, Reader
 from svc.wire.errno import WireErrno
+from svc.wire.kinds import OutboxTag
 
 DEFAULT_MAX_CAS_RETRIES = 3
 """Compare-and-swap retries after provably compatible changes."""
@@ -174,6 +178,7 @@ async def commit(
     max_retries: int = DEFAULT_MAX_CAS_RETRIES,
     moved: Callable[[], bool] = lambda: False,
     wait_for_lease: Callable[[], Deferred[bool | None]] | None = None,
+    tag: OutboxTag | None = None,
 ) -> Committed | Conflict:
     """
     Commit C{request}; see the module docstring. C{read} reads the new
@@ -185,7 +190,9 @@ async def commit(
     holder to yield, and fires whether it is held (L{None}: the wait was not
     answered; then the put's refusal is no verdict and the commit fails as
     if the connection had been lost, leaving the file's changes to a later
-    write-back rather than to a conflict copy).
+    write-back rather than to a conflict copy). C{tag}: the outbox entry
+    recording the commit (every put carries it, so the data plane applies
+    it at most once, and answers a put sent again with its first answer).
 
     @raise RemoteFailure: any other failure of the put.
     """
@@ -209,6 +216,7 @@ async def commit(
             session_id=session_id,
             atime_ns=request.atime_ns,
             inline=inline,
+            outbox=tag,
         )
 
     # The first put goes out behind the uploads still in flight (the server
@@ -262,7 +270,10 @@ async def commit(
             uploader.inline_stored(inline)  # refused on its version, not its chunks
             return _conflict(failure, current, request, retries)
         uploader.inline_stored(inline)
-        return Committed(result.version, retries, result.inode, result.ctime_ns)
+        # A tagged put sent again may be answered with the first sending's
+        # answer (it ran before the connection was lost): made earlier.
+        adopted = resent and tag is not None
+        return Committed(result.version, retries, result.inode, result.ctime_ns, adopted=adopted)
 
 
 async def _lease_waited(

@@ -56,6 +56,8 @@ from svc.mount.inodes import Node
 from svc.mount.kept_write_backs import KeptWriteBacks, Try
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
 from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
+from svc.mount.outbox.entries import Commit
+from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.unanswered import replay_rename, send_setattr, take_replay
 from svc.mount.write_behind import WriteBehind
@@ -84,7 +86,6 @@ class FileOps:
             durable_close=context.settings.durable_close,
             quota=context.quota,
             connected=context.connected,
-            quota_now=context.quota_now,
         )
         # Files whose last release could not reach the data plane.
         self._kept = KeptWriteBacks(context.clock)
@@ -679,64 +680,6 @@ class FileOps:
             and self._hand_offs.may_return_early(read_only=self._ctx.read_only_reason is not None)
         )
 
-    def hand_off_here(self, fh: int) -> int | None:
-        """
-        Any thread: whether the close of C{fh} may be answered without the
-        reactor, its commit handed off (``mount-consistency.md`` section
-        2.5, "A close answered on its FUSE thread"): a writable handle of a
-        file with something to commit, not written uncached, for which
-        L{HandOffs.reserve} takes room at once. The size reserved, for
-        L{flush_reserved}, which the caller must post to the reactor
-        before answering; L{None} otherwise (the reactor's L{flush} decides).
-        A write whose finish is still queued on the reactor is ahead of the
-        posted hand-off there, which takes the file's lock after it (its
-        bytes may be missing from the size reserved: the bounds are
-        estimates, the headroom far larger than one write).
-        """
-        ctx = self._ctx
-        handle = ctx.files.handle(fh)
-        if handle is None or not handle.writable:
-            return None
-        state = handle.state
-        if state.uncached:
-            return None
-        node = ctx.table.get(state.ino)
-        if node is None or not (state.dirty or node.pending):
-            return None
-        size = state.size
-        if not self._hand_offs.reserve(size, read_only=ctx.read_only_reason is not None):
-            return None
-        return size
-
-    def flush_reserved(self, fh: int, size: int, caller: CallerProcess) -> Deferred[None]:
-        """
-        On the reactor: the hand-off of a close L{hand_off_here} answered
-        (C{size}: what it reserved), before any request that reached the
-        reactor after it. Nobody waits for it: a failure, even before the
-        commit is sent, is one behind a returned close (logged and audited,
-        the file left dirty, closes waiting until a commit succeeds).
-        """
-        handle = self._ctx.files.handle(fh)
-        if handle is None:  # released meanwhile (shutdown): its release wrote it back
-            self._hand_offs.cancel_reserved(size)
-            return succeed(None)
-        state = handle.state
-        # Until its commit is sent, later namespace changes wait for it, as
-        # they would have had the close waited for the sending.
-        unsent = self._ctx.namespace_lock.close_answered()
-
-        async def write_back(on_sent: Callable[[], None]) -> None:
-            def sent() -> None:
-                unsent()
-                on_sent()
-
-            try:
-                await self.write_back(state, caller, sent)
-            finally:
-                unsent()
-
-        return self._hand_offs.hand_off(state.ino, size, write_back, reserved=True)
-
     async def flush(self, fh: int, caller: CallerProcess) -> None:
         """
         Write back the file's changes, if any (C{close}). Returns once the
@@ -1180,6 +1123,12 @@ class FileOps:
         if len(chunks) > MANIFEST_CHUNK_LIMIT:
             raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
         line.size = state.size
+        # A close that returns once the commit is sent records it first.
+        outbox = ctx.outbox if on_sent is not None else None
+        held = (
+            None if outbox is None else await new_chunk_bytes(state.read, chunks, state.layout.base)
+        )
+        recorded: Commit | None = None
         async with ctx.namespace_lock.sending_commit():
             rel = ctx.table.path_of(node)
             if rel is None:
@@ -1199,6 +1148,10 @@ class FileOps:
                 atime_ns=state.atime_ns,
             )
             changes_sent = state.attribute_changes
+            if outbox is not None and held is not None:
+                recorded = await ctx.spill_worker.submit(
+                    partial(outbox.append, partial(commit_entry, request), held, send=False)
+                )
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(
@@ -1214,6 +1167,7 @@ class FileOps:
                         if ctx.settings.write_leases
                         else None
                     ),
+                    tag=None if outbox is None or recorded is None else outbox.tag(recorded),
                 )
             )
             settled = ctx.namespace_lock.commit_sent()
@@ -1229,6 +1183,8 @@ class FileOps:
         finally:
             state.commits_in_flight -= 1
             settled()
+            if outbox is not None and recorded is not None:
+                outbox.done(recorded)
 
     async def _answered(
         self,

@@ -39,6 +39,7 @@ from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
 from svc.mount.open_files import SpillWrite, WriteGrant
+from svc.mount.outbox.outbox import Outbox
 from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.quota_source import quota_report
@@ -74,13 +75,13 @@ class MountFS:
         spill_worker: IWorker | None = None,
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
-        quota_now: Callable[[], QuotaReport | None] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
         connected: Callable[[], bool] = lambda: True,
         settings: FSSettings = DEFAULT_SETTINGS,
         unsent_dir: Path | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         """
         @param remote: the data-plane operations (L{svc.mount.remote.Remote}).
@@ -96,9 +97,6 @@ class MountFS:
         @param clock: schedules the refreshes of the files' write leases.
         @param emit: writes one audit line.
         @param quota: fires with the disk's grant and usage, for C{statfs}.
-        @param quota_now: any thread: C{quota}'s answer if it has a fresh
-            one, without asking (L{svc.mount.quota_source.QuotaSource.fresh});
-            lets a close be answered on its FUSE thread on a disk with a quota.
         @param invalidate: told the FUSE inode number whose content changed
             behind the kernel's page cache (after a write conflict).
         @param invalidate_entry: told a directory's FUSE inode number and a
@@ -109,6 +107,9 @@ class MountFS:
             after the C{close} that handed it off), so the kernel asks again.
         @param connected: whether the data plane's connection is open now (a
             C{close} does not hand its commit off while it is not).
+        @param outbox: where a close that returns before its commit is
+            answered records the commit first, so a killed mount's next run
+            on the same cache sends it (L{svc.mount.outbox.replay}).
         """
         self._ctx = FSContext(
             remote=remote,
@@ -123,13 +124,13 @@ class MountFS:
             emit=emit,
             policy=policy,
             quota=quota,
-            quota_now=quota_now,
             invalidate=invalidate,
             invalidate_entry=invalidate_entry,
             forget_attributes=forget_attributes,
             connected=connected,
             settings=settings,
             unsent_dir=unsent_dir,
+            outbox=outbox,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)
         self._files = FileOps(self._ctx, self._namespace)
@@ -374,22 +375,6 @@ class MountFS:
         (L{svc.mount.files.FileOps.nothing_to_flush}).
         """
         return self._files.nothing_to_flush(fh)
-
-    def hand_off_here(self, fh: int) -> int | None:
-        """
-        Any thread: whether the close of C{fh} may be answered now, its
-        commit handed off; the size reserved for L{flush_reserved}, which
-        must be posted to the reactor before the answer
-        (L{svc.mount.files.FileOps.hand_off_here}).
-        """
-        return self._files.hand_off_here(fh)
-
-    def flush_reserved(self, fh: int, size: int, caller: CallerProcess) -> Deferred[None]:
-        """
-        The hand-off of a close answered by L{hand_off_here}; nobody waits
-        for it (L{svc.mount.files.FileOps.flush_reserved}).
-        """
-        return self._files.flush_reserved(fh, size, caller)
 
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""

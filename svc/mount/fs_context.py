@@ -24,6 +24,7 @@ from svc.mount.inline_reads import InlineReads
 from svc.mount.inodes import InodeTable, Node
 from svc.mount.namespace_lock import NamespaceLock
 from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
+from svc.mount.outbox.outbox import Outbox
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
@@ -142,7 +143,6 @@ class FSContext:
         emit: Callable[[AuditEvent], object],
         policy: PathPolicy = UNRESTRICTED,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
-        quota_now: Callable[[], QuotaReport | None] | None = None,
         invalidate: Callable[[int], object] = lambda ino: None,
         invalidate_entry: Callable[[int, bytes], object] = lambda parent, name: None,
         forget_attributes: Callable[[int], object] = lambda ino: None,
@@ -151,8 +151,13 @@ class FSContext:
         settings: FSSettings | None = None,
         spill_worker: IWorker | None = None,
         unsent_dir: Path | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.remote = remote
+        self.outbox = outbox
+        """Where the commits of closes that return before their answer are
+        recorded first (L{svc.mount.outbox}); L{None}: nowhere (such a
+        commit is lost if the mount dies before it is answered)."""
         self.chunks = chunks
         self.disk = "/" + agent_id
         self.session_id = session_id
@@ -169,7 +174,6 @@ class FSContext:
         self.audit = ClientAudit(emit, now)
         self.policy = policy
         self.quota = quota
-        self.quota_now = quota_now
         # Refuses nothing until MountFS gives it a quota source.
         self.quota_room = QuotaRoom(None, lambda: succeed(None))
         self.invalidate = invalidate

@@ -98,20 +98,6 @@ class QuotaSource:
         self._fetch().addBoth(self._answered, now)
         return waiter
 
-    def fresh(self) -> QuotaReport | None:
-        """
-        Any thread: the answer L{__call__} would give at once, without
-        asking (L{NO_QUOTA} for a data plane without C{statfs}); L{None}
-        when it would have to ask.
-        """
-        if self._unsupported:
-            return NO_QUOTA
-        report, asked_at = self._report, self._asked_at
-        now = self._clock.seconds()
-        if report is not None and asked_at <= now < asked_at + self._lifetime:
-            return report
-        return None
-
     def _answered(self, result: DiskUsage | Failure | None, asked_at: float) -> None:
         waiters, self._waiting = self._waiting or [], None
         if isinstance(result, Failure) and statfs_unsupported(result):

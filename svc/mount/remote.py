@@ -66,7 +66,7 @@ from svc.wire.commands import COMMANDS
 from svc.wire.contract import decode_answer, decode_push
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
-from svc.wire.kinds import FieldRefused
+from svc.wire.kinds import FieldRefused, OutboxTag
 from svc.wire.messages import (
     MAX_CHUNK_HAS,
     MAX_INLINE_CHUNKS,
@@ -318,12 +318,14 @@ class Remote:
         session_id: str | None,
         atime_ns: int | None = None,
         inline: Sequence[tuple[str, bytes | memoryview]] = (),
+        outbox: OutboxTag | None = None,
     ) -> Deferred[PutResult]:
         """
         Commit C{chunks} at C{path} if its version is C{expected_version}
         (with its atime, when given). C{inline}: chunks of C{chunks} not
         uploaded yet, C{(hash, bytes)}, carried in the request's raw segment
         (``docs/specifications/dataplane-ops.md``, C{manifest_put}).
+        C{outbox}: the outbox entry the put is (applied at most once).
         """
         try:
             request = ManifestPutRequest(
@@ -338,6 +340,7 @@ class Remote:
                 session_id=session_id,
                 atime_ns=atime_ns,
                 inline=tuple(chunk_hash for chunk_hash, _ in inline),
+                outbox=outbox,
             )
         except FieldRefused as error:
             return fail(RemoteFailure(errno.EINVAL, f"manifest_put: {error.message}"))

@@ -89,6 +89,11 @@ class MountSettings:
         return self.cache_dir / "unsent"
 
     @property
+    def outbox_dir(self) -> Path:
+        """The outbox: its log and the chunks its entries hold (L{svc.mount.outbox})."""
+        return self.cache_dir / "outbox"
+
+    @property
     def chunk_dir(self) -> Path:
         """
         The chunk cache's root (the cache keeps C{chunks/<2 hex>/<hash>} and

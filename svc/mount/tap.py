@@ -40,12 +40,14 @@ from svc.mount.cached_chunks import CachedChunks
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
+from svc.mount.outbox.outbox import Outbox
+from svc.mount.outbox.replay import open_outbox
 from svc.mount.quota_source import QuotaSource
 from svc.mount.remote import Remote, changed_pushes, fenced_pushes, revoked_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, settings_from
 from svc.mount.start_retry import refused_at_start, until_answered
-from svc.mount.unsent import copies_in
+from svc.mount.unsent import UnsentFiles, copies_in
 from svc.mount.write_leases import revoke_pushes
 from svc.pki import names
 from svc.policy import UNRESTRICTED, PolicyError, load_policy_file
@@ -186,6 +188,7 @@ class MountService(Service):
         self._spill_worker: Any = None
         self._cache_worker: Any = None
         self._session_epoch: int | None = None
+        self._outbox: Outbox | None = None
         self.ready: Deferred[None] = Deferred()
         self.started: Deferred[None] | None = None
         """The start (set by C{startService}): fires once mounted, or fails."""
@@ -264,6 +267,7 @@ class MountService(Service):
             self._cache = await ChunkCache.open(
                 settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
             )
+        self._outbox = await self._replay_outbox(remote, lease.session_id)
         notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
         quota = QuotaSource(remote.statfs, reactor)
         self._fs = MountFS(
@@ -283,9 +287,9 @@ class MountService(Service):
             invalidate_entry=notices.invalidate_entry,
             forget_attributes=notices.forget_attributes,
             quota=quota,
-            quota_now=quota.fresh,
             connected=lambda: dataplane.connected,
             settings=settings.fs_settings,
+            outbox=self._outbox,
         )
         await self._fs.start()
         # The owner's reverts and other connections of this agent: forget
@@ -312,6 +316,26 @@ class MountService(Service):
         with blame("SVC_MOUNT_POINT", "check that FUSE works here (/dev/fuse, fusermount)"):
             self._loop.mount()
         self._loop.ended.addCallback(self._loop_ended)
+
+    async def _replay_outbox(self, remote: Remote, session_id: str) -> Outbox:
+        """
+        Open the cache's outbox and send what a killed run left in it,
+        before the disk is served (``mount-outbox.md`` section 8).
+        """
+        reactor = self._reactor
+        unsent = UnsentFiles(self._settings.unsent_dir, self._worker, reactor.seconds)
+        with blame("SVC_CACHE_DIR", _CACHE_FIX):
+            outbox, replaying = open_outbox(
+                self._settings.outbox_dir,
+                remote,
+                reactor,
+                reactor.seconds,
+                session_id,
+                unsent,
+                reactor.callFromThread,
+            )
+        await replaying
+        return outbox
 
     async def _enroll_and_lease(self) -> tuple[Any, Any, str]:
         """Enroll (spending the token) and take the mount lease."""
@@ -454,6 +478,8 @@ class MountService(Service):
                 _log.info("mount lease released")
             except Exception as error:
                 _log.warn("could not release the mount lease: {error}", error=error)
+        if self._outbox is not None:
+            self._outbox.stop()
         if self._dataplane is not None:
             await self._dataplane.close()
         if self._cache is not None:

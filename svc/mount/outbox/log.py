@@ -61,6 +61,12 @@ class Replay:
     kept: Path | None = None
 
 
+DAMAGE_SEQ_GAP = 1 << 24
+"""How far seqs jump after a damaged log with entries to replay: more than
+the records the damage can hide (a log is compacted at 64 MiB, and a record
+takes at least 8 bytes)."""
+
+
 class OutboxLog:
     """See the module docstring."""
 
@@ -124,9 +130,15 @@ class OutboxLog:
         kept = None
         if damage is not None:
             kept = _keep_aside(path)
-        if outbox_id is None:
-            outbox_id = new_id()
         next_seq = max(last_seq, max(settled, default=0)) + 1
+        if outbox_id is None or not entries:
+            # Nothing to replay: a new id, so no seq of this run meets an
+            # answer the data plane keeps for an earlier run's (the log was
+            # emptied, so the seqs it reached are not known).
+            outbox_id, next_seq = new_id(), 1
+        elif damage is not None:
+            # The damage may hide records of higher seqs: skip past them.
+            next_seq += DAMAGE_SEQ_GAP
         log = cls._rewrite(path, outbox_id, entries, next_seq)
         return log, Replay(tuple(entries[seq] for seq in sorted(entries)), damage, kept)
 

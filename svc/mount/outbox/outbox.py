@@ -10,9 +10,9 @@ calls.
 
 C{append} writes the entry (and the chunks it adds) before it returns, so a
 killed mount loses nothing it was given, then hands the entry to the sender
-on the reactor (C{in_reactor}). Answers and refusals settle the entry (its
-settle mark written, its held chunks released) and go on to the
-L{Reconciler}, which brings the mount's picture in line. L{Outbox.settled}
+on the reactor (C{in_reactor}). Answers and refusals go to the
+L{Reconciler}, which brings the mount's picture in line, and then settle
+the entry (its settle mark written, its held chunks released). L{Outbox.settled}
 fires once every entry up to a seq is settled: C{fsync}, and a call that
 waits for its answer, wait on it.
 
@@ -34,11 +34,13 @@ from twisted.internet.defer import Deferred, succeed
 from svc.mount.errors import RemoteFailure
 from svc.mount.outbox.early import Backlog
 from svc.mount.outbox.entries import Commit, Entry
-from svc.mount.outbox.held_chunks import HeldChunks
+from svc.mount.outbox.held_chunks import HeldChunks, new_chunks
 from svc.mount.outbox.log import OutboxLog, Replay
+from svc.mount.outbox.requests import tag_of
 from svc.mount.outbox.sender import OutboxSender
 from svc.mount.remote import Remote
 from svc.timers import TimerClock
+from svc.wire.kinds import OutboxTag
 
 E = TypeVar("E", bound=Entry)
 
@@ -70,6 +72,7 @@ class Outbox:
         self._lock = threading.Lock()
         self._content_bytes = 0
         self._refused = False
+        self._stopped = False
         self._sender: OutboxSender | None = None
         self._early: list[Entry] = []  # appended before start
         self._waiters: list[tuple[int, Deferred[None]]] = []
@@ -104,23 +107,45 @@ class Outbox:
 
     def stop(self) -> None:
         """Stop sending; the log keeps what is unsettled for the next mount."""
+        self._stopped = True
         if self._sender is not None:
             self._sender.stop()
         self._log.close()
 
     # Any thread.
 
-    def append(self, make: Callable[[int], E], chunks: Mapping[str, bytes] = {}) -> E:
+    def append(
+        self, make: Callable[[int], E], chunks: Mapping[str, bytes] = {}, *, send: bool = True
+    ) -> E:
         """
         Persist the entry C{make} builds with the next seq (and C{chunks},
-        the bytes it adds, first), then hand it to the sender.
+        the bytes it adds, first), then hand it to the sender. Not C{send}:
+        the caller sends the entry's request itself (tagged with L{tag}) and
+        calls L{done} once it has seen it through; the entry is only
+        replayed if the mount dies before that.
         """
         with self._lock:
             entry = self._log.append(lambda seq: self._holding(make(seq), chunks))
             if isinstance(entry, Commit):
                 self._content_bytes += entry.size
-        self._in_reactor(lambda: self._send(entry))
+        if send:
+            self._in_reactor(lambda: self._send(entry))
         return entry
+
+    def tag(self, entry: Entry) -> OutboxTag:
+        """The C{outbox} field of C{entry}'s request."""
+        return tag_of(self.outbox_id, entry.seq, min(self.settled_through(), entry.seq - 1))
+
+    def done(self, entry: Entry) -> None:
+        """
+        An entry appended without C{send} was seen through by its caller
+        (answered, refused and dealt with, or given up on): settle it.
+        After L{stop} nothing settles (the next mount replays the entry).
+        """
+        if self._stopped:
+            return
+        self._settle(entry, refused=False)
+        self._in_reactor(self._wake)
 
     def _holding(self, entry: E, chunks: Mapping[str, bytes]) -> E:
         if chunks:
@@ -166,16 +191,33 @@ class Outbox:
             return self._held.read(name)
 
     def answered(self, entry: Entry, answer: Any) -> None:
-        """The sender's: C{entry} was applied."""
-        self._settle(entry, refused=False)
+        """The sender's: C{entry} was applied (reconciled, then settled)."""
         self._reconciler.answered(entry, answer)
+        self._settle(entry, refused=False)
         self._wake()
 
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
-        """The sender's: C{entry} was refused."""
-        self._settle(entry, refused=True)
+        """
+        The sender's: C{entry} was refused. It is reconciled before it
+        settles, so the reconciler may still read its held chunks (and
+        append an entry holding them: a conflict copy).
+        """
         self._reconciler.refused(entry, failure)
+        self._settle(entry, refused=True)
         self._wake()
+
+    def held_chunks_of(self, entry: Entry) -> dict[str, bytes] | None:
+        """
+        The verified bytes of every chunk C{entry} holds (L{new_chunks}),
+        or L{None} when one is missing or damaged.
+        """
+        found: dict[str, bytes] = {}
+        for name in new_chunks(entry):
+            data = self.held_chunk(name)
+            if data is None:
+                return None
+            found[name] = data
+        return found
 
     def _settle(self, entry: Entry, *, refused: bool) -> None:
         with self._lock:

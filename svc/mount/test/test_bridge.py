@@ -101,7 +101,6 @@ class SpillRecorder:
 SYNCHRONOUS = {
     "take_write_grant",
     "nothing_to_flush",
-    "hand_off_here",
     "release_here",
     "known_attributes",
     "known_lookup",
@@ -266,25 +265,6 @@ class BridgeTests(SynchronousTestCase):
         [flush] = [args for name, args in self.fs.calls if name == "flush"]
         flush_caller = flush[1]
         self.assertEqual(flush_caller.pid, os.getpid())
-
-    def test_close_that_may_hand_off_is_answered_without_waiting(self) -> None:
-        """
-        A flush that L{MountFS.hand_off_here} reserves room for is answered
-        at once: its hand-off is posted to the reactor (with the size
-        reserved and the handle's caller), and nothing waits for it.
-        """
-        self.fs.answers["open"] = type("R", (), {"fh": 9, "keep_cache": False})()
-        self.fs.answers["hand_off_here"] = 4096
-        self.bridge.open(4, os.O_RDWR, Context(os.getpid()))
-        self.reactor.dropping = True  # the reactor never gets to it
-        self.bridge.flush(9)
-        self.assertEqual(self.caller.timeouts, [("open", 0.05)])
-        self.reactor.dropping = False
-        self.bridge.flush(9)
-        [posted] = [args for name, args in self.fs.calls if name == "flush_reserved"]
-        self.assertEqual(posted[:2], (9, 4096))
-        self.assertEqual(posted[2].pid, os.getpid())
-        self.assertNotIn("flush", [name for name, _ in self.fs.calls])
 
     def test_reader_released_here_posts_only_a_sweep(self) -> None:
         """

@@ -68,22 +68,6 @@ class HandOffTests(SynchronousTestCase):
         self.assertEqual(self.failureResultOf(closed, FSError).value.errno, errno.EACCES)
         self.assertTrue(self.allowed(), "reported to the program: closes still hand off")
 
-    def test_a_reserved_close_fires_at_once_and_its_failure_makes_closes_wait(self) -> None:
-        """
-        A close answered on a FUSE thread (L{HandOffs.reserve}): its
-        hand-off fires at once, and a failure even before sending is one
-        behind a returned close.
-        """
-        self.assertTrue(self.hand_offs.reserve(10, read_only=False))
-        write_back = StandIn()
-        closed = self.hand_offs.hand_off(1, 10, write_back, reserved=True)
-        self.successResultOf(closed)
-        write_back.done.errback(FSError(errno.EACCES, "denied"))
-        self.assertFalse(self.allowed())
-        self.assertFalse(self.hand_offs.reserve(10, read_only=False))
-        self.hand_offs.committed()
-        self.assertTrue(self.hand_offs.reserve(10, read_only=False))
-
     def test_a_failure_after_sending_makes_closes_wait(self) -> None:
         """A failure behind a returned close: closes wait until a commit succeeds."""
         write_back = StandIn()

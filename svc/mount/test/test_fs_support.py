@@ -26,7 +26,9 @@ from svc.mount.attributes import Entry, QuotaReport
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs import FSSettings, MountFS
 from svc.mount.inodes import ROOT_INODE
+from svc.mount.outbox.replay import open_outbox
 from svc.mount.remote import Remote
+from svc.mount.unsent import UnsentFiles
 from svc.mount.write_leases import revoke_pushes
 from svc.pki.identity import AgentIdentity
 from svc.policy import UNRESTRICTED, PathPolicy
@@ -186,9 +188,9 @@ class Mount:
         who: AgentIdentity,
         settings: FSSettings,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
-        quota_now: Callable[[], QuotaReport | None] | None = None,
         clock_ahead: float = 0.0,
         connected: Callable[[], bool] = lambda: True,
+        outbox_dir: Path | None = None,
     ) -> None:
         self.fixture = fixture
         case = fixture.case
@@ -202,6 +204,19 @@ class Mount:
         self.forgotten_attributes: list[int] = []
         self.spill_dir = Path(case.mktemp())
         self.unsent_dir = Path(case.mktemp())
+        self.outbox_dir = outbox_dir if outbox_dir is not None else Path(case.mktemp())
+        now = lambda: fixture.service.clock.seconds() + clock_ahead  # noqa: E731
+        self.outbox, replaying = open_outbox(
+            self.outbox_dir,
+            self.remote,
+            fixture.service.clock,
+            now,
+            session_id,
+            UnsentFiles(self.unsent_dir, ImmediateWorker(), now),
+            lambda call: call(),
+        )
+        case.addCleanup(self.outbox.stop)
+        self.ok(replaying)
         self.fs = MountFS(
             remote=self.remote,
             chunks=self.chunks,
@@ -210,7 +225,7 @@ class Mount:
             spill_dir=self.spill_dir,
             unsent_dir=self.unsent_dir,
             worker=ImmediateWorker(),
-            now=lambda: fixture.service.clock.seconds() + clock_ahead,
+            now=now,
             clock=fixture.service.clock,
             emit=self.audit.append,
             policy=policy,
@@ -219,8 +234,8 @@ class Mount:
             forget_attributes=self.forgotten_attributes.append,
             settings=settings,
             quota=quota,
-            quota_now=quota_now,
             connected=connected,
+            outbox=self.outbox,
         )
         self.connection.on_push(revoke_pushes(self.fs.lease_revoked))
         self.ok(self.fs.start())
@@ -334,14 +349,16 @@ class FSFixture:
         who: AgentIdentity = AGENT,
         settings: FSSettings | None = None,
         quota: Callable[[], Deferred[QuotaReport]] | None = None,
-        quota_now: Callable[[], QuotaReport | None] | None = None,
         clock_ahead: float = 0.0,
         connected: Callable[[], bool] = lambda: True,
+        outbox_dir: Path | None = None,
     ) -> Mount:
         """
         A new started L{MountFS} on a new connection (session at C{epoch}),
         its clock C{clock_ahead} seconds ahead of the data plane's;
-        C{connected} is what it is told of its connection being open.
+        C{connected} is what it is told of its connection being open; its
+        outbox is under C{outbox_dir} (a new directory by default: a new
+        cache), whose unsettled entries it sends before it starts.
         """
         return Mount(
             self,
@@ -350,7 +367,7 @@ class FSFixture:
             who=who,
             settings=settings or FSSettings(),
             quota=quota,
-            quota_now=quota_now,
             clock_ahead=clock_ahead,
             connected=connected,
+            outbox_dir=outbox_dir,
         )

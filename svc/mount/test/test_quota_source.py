@@ -147,27 +147,6 @@ class QuotaSourceTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(source()), QuotaReport(5000, 1000))
         self.assertEqual(len(calls), 1)
 
-    def test_fresh_gives_only_what_needs_no_question(self) -> None:
-        """
-        L{QuotaSource.fresh}: nothing before the first answer or after it
-        expires (and it asks nothing), the kept answer within its lifetime,
-        no quota for a data plane without C{statfs}.
-        """
-        self.assertIsNone(self.source.fresh())
-        self.assertEqual(self.requests.pending, [])
-        self.source()
-        self.assertIsNone(self.source.fresh(), "asked, not answered")
-        self.requests.pending[0].callback(LIMITED)
-        self.assertEqual(self.source.fresh(), QuotaReport(5000, 1000))
-        self.clock.advance(QUOTA_CACHE_SECONDS)
-        self.assertIsNone(self.source.fresh())
-        self.assertEqual(len(self.requests.pending), 1)
-        self.source()
-        self.requests.pending[1].errback(
-            RemoteFailure(errno.ENOSYS, "statfs: unknown op", WireErrno.ENOSYS)
-        )
-        self.assertEqual(self.source.fresh(), QuotaReport(None, 0))
-
 
 class MountStatfsTests(SynchronousTestCase):
     """

@@ -151,7 +151,8 @@ class OutboxLogTests(SynchronousTestCase):
     def test_damage_is_kept_aside_and_reported(self) -> None:
         """
         A torn tail: the good entries before it are replayed, the damaged
-        file is kept beside the log, and the replay says why.
+        file is kept beside the log, the replay says why, and seqs go on
+        past any the damage may have hidden.
         """
         log, _ = OutboxLog.open(self.path)
         entry = log.append(lambda seq: Unlink(seq, "/agent-1/f"))
@@ -167,7 +168,7 @@ class OutboxLogTests(SynchronousTestCase):
         self.assertEqual(replay.kept.read_bytes(), damaged)
         self.assertEqual(replay.kept.name, "log.damaged-1")
         later = again.append(lambda seq: Unlink(seq, "/agent-1/g"))
-        self.assertEqual(later.seq, 2)
+        self.assertEqual(later.seq, 2 + log_module.DAMAGE_SEQ_GAP)
 
     def test_an_unreadable_entry_stops_the_replay(self) -> None:
         """A well-framed record that is no entry ends the replay there, and is kept."""
@@ -188,8 +189,13 @@ class OutboxLogTests(SynchronousTestCase):
         self.assertIsNotNone(replay.kept)
         self.assertEqual(log.outbox_id, b"i" * 16)
 
-    def test_the_outbox_id_is_kept_for_the_cache_s_life(self) -> None:
-        """A new log gets a fresh id; reopening, emptying or compacting keeps it."""
+    def test_the_outbox_id_is_kept_while_entries_wait(self) -> None:
+        """
+        A log with entries to replay keeps its id and seqs across reopening
+        and compaction; one with nothing to replay starts a new id at seq 1
+        (the data plane may keep answers for the seqs the emptied log
+        reached, which it no longer knows).
+        """
         self.patch(log_module, "COMPACT_BYTES", 1024)
         log, _ = OutboxLog.open(self.path, new_id=lambda: b"a" * 16)
         self.assertEqual(log.outbox_id, b"a" * 16)
@@ -197,9 +203,18 @@ class OutboxLogTests(SynchronousTestCase):
         for number in range(50):
             entry = log.append(partial(unlink_at, f"/agent-1/f{number}"))
             log.settle(entry.seq)
-        log.settle(kept.seq)
-        again, _ = self.reopen(log)
+        again, replay = self.reopen(log)
+        self.assertEqual(replay.unsettled, (kept,))
         self.assertEqual(again.outbox_id, b"a" * 16)
+        self.assertEqual(again.append(partial(unlink_at, "/agent-1/next")).seq, 52)
+        again.close()
+        emptied, _ = OutboxLog.open(self.path, new_id=lambda: b"b" * 16)
+        for seq in (1, 52):
+            emptied.settle(seq)
+        fresh, replay = self.reopen(emptied)
+        self.assertEqual(replay.unsettled, ())
+        self.assertNotEqual(fresh.outbox_id, b"a" * 16)
+        self.assertEqual(fresh.append(partial(unlink_at, "/agent-1/f")).seq, 1)
 
     def test_a_log_without_its_outbox_id_is_damage(self) -> None:
         """Records with no outbox id first are kept aside; the new log gets a new id."""

@@ -1,0 +1,57 @@
+"""
+A commit the write-back sends itself, recorded in the outbox first
+(``mount-outbox.md`` section 8): what a close that returns before its
+commit is answered appends, so the next mount on the cache can send it
+if this one dies first.
+
+L{commit_entry} is the entry of a L{CommitRequest}; L{new_chunk_bytes}
+reads the bytes the entry must hold (its chunks not in its base).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+
+from svc.chunking import ChunkRef, chunk_hash
+from svc.mount.commit import CommitRequest
+from svc.mount.errors import FSError
+from svc.mount.outbox.entries import Commit, Owner
+from svc.mount.writeback import Reader
+
+
+def commit_entry(request: CommitRequest, seq: int) -> Commit:
+    """The outbox entry that records C{request} as entry C{seq}."""
+    return Commit(
+        seq=seq,
+        path=request.path,
+        expected=request.expected_version,
+        chained=False,
+        base=request.base,
+        chunks=request.chunks,
+        size=request.size,
+        owner=Owner(request.mode, request.uid, request.gid),
+        mtime_ns=request.mtime_ns,
+        atime_ns=request.atime_ns,
+    )
+
+
+async def new_chunk_bytes(
+    read: Reader, chunks: Sequence[ChunkRef], base: Sequence[ChunkRef]
+) -> dict[str, bytes]:
+    """
+    The bytes of each chunk of C{chunks} not in C{base}, read with
+    C{read(offset, length)} and checked against its name.
+
+    @raise FSError: (EIO) a chunk read back is not what was cut.
+    """
+    known = {ref.hash for ref in base}
+    found: dict[str, bytes] = {}
+    for ref in chunks:
+        if ref.hash in known or ref.hash in found:
+            continue
+        data = await read(ref.offset, ref.length)
+        if len(data) != ref.length or chunk_hash(data) != ref.hash:
+            raise FSError(errno.EIO, f"chunk {ref.hash} changed while being recorded")
+        found[ref.hash] = data
+    return found

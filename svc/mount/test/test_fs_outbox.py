@@ -1,0 +1,141 @@
+"""
+Tests for the outbox as the mount's record of closes that return before
+their commit is answered (``mount-outbox.md`` section 8): the close
+records the commit first, the record settles with the answer, and a mount
+killed before the answer leaves it for the next mount on the same cache,
+which sends it before it serves, once, and keeps the content when the data
+plane refuses it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from svc.mount.fs import ROOT_INODE
+from svc.mount.outbox.entries import Commit
+from svc.mount.outbox.log import OutboxLog
+from svc.mount.test.test_fs_close import create
+from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
+
+
+class RecordedCloseTests(SynchronousTestCase):
+    """Closes answered early, recorded, replayed."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.cache = Path(self.mktemp())
+        self.mount = self.fixture.mount(outbox_dir=self.cache)
+
+    def killed(self, mount: Mount) -> None:
+        """C{mount} dies now: its outbox log is closed as it stands, nothing settles."""
+        mount.outbox.stop()
+
+    def next_mount(self) -> Mount:
+        """The next mount on the same cache (a new session)."""
+        return self.fixture.mount(outbox_dir=self.cache, epoch=2)
+
+    def close_early(self, name: str, data: bytes, *, unsent: bool) -> None:
+        """Create C{name} with C{data} and close it; its put's answer kept back."""
+        self.mount.answers.hold("manifest_put", unsent=("manifest_put",) if unsent else ())
+        opened = create(self.mount, name, data)
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+
+    def test_a_close_answered_early_is_recorded_until_its_answer(self) -> None:
+        """
+        The close returns with the commit sent and recorded (its new chunks
+        held); the answer settles the record, and the put carried its tag.
+        """
+        self.close_early("f", b"content", unsent=False)
+        backlog = self.mount.outbox.backlog()
+        self.assertEqual((backlog.entries, backlog.content_bytes), (1, len(b"content")))
+        self.assertEqual(len(list((self.cache / "chunks").iterdir())), 1)
+        self.mount.answers.release()
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
+        self.assertEqual(list((self.cache / "chunks").iterdir()), [])
+        self.assertEqual(self.fixture.mount().read_file("f"), b"content")
+
+    def test_a_durable_close_records_nothing(self) -> None:
+        """A close that waits for its answer has nothing to leave behind."""
+        opened = create(self.mount, "f", b"content")
+        self.mount.ok(self.mount.fs.fsync(opened.fh, False, CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
+        self.assertEqual(list((self.cache / "log").parent.glob("chunks/*")), [])
+
+    def test_the_next_mount_sends_what_a_killed_one_left(self) -> None:
+        """
+        The put never reached the data plane: the next mount on the cache
+        sends it before it starts, and the file is there, once.
+        """
+        self.close_early("f", b"content", unsent=True)
+        self.killed(self.mount)
+        after = self.next_mount()
+        self.assertEqual(after.outbox.backlog().entries, 0)
+        self.assertEqual(after.read_file("f"), b"content")
+        self.assertEqual(after.lookup_path("f").attributes.version, 2, "created, then committed")
+
+    def test_a_put_that_ran_before_the_kill_is_answered_not_run_again(self) -> None:
+        """
+        The put ran and the mount died before its answer: the replay is
+        answered with the first run's answer, so no second version and no
+        conflict copy.
+        """
+        self.close_early("f", b"content", unsent=False)
+        self.killed(self.mount)
+        after = self.next_mount()
+        self.assertEqual(after.names(""), ["f"])
+        self.assertEqual(after.lookup_path("f").attributes.version, 2, "created, then committed")
+        self.assertEqual(after.read_file("f"), b"content")
+
+    def test_a_replay_that_lost_to_another_writer_is_a_conflict_copy(self) -> None:
+        """
+        Another writer made the file while the mount was dead: theirs stays
+        at the name, the dead mount's content goes to a conflict copy beside it.
+        """
+        self.close_early("f", b"mine", unsent=True)
+        self.killed(self.mount)
+        self.fixture.service.agent().put_file("f", b"theirs", expected_version=1)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), b"theirs")
+        [copy] = [name for name in after.names("") if name != "f"]
+        self.assertTrue(copy.startswith("f.conflict-"), copy)
+        self.assertEqual(after.read_file(copy), b"mine")
+
+    def test_a_replay_refused_otherwise_is_saved_under_unsent(self) -> None:
+        """
+        The file's directory is gone when the replay comes: the content is
+        saved under the cache's unsent directory, not dropped.
+        """
+        directory = self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.answers.hold("manifest_put", unsent=("manifest_put",))
+        opened, _ = self.mount.ok(
+            self.mount.fs.create(directory.ino, b"f", 0o644, os.O_WRONLY, CALLER)
+        )
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"kept", CALLER))
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        self.killed(self.mount)
+        self.fixture.service.agent().ok("dir_remove", path=f"/{AGENT.agent_id}/d")
+        after = self.next_mount()
+        self.assertEqual(after.names(""), [])
+        [saved] = [path for path in after.unsent_dir.rglob("*") if path.is_file()]
+        self.assertEqual(saved.read_bytes(), b"kept")
+        self.assertEqual(saved.name, "f")
+        self.assertEqual(after.outbox.backlog().entries, 0)
+
+    def test_the_recorded_entry_is_the_commit(self) -> None:
+        """
+        What the log holds names the server path, the version replaced (the
+        empty file the create made) and the content.
+        """
+        self.close_early("f", b"content", unsent=True)
+        self.killed(self.mount)
+        log, replay = OutboxLog.open(self.cache / "log")
+        log.close()
+        [entry] = replay.unsettled
+        assert isinstance(entry, Commit)
+        self.assertEqual(
+            (entry.path, entry.expected, entry.size, entry.chained),
+            (f"/{AGENT.agent_id}/f", 1, len(b"content"), False),
+        )
