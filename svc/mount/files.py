@@ -57,6 +57,7 @@ from svc.mount.kept_write_backs import KeptWriteBacks, Try
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
 from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
 from svc.mount.outbox.entries import Commit
+from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.unanswered import replay_rename, send_setattr, take_replay
@@ -573,8 +574,17 @@ class FileOps:
             )
         behind.poke()
 
-    def _uploader(self, session: str | None, *, commits: bool = False) -> ChunkUploader:
-        """An uploader; one whose chunks a commit follows (C{commits}) may hold them inline."""
+    def _uploader(
+        self,
+        session: str | None,
+        *,
+        commits: bool = False,
+        keep: dict[str, bytes | memoryview] | None = None,
+    ) -> ChunkUploader:
+        """
+        An uploader; one whose chunks a commit follows (C{commits}) may hold
+        them inline; with C{keep}, the chunks added are kept there too.
+        """
         settings = self._ctx.settings
         return ChunkUploader(
             self._ctx.remote,
@@ -583,6 +593,7 @@ class FileOps:
             batch_bytes=settings.batch_bytes,
             probe_min_bytes=settings.probe_min_bytes,
             inline_max_bytes=settings.inline_max_bytes if commits else 0,
+            keep=keep,
         )
 
     async def truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
@@ -1090,9 +1101,13 @@ class FileOps:
             session = ctx.write_session()
             with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
                 ctx.check_write(rel)
-                uploader = self._uploader(session, commits=True)
+                # A close returning once the commit is sent records it with its new chunks.
+                added: dict[str, bytes | memoryview] | None = (
+                    {} if on_sent is not None and ctx.outbox is not None else None
+                )
+                uploader = self._uploader(session, commits=True, keep=added)
                 try:
-                    await self._commit_changes(node, state, line, uploader, session, on_sent)
+                    await self._commit_changes(node, state, line, uploader, session, on_sent, added)
                 finally:
                     await uploader.drain()
 
@@ -1104,13 +1119,15 @@ class FileOps:
         uploader: ChunkUploader,
         session: str | None,
         on_sent: Callable[[], None] | None,
+        added: dict[str, bytes | memoryview] | None = None,
     ) -> None:
         """
         Rechunk, upload and commit C{state} (under its lock); see
-        L{write_back}. The commit is sent under the namespace lock, and
-        answered without it (L{svc.mount.namespace_lock}): operations that
-        may touch this file wait until the inode table is updated from the
-        answer.
+        L{write_back}. With C{added} (the chunks the uploader was given),
+        the commit is recorded in the outbox before it is sent. The commit
+        is sent under the namespace lock, and answered without it
+        (L{svc.mount.namespace_lock}): operations that may touch this file
+        wait until the inode table is updated from the answer.
         """
         ctx = self._ctx
         behind, state.write_behind = state.write_behind, None
@@ -1123,10 +1140,11 @@ class FileOps:
         if len(chunks) > MANIFEST_CHUNK_LIMIT:
             raise FSError(errno.EFBIG, f"{len(chunks)} chunks exceed one manifest")
         line.size = state.size
-        # A close that returns once the commit is sent records it first.
-        outbox = ctx.outbox if on_sent is not None else None
+        outbox = ctx.outbox if added is not None else None
         held = (
-            None if outbox is None else await new_chunk_bytes(state.read, chunks, state.layout.base)
+            None
+            if outbox is None or added is None
+            else await new_chunk_bytes(state.read, chunks, state.layout.base, added)
         )
         recorded: Commit | None = None
         async with ctx.namespace_lock.sending_commit():
@@ -1149,9 +1167,11 @@ class FileOps:
             )
             changes_sent = state.attribute_changes
             if outbox is not None and held is not None:
-                recorded = await ctx.spill_worker.submit(
-                    partial(outbox.append, partial(commit_entry, request), held, send=False)
-                )
+                record = partial(outbox.append, partial(commit_entry, request), held, send=False)
+                if sum(map(len, held.values())) <= INLINE_HELD_BYTES:
+                    recorded = record()  # one write(2) to the log: less than a worker's round trip
+                else:
+                    recorded = await ctx.spill_worker.submit(record)
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(

@@ -129,7 +129,13 @@ class ChunkUploader:
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         probe_min_bytes: int = DEFAULT_PROBE_MIN_BYTES,
         inline_max_bytes: int = 0,
+        keep: dict[str, bytes | memoryview] | None = None,
     ) -> None:
+        """
+        @param keep: where every chunk added is also kept, by name (for a
+            commit recorded in the outbox, which holds the new chunks).
+        """
+        self._keep = keep
         self._remote = remote
         self._session_id = session_id
         self._on_uploaded = on_uploaded
@@ -155,6 +161,8 @@ class ChunkUploader:
         """
         if self.knows(chunk_hash):
             return
+        if self._keep is not None:
+            self._keep[chunk_hash] = data
         self._batch[chunk_hash] = data
         self._held += footprint(data)
         if self._held >= self._batch_bytes or len(self._batch) >= CHUNK_HAS_LIMIT:

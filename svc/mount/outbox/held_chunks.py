@@ -4,7 +4,7 @@ have yet, kept on the cache disk until the commits that name them settle
 (``mount-outbox.md`` section 6), so a mount killed before its commits were
 answered can replay them.
 
-    held = HeldChunks.open(cache / "outbox" / "chunks", needed={...})
+    held, missing = HeldChunks.open(cache / "outbox" / "chunks", {seq: names, ...})
     held.hold(entry.seq, {chunk.hash: data, ...})   # before the entry is appended
     held.release(entry.seq)                          # when it settles
 
@@ -53,18 +53,21 @@ class HeldChunks:
                 self._held_by.setdefault(seq, set()).add(name)
 
     @classmethod
-    def open(cls, root: Path, unsettled: Iterable[Entry]) -> tuple[HeldChunks, frozenset[str]]:
+    def open(
+        cls, root: Path, needs: Mapping[int, Iterable[str]]
+    ) -> tuple[HeldChunks, frozenset[str]]:
         """
         Open the directory C{root} (creating it), keeping the chunks the
-        C{unsettled} entries (a replay) need and deleting every other file.
-        Returns the store and the needed chunks that are not there (their
-        entries cannot be replayed as they are).
+        unsettled entries of a replay need (C{needs}: seq to chunk names)
+        and deleting every other file. Returns the store and the needed
+        chunks that are not there (their entries cannot be replayed as they
+        are).
         """
         root.mkdir(parents=True, exist_ok=True)
         holders: dict[str, set[int]] = {}
-        for entry in unsettled:
-            for name in new_chunks(entry):
-                holders.setdefault(name, set()).add(entry.seq)
+        for seq, names in needs.items():
+            for name in names:
+                holders.setdefault(name, set()).add(seq)
         present = set()
         for path in root.iterdir():
             if path.name in holders:

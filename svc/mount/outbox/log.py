@@ -22,7 +22,7 @@ time (the mount's local-state lock, ``mount-outbox.md`` section 5).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,11 +54,14 @@ class Replay:
     @ivar damage: why reading stopped before the end (the file was kept as
         C{kept}), or L{None}.
     @ivar kept: the damaged file's new name, or L{None}.
+    @ivar held: the chunks entries carry in their records (C{held}).
     """
 
     unsettled: tuple[Entry, ...]
     damage: str | None = None
     kept: Path | None = None
+    held: Mapping[int, Mapping[str, bytes]] = attrs.field(factory=dict)
+    """The chunk bytes unsettled entries carry in their records, by seq."""
 
 
 DAMAGE_SEQ_GAP = 1 << 24
@@ -78,8 +81,10 @@ class OutboxLog:
         size: int,
         entries: dict[int, Entry],
         next_seq: int,
+        held: dict[int, dict[str, bytes]],
     ) -> None:
         self._path = path
+        self._held = held  # the chunks unsettled entries carry in their records
         self._fd = fd
         self._outbox_id = outbox_id
         self._header_bytes = len(_header(outbox_id))
@@ -99,6 +104,7 @@ class OutboxLog:
         data = path.read_bytes() if path.exists() else b""
         found = scan(data)
         entries: dict[int, Entry] = {}
+        held: dict[int, dict[str, bytes]] = {}
         settled: set[int] = set()
         last_seq = 0
         damage = found.damage
@@ -117,6 +123,7 @@ class OutboxLog:
                 continue
             try:
                 entry = entry_from_map(record)
+                carried = held_from_map(record)
             except BadEntry as error:
                 damage = f"unreadable entry: {error}"
                 break
@@ -124,9 +131,12 @@ class OutboxLog:
                 damage = f"entry {entry.seq} out of order after {last_seq}"
                 break
             entries[entry.seq] = entry
+            if carried:
+                held[entry.seq] = carried
             last_seq = entry.seq
         for seq in settled:
             entries.pop(seq, None)
+            held.pop(seq, None)
         kept = None
         if damage is not None:
             kept = _keep_aside(path)
@@ -139,17 +149,23 @@ class OutboxLog:
         elif damage is not None:
             # The damage may hide records of higher seqs: skip past them.
             next_seq += DAMAGE_SEQ_GAP
-        log = cls._rewrite(path, outbox_id, entries, next_seq)
-        return log, Replay(tuple(entries[seq] for seq in sorted(entries)), damage, kept)
+        log = cls._rewrite(path, outbox_id, entries, next_seq, held)
+        unsettled = tuple(entries[seq] for seq in sorted(entries))
+        return log, Replay(unsettled, damage, kept, dict(held))
 
     @classmethod
     def _rewrite(
-        cls, path: Path, outbox_id: bytes, entries: dict[int, Entry], next_seq: int
+        cls,
+        path: Path,
+        outbox_id: bytes,
+        entries: dict[int, Entry],
+        next_seq: int,
+        held: dict[int, dict[str, bytes]],
     ) -> OutboxLog:
         """A fresh log at C{path} holding C{entries} (written aside, then renamed over)."""
         fresh = path.with_name(path.name + ".new")
         body = _header(outbox_id) + b"".join(
-            encode_record(entry_to_map(entries[seq])) for seq in sorted(entries)
+            encode_record(_record(entries[seq], held.get(seq, {}))) for seq in sorted(entries)
         )
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
@@ -158,7 +174,7 @@ class OutboxLog:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, outbox_id, len(body), dict(entries), next_seq)
+        return cls(path, fd, outbox_id, len(body), dict(entries), next_seq, dict(held))
 
     @property
     def path(self) -> Path:
@@ -183,18 +199,29 @@ class OutboxLog:
         """The entries not settled yet, in order."""
         return tuple(self._unsettled[seq] for seq in sorted(self._unsettled))
 
-    def append(self, make: Callable[[int], E]) -> E:
+    def append(self, make: Callable[[int], E], held: Mapping[str, bytes] = {}) -> E:
         """
-        Append the entry C{make} builds with the next sequence number;
-        written before this returns.
+        Append the entry C{make} builds with the next sequence number,
+        carrying the chunks C{held} (name to bytes) in its record; written
+        before this returns.
         """
         entry = make(self._next_seq)
         if entry.seq != self._next_seq:
             raise ValueError(f"entry built with seq {entry.seq}, not {self._next_seq}")
-        self._write(encode_record(entry_to_map(entry)))
+        self._write(encode_record(_record(entry, held)))
         self._next_seq += 1
         self._unsettled[entry.seq] = entry
+        if held:
+            self._held[entry.seq] = dict(held)
         return entry
+
+    def held(self, name: str) -> bytes | None:
+        """The bytes of chunk C{name} as an unsettled entry's record carries them, or L{None}."""
+        for carried in self._held.values():
+            data = carried.get(name)
+            if data is not None:
+                return data
+        return None
 
     def settle(self, seq: int) -> None:
         """
@@ -204,6 +231,7 @@ class OutboxLog:
         """
         if self._unsettled.pop(seq, None) is None:
             raise KeyError(f"no unsettled outbox entry {seq}")
+        self._held.pop(seq, None)
         if not self._unsettled:
             os.ftruncate(self._fd, self._header_bytes)
             self._size = self._header_bytes
@@ -211,7 +239,9 @@ class OutboxLog:
         self._write(encode_record(settle_mark(seq)))
         if self._size >= COMPACT_BYTES:
             os.close(self._fd)
-            fresh = self._rewrite(self._path, self._outbox_id, self._unsettled, self._next_seq)
+            fresh = self._rewrite(
+                self._path, self._outbox_id, self._unsettled, self._next_seq, self._held
+            )
             self._fd, self._size = fresh._fd, fresh._size
 
     def close(self) -> None:
@@ -253,3 +283,40 @@ def _keep_aside(path: Path) -> Path:
             os.replace(path, kept)
             return kept
     raise OSError(f"too many damaged outbox logs beside {path}")
+
+
+HELD = "held"
+"""The key of the chunks an entry's record carries: C{[[hash, bytes], ...]}."""
+
+
+def _record(entry: Entry, held: Mapping[str, bytes]) -> dict[str, Any]:
+    """The record of C{entry}, carrying C{held}."""
+    record = entry_to_map(entry)
+    if held:
+        record[HELD] = [[bytes.fromhex(name), bytes(data)] for name, data in held.items()]
+    return record
+
+
+def held_from_map(record: Mapping[str, Any]) -> dict[str, bytes]:
+    """
+    The chunks an entry's record carries (its C{held} key, absent: none);
+    L{BadEntry} when the key is there but malformed. The bytes are checked
+    against their names when read (L{svc.mount.outbox.outbox.Outbox.held_chunk}).
+    """
+    carried = record.get(HELD)
+    if carried is None:
+        return {}
+    if not isinstance(carried, list):
+        raise BadEntry("held is not a list")
+    found: dict[str, bytes] = {}
+    for item in carried:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], bytes)
+            or len(item[0]) != 32
+            or not isinstance(item[1], bytes)
+        ):
+            raise BadEntry("held is not a list of [32-byte hash, bytes]")
+        found[item[0].hex()] = item[1]
+    return found

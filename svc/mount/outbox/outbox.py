@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, succeed
 
+from svc.chunking import chunk_hash
 from svc.mount.errors import RemoteFailure
 from svc.mount.outbox.early import Backlog
 from svc.mount.outbox.entries import Commit, Entry
@@ -43,6 +44,11 @@ from svc.timers import TimerClock
 from svc.wire.kinds import OutboxTag
 
 E = TypeVar("E", bound=Entry)
+
+INLINE_HELD_BYTES = 64 << 10
+"""An entry adding at most this many chunk bytes carries them in its log
+record (one write, nothing to delete when it settles); a bigger one's go
+to the chunk files (L{HeldChunks})."""
 
 
 class Reconciler(Protocol):
@@ -90,7 +96,11 @@ class Outbox:
         held chunks that replay needs and are missing.
         """
         log, replay = OutboxLog.open(root / "log")
-        held, missing = HeldChunks.open(root / "chunks", replay.unsettled)
+        needs = {
+            entry.seq: new_chunks(entry) - replay.held.get(entry.seq, {}).keys()
+            for entry in replay.unsettled
+        }
+        held, missing = HeldChunks.open(root / "chunks", needs)
         outbox = cls(log, held, reconciler, in_reactor)
         outbox._early.extend(replay.unsettled)
         outbox._content_bytes = sum(e.size for e in replay.unsettled if isinstance(e, Commit))
@@ -124,8 +134,11 @@ class Outbox:
         calls L{done} once it has seen it through; the entry is only
         replayed if the mount dies before that.
         """
+        carried = chunks if sum(map(len, chunks.values())) <= INLINE_HELD_BYTES else {}
         with self._lock:
-            entry = self._log.append(lambda seq: self._holding(make(seq), chunks))
+            entry = self._log.append(
+                lambda seq: self._holding(make(seq), {} if carried else chunks), carried
+            )
             if isinstance(entry, Commit):
                 self._content_bytes += entry.size
         if send:
@@ -186,8 +199,11 @@ class Outbox:
             return self._log.settled_through()
 
     def held_chunk(self, name: str) -> bytes | None:
-        """A held chunk's verified bytes, or L{None}."""
+        """A held chunk's verified bytes (from an entry's record or the chunk files), or L{None}."""
         with self._lock:
+            carried = self._log.held(name)
+            if carried is not None and chunk_hash(carried) == name:
+                return carried
             return self._held.read(name)
 
     def answered(self, entry: Entry, answer: Any) -> None:

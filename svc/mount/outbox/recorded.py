@@ -11,9 +11,9 @@ reads the bytes the entry must hold (its chunks not in its base).
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from svc.chunking import ChunkRef, chunk_hash
+from svc.chunking import ChunkRef
 from svc.mount.commit import CommitRequest
 from svc.mount.errors import FSError
 from svc.mount.outbox.entries import Commit, Owner
@@ -37,21 +37,29 @@ def commit_entry(request: CommitRequest, seq: int) -> Commit:
 
 
 async def new_chunk_bytes(
-    read: Reader, chunks: Sequence[ChunkRef], base: Sequence[ChunkRef]
+    read: Reader,
+    chunks: Sequence[ChunkRef],
+    base: Sequence[ChunkRef],
+    known: Mapping[str, bytes | memoryview],
 ) -> dict[str, bytes]:
     """
-    The bytes of each chunk of C{chunks} not in C{base}, read with
-    C{read(offset, length)} and checked against its name.
+    The bytes of each chunk of C{chunks} not in C{base}: from C{known} (the
+    chunks the write-back cut), else read with C{read(offset, length)} (the
+    content just cut, under the file's lock; chunks the write-behind cut
+    earlier). The held chunks are checked against their names when read
+    back.
 
-    @raise FSError: (EIO) a chunk read back is not what was cut.
+    @raise FSError: (EIO) a chunk read back short.
     """
-    known = {ref.hash for ref in base}
+    old = {ref.hash for ref in base}
     found: dict[str, bytes] = {}
     for ref in chunks:
-        if ref.hash in known or ref.hash in found:
+        if ref.hash in old or ref.hash in found:
             continue
-        data = await read(ref.offset, ref.length)
-        if len(data) != ref.length or chunk_hash(data) != ref.hash:
-            raise FSError(errno.EIO, f"chunk {ref.hash} changed while being recorded")
-        found[ref.hash] = data
+        data = known.get(ref.hash)
+        if data is None:
+            data = await read(ref.offset, ref.length)
+        if len(data) != ref.length:
+            raise FSError(errno.EIO, f"chunk {ref.hash} read back short while being recorded")
+        found[ref.hash] = bytes(data)
     return found

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.mount.fs import ROOT_INODE
 from svc.mount.outbox.entries import Commit
 from svc.mount.outbox.log import OutboxLog
+from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
 
@@ -51,11 +52,25 @@ class RecordedCloseTests(SynchronousTestCase):
         self.close_early("f", b"content", unsent=False)
         backlog = self.mount.outbox.backlog()
         self.assertEqual((backlog.entries, backlog.content_bytes), (1, len(b"content")))
-        self.assertEqual(len(list((self.cache / "chunks").iterdir())), 1)
+        self.assertIn(b"content", (self.cache / "log").read_bytes(), "carried in the record")
+        self.assertEqual(list((self.cache / "chunks").iterdir()), [])
         self.mount.answers.release()
         self.assertEqual(self.mount.outbox.backlog().entries, 0)
-        self.assertEqual(list((self.cache / "chunks").iterdir()), [])
+        self.assertNotIn(b"content", (self.cache / "log").read_bytes())
         self.assertEqual(self.fixture.mount().read_file("f"), b"content")
+
+    def test_a_bigger_commit_holds_its_chunks_in_files(self) -> None:
+        """
+        Over INLINE_HELD_BYTES of new chunks: they are written under
+        C{chunks/} until the answer, and replayed from there.
+        """
+        data = os.urandom(INLINE_HELD_BYTES + 1)
+        self.close_early("f", data, unsent=True)
+        self.assertGreaterEqual(len(list((self.cache / "chunks").iterdir())), 1)
+        self.killed(self.mount)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), data)
+        self.assertEqual(list((self.cache / "chunks").iterdir()), [])
 
     def test_a_durable_close_records_nothing(self) -> None:
         """A close that waits for its answer has nothing to leave behind."""

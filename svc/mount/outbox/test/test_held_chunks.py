@@ -48,7 +48,7 @@ class HeldChunksTests(SynchronousTestCase):
 
     def test_kept_until_the_last_holder_settles(self) -> None:
         """A chunk two entries hold stays until both are released, then its file is gone."""
-        held, missing = HeldChunks.open(self.root, ())
+        held, missing = HeldChunks.open(self.root, {})
         self.assertEqual(missing, frozenset())
         name = chunk_hash(NEW)
         held.hold(1, {name: NEW})
@@ -64,11 +64,11 @@ class HeldChunksTests(SynchronousTestCase):
         Reopened with the unsettled entries, the store keeps their new
         chunks, deletes everything else, and names what is missing.
         """
-        held, _ = HeldChunks.open(self.root, ())
+        held, _ = HeldChunks.open(self.root, {})
         held.hold(1, {chunk_hash(NEW): NEW, chunk_hash(OLD): OLD})
         (self.root / "stray.tmp").write_bytes(b"half")
         kept = commit(1, (OLD,), (OLD, NEW, MORE))
-        again, missing = HeldChunks.open(self.root, (kept,))
+        again, missing = HeldChunks.open(self.root, {kept.seq: new_chunks(kept)})
         self.assertEqual(again.held(), {chunk_hash(NEW), chunk_hash(MORE)})
         self.assertEqual(missing, {chunk_hash(MORE)})
         self.assertEqual(again.read(chunk_hash(NEW)), NEW)
@@ -78,7 +78,7 @@ class HeldChunksTests(SynchronousTestCase):
 
     def test_damaged_bytes_are_never_read(self) -> None:
         """A chunk file whose bytes do not match its name reads as missing."""
-        held, _ = HeldChunks.open(self.root, ())
+        held, _ = HeldChunks.open(self.root, {})
         name = chunk_hash(NEW)
         held.hold(1, {name: NEW})
         (self.root / name).write_bytes(b"something else")
@@ -86,6 +86,6 @@ class HeldChunksTests(SynchronousTestCase):
 
     def test_a_name_that_is_not_a_chunk_is_refused(self) -> None:
         """Only 64 lowercase hex digits name a chunk file."""
-        held, _ = HeldChunks.open(self.root, ())
+        held, _ = HeldChunks.open(self.root, {})
         self.assertRaises(ValueError, held.hold, 1, {"../escape": b"x"})
         self.assertEqual(list(self.root.iterdir()), [])

@@ -238,3 +238,47 @@ class OutboxLogTests(SynchronousTestCase):
         self.assertEqual(log.settled_through(), 2)
         log.settle(third.seq)
         self.assertEqual(log.settled_through(), 3)
+
+
+class CarriedChunksTests(SynchronousTestCase):
+    """Chunks an entry's record carries (its C{held} key)."""
+
+    def setUp(self) -> None:
+        self.path = Path(self.mktemp()) / "log"
+        self.name = "ab" * 32
+
+    def test_carried_until_settled_through_reopen_and_compaction(self) -> None:
+        """
+        The bytes come back with the replay and from L{OutboxLog.held},
+        survive a compaction, and go with the entry's settle mark.
+        """
+        self.patch(log_module, "COMPACT_BYTES", 1024)
+        log, _ = OutboxLog.open(self.path)
+        kept = log.append(partial(unlink_at, "/agent-1/kept"), {self.name: b"bytes"})
+        self.assertEqual(log.held(self.name), b"bytes")
+        for number in range(50):
+            entry = log.append(partial(unlink_at, f"/agent-1/f{number}"))
+            log.settle(entry.seq)
+        log.close()
+        again, replay = OutboxLog.open(self.path)
+        self.addCleanup(again.close)
+        self.assertEqual(replay.held, {kept.seq: {self.name: b"bytes"}})
+        self.assertEqual(again.held(self.name), b"bytes")
+        again.settle(kept.seq)
+        self.assertIsNone(again.held(self.name))
+
+    def test_a_malformed_held_key_is_damage(self) -> None:
+        """A C{held} that is not a list of [32-byte hash, bytes] stops the replay there."""
+        self.path.parent.mkdir(parents=True)
+        outbox = {"op": "outbox", "id": b"i" * 16}
+        good = {"op": "unlink", "seq": 1, "path": "/agent-1/f", "held": [[b"h" * 32, b"x"]]}
+        bad = {"op": "unlink", "seq": 2, "path": "/agent-1/g", "held": [[b"short", b"x"]]}
+        self.path.write_bytes(
+            MAGIC + b"".join(encode_record(record) for record in (outbox, good, bad))
+        )
+        log, replay = OutboxLog.open(self.path)
+        self.addCleanup(log.close)
+        self.assertEqual(replay.unsettled, (Unlink(1, "/agent-1/f"),))
+        self.assertEqual(replay.held, {1: {(b"h" * 32).hex(): b"x"}})
+        assert replay.damage is not None
+        self.assertIn("held", replay.damage)

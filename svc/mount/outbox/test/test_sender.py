@@ -59,7 +59,7 @@ class LogSource:
 
     def __init__(self, root: Path) -> None:
         self.log, _ = OutboxLog.open(root / "log")
-        self.held, _ = HeldChunks.open(root / "chunks", ())
+        self.held, _ = HeldChunks.open(root / "chunks", {})
         self.answers: list[tuple[int, Any]] = []
         self.refusals: list[tuple[int, RemoteFailure]] = []
 
