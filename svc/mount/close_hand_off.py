@@ -3,7 +3,8 @@ When a C{close} may return once its commit is sent, and the write-backs
 that go on after the call that started them returned
 (``docs/specifications/mount-consistency.md`` section 2.5).
 
-L{HandOffs} is owned by L{svc.mount.files.FileOps}: it decides whether a
+L{HandOffs} is shared by L{svc.mount.file_closes.FileCloses} and
+L{svc.mount.file_write_back.WriteBack}: it decides whether a
 close hands off (L{HandOffs.allowed}), runs a handed-off write-back
 (L{HandOffs.hand_off}, which records its commit in the outbox before the
 close returns: ``mount-outbox.md`` section 8), and counts

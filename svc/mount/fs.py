@@ -9,7 +9,8 @@ raises as C{FUSEError}. Nothing here imports llfuse: inode numbers, modes
 and flags are plain integers, names and symlink targets bytes.
 
 The work is split by job: L{svc.mount.namespace} (names and attributes),
-L{svc.mount.files} (open files, reads, writes, write-back),
+L{svc.mount.files} (open files, reads, writes), L{svc.mount.file_closes}
+(closes, releases), L{svc.mount.file_write_back} (the commit of a file's changes),
 L{svc.mount.directories} (directory listings), over shared
 state in L{svc.mount.fs_context}. Design: ``docs/specifications/mount-fs.md``
 and ``docs/specifications/mount-consistency.md``.
@@ -33,7 +34,10 @@ from svc.mount.attributes import (
     OpenResult,
     QuotaReport,
 )
+from svc.mount.close_hand_off import HandOffs
 from svc.mount.directories import DEFAULT_READDIR_PAGE, DirectoryReader
+from svc.mount.file_closes import FileCloses
+from svc.mount.file_write_back import WriteBack
 from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
@@ -133,7 +137,14 @@ class MountFS:
             outbox=outbox,
         )
         self._namespace = NamespaceOps(self._ctx, self._truncate)
-        self._files = FileOps(self._ctx, self._namespace)
+        # Closes that hand their commit off, and the write-backs nobody
+        # waits for (theirs and releases'), which shutdown waits for.
+        hand_offs = HandOffs(
+            durable_close=self._ctx.settings.durable_close, quota=quota, connected=connected
+        )
+        write_back = WriteBack(self._ctx, hand_offs)
+        self._closes = FileCloses(self._ctx, self._namespace, hand_offs, write_back)
+        self._files = FileOps(self._ctx, self._namespace, write_back, self._closes)
         self._directories = DirectoryReader(self._ctx)
         if quota is not None:
             self._ctx.quota_room = QuotaRoom(
@@ -199,7 +210,7 @@ class MountFS:
         """
         self._ctx.leases.reconnected()
         self._ctx.stopping.reconnected()
-        self._ctx.clock.callLater(0, self._files.reconnected)
+        self._ctx.clock.callLater(0, self._closes.reconnected)
 
     def stopping(self) -> None:
         """
@@ -216,12 +227,12 @@ class MountFS:
         fires once all ended (the ones still failing are discarded, with a
         warning).
         """
-        return self._files.last_write_backs()
+        return self._closes.last_write_backs()
 
     @property
     def kept_files(self) -> int:
         """How many files are kept through an outage, waiting for the data plane."""
-        return self._files.kept
+        return self._closes.kept
 
     def stop_leases(self) -> None:
         """Stop refreshing write leases (shutdown: closing the connection ends them)."""
@@ -372,33 +383,33 @@ class MountFS:
     def nothing_to_flush(self, fh: int) -> bool:
         """
         Any thread: a flush of C{fh} would do nothing now
-        (L{svc.mount.files.FileOps.nothing_to_flush}).
+        (L{svc.mount.file_closes.FileCloses.nothing_to_flush}).
         """
-        return self._files.nothing_to_flush(fh)
+        return self._closes.nothing_to_flush(fh)
 
     def flush(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Write back (on every C{close} of a descriptor)."""
-        return Deferred.fromCoroutine(self._files.flush(fh, caller))
+        return Deferred.fromCoroutine(self._closes.flush(fh, caller))
 
     def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
         """Write back."""
-        return Deferred.fromCoroutine(self._files.fsync(fh, datasync, caller))
+        return Deferred.fromCoroutine(self._closes.fsync(fh, datasync, caller))
 
     def release_here(self, fh: int) -> bool | None:
         """
         Any thread: release read-only handle C{fh} without the reactor when
         nothing must happen at once; C{True} when L{sweep_released} must be
-        posted to the reactor (L{svc.mount.files.FileOps.release_here}).
+        posted to the reactor (L{svc.mount.file_closes.FileCloses.release_here}).
         """
-        return self._files.release_here(fh)
+        return self._closes.release_here(fh)
 
     def sweep_released(self) -> None:
         """On the reactor: retire, soon, the states L{release_here} left."""
-        self._files.sweep_released()
+        self._closes.sweep_released()
 
     def release(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """Close a file handle (the last one writes back and drops the spill file)."""
-        return Deferred.fromCoroutine(self._files.release(fh, caller))
+        return Deferred.fromCoroutine(self._closes.release(fh, caller))
 
     def abandon_create(self, fh: int, caller: CallerProcess) -> Deferred[None]:
         """
@@ -406,7 +417,7 @@ class MountFS:
         (answered after its timeout); a new file nobody else has is
         forgotten rather than created.
         """
-        return Deferred.fromCoroutine(self._files.abandon_create(fh, caller))
+        return Deferred.fromCoroutine(self._closes.abandon_create(fh, caller))
 
     def write_backs_settled(self) -> Deferred[None]:
         """
@@ -416,7 +427,7 @@ class MountFS:
         """
 
         async def settling() -> None:
-            await self._files.write_backs_settled()
+            await self._closes.write_backs_settled()
             await self._ctx.namespace_lock.hand_offs_settled()
 
         return Deferred.fromCoroutine(settling())

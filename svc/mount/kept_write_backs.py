@@ -5,7 +5,7 @@ through an outage").
 
 The last release of a file whose write-back got no answer from the data
 plane (the connection could not be had in time, or was lost) does not
-discard the file's changes: L{svc.mount.files.FileOps} keeps the file open
+discard the file's changes: L{svc.mount.file_closes.FileCloses} keeps the file open
 (its state, spill file and write lease) and gives L{KeptWriteBacks} an
 attempt to run later. The attempts run one at a time, oldest first, in
 I{rounds}: at once when a new data-plane connection replaces a lost one

@@ -17,6 +17,7 @@ of the layout and keep the spill file they read from alive
 
 from __future__ import annotations
 
+import errno
 import itertools
 import threading
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from twisted.python.failure import Failure
 
 from svc.buffer_pool import footprint
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef
+from svc.mount.errors import FSError
 from svc.mount.extents import FileLayout, Source
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT, IChunkSource, gather
@@ -816,6 +818,13 @@ class OpenFiles:
     def handle(self, fh: int) -> Handle | None:
         """The handle C{fh}, if open."""
         return self._handles.get(fh)
+
+    def existing(self, fh: int) -> Handle:
+        """The handle C{fh}; L{FSError} C{EBADF} when it is not open."""
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise FSError(errno.EBADF, f"no open file {fh}")
+        return handle
 
     def release(self, fh: int) -> Handle | None:
         """

@@ -14,7 +14,7 @@ import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
-from svc.mount import files as files_module
+from svc.mount import file_closes
 from svc.mount.errors import FSError
 from svc.mount.fs import ROOT_INODE
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
@@ -371,7 +371,7 @@ class ReleaseHereTests(SynchronousTestCase):
         self.files = self.fs._ctx.files
 
     def sweep(self) -> None:
-        self.fixture.service.clock.advance(files_module.RELEASE_SWEEP_SECONDS)
+        self.fixture.service.clock.advance(file_closes.RELEASE_SWEEP_SECONDS)
 
     def test_reader_released_and_its_state_swept(self) -> None:
         """
