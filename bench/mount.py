@@ -9,7 +9,15 @@ read of the small files once they are written (then removed, timed as
 C{rm -r}); the small-file test then runs ROUNDS more times on bindfs and
 svc alternately (the median ratio of those pairs is the steadier figure),
 and once more on a mount started with C{SVC_DURABLE_CLOSE=1} (every close
-waits for its commit's answer). Prints one JSON object.
+waits for its commit's answer).
+
+Each target also runs the real agent workloads of issue 36 (module
+C{agent_tree}, next to this one) on a real source tree, the Twisted package
+this interpreter imports without its C{__pycache__} directories, packed
+into a tarball at the start: C{tar -x}, C{git init && git add -A && git
+commit}, a warm C{grep -r}, and on a fresh client (for svc a remount with
+an empty cache, elsewhere an emptied page cache) C{grep -r} and
+C{git status}, then C{rm -rf}. Prints one JSON object.
 Everything started is stopped and unmounted at the end.
 """
 
@@ -31,6 +39,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from agent_tree import Tree, agent_tree, build_tarball  # noqa: E402
 
 from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http, run_quickstart  # noqa: E402
 
@@ -298,9 +308,15 @@ def sqlite_commits(directory: Path) -> dict[str, float]:
 
 
 def run_target(
-    directory: Path, data: memoryview, cold_prepare: Callable[[], None]
+    directory: Path,
+    data: memoryview,
+    cold_prepare: Callable[[], None],
+    tree: Tree,
 ) -> dict[str, Any]:
-    """All workloads in C{directory}; C{cold_prepare} empties caches (after drop_caches)."""
+    """
+    All workloads in C{directory}; C{cold_prepare} empties caches (after
+    drop_caches); C{tree} is the source tree L{build_tarball} packed.
+    """
     size = len(data)
     big = directory / "big.bin"
     write_s, fsync_s = seq_write(big, data)
@@ -322,6 +338,13 @@ def run_target(
     saved = atomic_saves(directory / "saves")
     committed = git_add_commit(directory / "git")
     databases = sqlite_commits(directory / "sqlite")
+
+    def cold() -> None:
+        drop_caches()
+        cold_prepare()
+
+    _say("agent workloads on a real source tree")
+    agent = agent_tree(directory / "tree", tree, cold)
     mb = size / 1e6
     return {
         "write_mb_s": round(mb / write_s, 1),
@@ -337,6 +360,7 @@ def run_target(
         "atomic_save_s": round(saved, 3),
         "git_add_commit_s": None if committed is None else round(committed, 3),
         "sqlite": databases,
+        "agent_tree": agent,
     }
 
 
@@ -516,6 +540,7 @@ def ratios(
     for label in SQLITE_MODES:
         key = f"{label}_ms_per_commit"
         found[f"svc_sqlite_{label}_vs_local"] = ratio(mounted["sqlite"][key], local["sqlite"][key])
+    found.update(agent_tree_ratios(mounted, local, "local"))
     if rounds:
         found["svc_small_files_vs_bindfs_median_of_rounds"] = median(
             [entry["ratio"] for entry in rounds]
@@ -555,6 +580,22 @@ def ratios(
             found[f"svc_sqlite_{label}_vs_bindfs"] = ratio(
                 mounted["sqlite"][key], bind["sqlite"][key]
             )
+        found.update(agent_tree_ratios(mounted, bind, "bindfs"))
+    return found
+
+
+def agent_tree_ratios(
+    mounted: dict[str, Any], other: dict[str, Any], name: str
+) -> dict[str, float]:
+    """
+    Time ratios of svc's agent-tree steps to C{other}'s (how many times
+    longer on svc), as C{svc_agent_tree_<step>_vs_<name>}.
+    """
+    found = {}
+    for key, seconds in mounted["agent_tree"].items():
+        if seconds is not None:
+            step = key.removesuffix("_s")
+            found[f"svc_agent_tree_{step}_vs_{name}"] = ratio(seconds, other["agent_tree"][key])
     return found
 
 
@@ -581,12 +622,12 @@ def main() -> int:
         "small_files": {"count": SMALL_FILES, "size": SMALL_SIZE},
     }
     try:
+        tree, result["agent_tree"] = build_tarball(tmp)
         local_dir = tmp / "local"
         local_dir.mkdir()
         _say("local disk")
-        local = run_target(local_dir, data, lambda: None)
+        local = result["local"] = run_target(local_dir, data, lambda: None, tree)
         shutil.rmtree(local_dir)
-        result["local"] = local
 
         bindfs = None if args.skip_bindfs else ensure_bindfs()
         if bindfs is None:
@@ -599,14 +640,14 @@ def main() -> int:
             # big_writes: the FUSE floor moves writes in 128 KiB requests,
             # as the svc mount does (without it each write is cut to 4 KiB).
             subprocess.run([bindfs, "-o", "big_writes", str(backing), str(bind_mnt)], check=True)
-            result["bindfs"] = run_target(bind_mnt, data, lambda: None)
+            result["bindfs"] = run_target(bind_mnt, data, lambda: None, tree)
             # Kept mounted for the interleaved small-file rounds.
 
         _say("starting the svc stack (quickstart)")
         svc.start(grant)
         svc.mount()
         _say("svc mount")
-        mounted = run_target(svc.mount_point, data, svc.remount_cold)
+        mounted = run_target(svc.mount_point, data, svc.remount_cold, tree)
         result["svc"] = mounted
         rounds = result["small_files_rounds"] = interleaved_small_files(
             None if bindfs is None else bind_mnt, svc
