@@ -46,6 +46,11 @@ _TYPE_BITS: dict[FileKind, int] = {
 }
 
 
+def type_bits(kind: FileKind) -> int:
+    """The C{S_IFMT} bits of C{kind}."""
+    return _TYPE_BITS[kind]
+
+
 def kind_of_mode(mode: int) -> FileKind | None:
     """The kind whose C{S_IFMT} bits C{mode} carries (L{None}: unknown)."""
     bits = stat.S_IFMT(mode)

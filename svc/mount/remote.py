@@ -20,6 +20,7 @@ verified C{chunk_get}.
 from __future__ import annotations
 
 import errno
+import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -35,8 +36,21 @@ from svc.dataplane_client.errors import (
     OutcomeUnknown,
     RemoteError,
 )
-from svc.mount.attributes import AttributeChanges, Attributes, FileKind
+from svc.mount.attributes import AttributeChanges, Attributes, FileKind, type_bits
 from svc.mount.errors import RemoteFailure, local_errno
+from svc.mount.outbox.entries import (
+    Entry,
+    Link,
+    Mkdir,
+    Mknod,
+    Owner,
+    Rename,
+    Rmdir,
+    SetAttributes,
+    Symlink,
+    Unlink,
+)
+from svc.mount.outbox.requests import request_of
 from svc.mount.remote_values import (
     BadReply,
     ChunkEntry,
@@ -75,19 +89,13 @@ from svc.wire.messages import (
     ChunkGetRequest,
     ChunkHasRequest,
     ChunkPutRequest,
-    DirCreateRequest,
     EmptyRequest,
     LeaseGrantRequest,
     LeaseIdRequest,
     ListRequest,
     ManifestGetRequest,
     ManifestPutRequest,
-    MknodRequest,
     PathRequest,
-    PathWriteRequest,
-    SetattrRequest,
-    SymlinkRequest,
-    TwoPathRequest,
 )
 from svc.wire.ops import Op
 from svc.wire.schema import encode_message
@@ -131,6 +139,32 @@ INLINE_CHUNK_LIMIT = MAX_INLINE_CHUNKS
 
 LIST_PAGE_LIMIT = MAX_LIST_LIMIT
 """Entries per C{list} page."""
+
+
+E = TypeVar("E", bound=Entry)
+
+
+class ChangeRecorder(Protocol):
+    """Where changes are recorded before they are sent (L{svc.mount.outbox.outbox.Outbox})."""
+
+    def append(
+        self, make: Callable[[int], E], chunks: Mapping[str, bytes] = ..., *, send: bool = ...
+    ) -> E:
+        """Persist the entry C{make(seq)} builds."""
+
+    def tag(self, entry: Entry) -> OutboxTag:
+        """The C{outbox} field of C{entry}'s request."""
+
+    def done(self, entry: Entry) -> None:
+        """C{entry} was seen through."""
+
+
+def _request_of(entry: Entry, tag: OutboxTag | None, session_id: str | None) -> tuple[Op, object]:
+    """L{request_of}, a field the wire refuses being an C{EINVAL} failure."""
+    try:
+        return request_of(entry, tag, session_id)
+    except FieldRefused as error:
+        raise RemoteFailure(errno.EINVAL, f"{entry.op.value}: {error.message}") from None
 
 
 class IDataPlaneCaller(Protocol):
@@ -188,9 +222,22 @@ class Remote:
     L{RemoteFailure}.
     """
 
-    def __init__(self, caller: IDataPlaneCaller, *, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        caller: IDataPlaneCaller,
+        *,
+        timeout: float | None = None,
+        recorder: ChangeRecorder | None = None,
+    ) -> None:
+        """
+        @param recorder: where every namespace change (not a commit: the
+            write-back records its own) is recorded before it is sent, and
+            which tags it (the mount's outbox, ``mount-outbox.md`` section
+            8); L{None}: nowhere, untagged.
+        """
         self._caller = caller
         self._timeout = timeout
+        self._recorder = recorder
 
     def _request(
         self,
@@ -358,7 +405,7 @@ class Remote:
         Unlink the non-directory C{path}; the parent's new mtime and ctime
         (L{None} from a server that does not say).
         """
-        return self._call(Op.MANIFEST_DELETE, PathWriteRequest(path, session_id), _dir_ctime)
+        return self._change(lambda seq: Unlink(seq, path), session_id, _dir_ctime)
 
     def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
         """Move C{path} to C{to_path} (C{manifest_rename})."""
@@ -366,41 +413,45 @@ class Remote:
         def parse(answer: RenameReply, reply: Reply) -> RenameResult:
             return RenameResult(answer.moved, answer.replaced, answer.dir_ctime_ns)
 
-        return self._call(Op.MANIFEST_RENAME, TwoPathRequest(path, to_path, session_id), parse)
+        return self._change(lambda seq: Rename(seq, path, to_path), session_id, parse)
 
     def dir_create(
         self, path: str, *, mode: int, uid: int, gid: int, session_id: str | None
     ) -> Deferred[Attributes]:
         """Create directory C{path}."""
-        request = DirCreateRequest(path, mode, uid, gid, session_id)
-        return self._call(Op.DIR_CREATE, request, _attributes)
+        owner = Owner(mode, uid, gid)
+        return self._change(lambda seq: Mkdir(seq, path, owner), session_id, _attributes)
 
     def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
         """Remove the empty directory C{path}; as L{manifest_delete}."""
-        return self._call(Op.DIR_REMOVE, PathWriteRequest(path, session_id), _dir_ctime)
+        return self._change(lambda seq: Rmdir(seq, path), session_id, _dir_ctime)
 
     def setattr(
         self, path: str, changes: AttributeChanges, *, session_id: str | None
     ) -> Deferred[Attributes]:
         """Change attributes of C{path} (C{size} only 0 or the current size)."""
-        request = SetattrRequest(
-            path,
-            changes.mode,
-            changes.uid,
-            changes.gid,
-            changes.size,
-            changes.mtime_ns,
-            changes.atime_ns,
-            session_id,
-        )
-        return self._call(Op.SETATTR, request, _attributes)
+
+        def make(seq: int) -> SetAttributes:
+            return SetAttributes(
+                seq,
+                path,
+                mode=changes.mode,
+                uid=changes.uid,
+                gid=changes.gid,
+                atime_ns=changes.atime_ns,
+                mtime_ns=changes.mtime_ns,
+                size=changes.size,
+            )
+
+        return self._change(make, session_id, _attributes)
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, session_id: str | None
     ) -> Deferred[Attributes]:
         """Create symlink C{path} pointing at C{target}."""
-        request = SymlinkRequest(path, target, uid, gid, session_id)
-        return self._call(Op.SYMLINK, request, _attributes)
+        return self._change(
+            lambda seq: Symlink(seq, path, target, uid, gid), session_id, _attributes
+        )
 
     def mknod(
         self,
@@ -414,12 +465,44 @@ class Remote:
         session_id: str | None,
     ) -> Deferred[Attributes]:
         """Create a non-directory, non-symlink node at C{path}."""
-        request = MknodRequest(path, kind.value, mode, rdev, uid, gid, session_id)
-        return self._call(Op.MKNOD, request, _attributes)
+        owner = Owner(type_bits(kind) | stat.S_IMODE(mode), uid, gid)
+        return self._change(lambda seq: Mknod(seq, path, owner, rdev), session_id, _attributes)
 
     def link(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[Attributes]:
         """Add the name C{to_path} to the inode of C{path}."""
-        return self._call(Op.LINK, TwoPathRequest(path, to_path, session_id), _attributes)
+        return self._change(lambda seq: Link(seq, to_path, path), session_id, _attributes)
+
+    def _change(
+        self,
+        make: Callable[[int], Entry],
+        session_id: str | None,
+        parse: Callable[[Any, Reply], T],
+    ) -> Deferred[T]:
+        """
+        Send the change C{make(seq)} builds, recorded first in the outbox
+        when there is one (L{ChangeRecorder}): tagged with its entry, which
+        settles once the request is answered, refused or lost (a lost one's
+        resend is a change of its own, L{svc.mount.unanswered}).
+        """
+        recorder = self._recorder
+        if recorder is None:
+            try:
+                op, request = _request_of(make(0), None, session_id)
+            except RemoteFailure as error:
+                return fail(error)
+            return self._call(op, request, parse)
+        entry = recorder.append(make, send=False)
+        try:
+            op, request = _request_of(entry, recorder.tag(entry), session_id)
+        except RemoteFailure as error:
+            recorder.done(entry)
+            return fail(error)
+
+        def settle(result: T | Failure) -> T | Failure:
+            recorder.done(entry)
+            return result
+
+        return self._call(op, request, parse).addBoth(settle)
 
     def change(self, op: Op, request: object) -> Deferred[Any]:
         """

@@ -268,6 +268,8 @@ class MountService(Service):
                 settings.chunk_dir, self._cache_worker, reactor, emit=self._emit
             )
         self._outbox = await self._replay_outbox(remote, lease.session_id)
+        # Every change the filesystem sends is recorded in the outbox first.
+        remote = Remote(self._dataplane, recorder=self._outbox)
         notices = KernelNotices(lambda: self._loop is not None and self._loop.running)
         quota = QuotaSource(remote.statfs, reactor)
         self._fs = MountFS(

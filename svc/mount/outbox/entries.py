@@ -149,8 +149,9 @@ class Rename:
 @attrs.frozen
 class SetAttributes:
     """
-    Attribute changes at C{path}; L{None} leaves a field as it is. A size
-    change is a L{Commit}, not a C{setattr}.
+    Attribute changes at C{path}; L{None} leaves a field as it is. C{size}
+    is only ever 0 or the file's current size (the truncation of a file no
+    handle has open); any other content change is a L{Commit}.
     """
 
     seq: int
@@ -160,6 +161,7 @@ class SetAttributes:
     gid: int | None = None
     atime_ns: int | None = None
     mtime_ns: int | None = None
+    size: int | None = None
     op = Op.SETATTR
 
 
@@ -202,7 +204,7 @@ def entry_to_map(entry: Entry) -> dict[str, Any]:
     elif isinstance(entry, Rename):
         out.update(to=entry.to)
     elif isinstance(entry, SetAttributes):
-        for name in ("mode", "uid", "gid", "atime_ns", "mtime_ns"):
+        for name in ("mode", "uid", "gid", "atime_ns", "mtime_ns", "size"):
             value = getattr(entry, name)
             if value is not None:
                 out[name] = value
@@ -263,6 +265,7 @@ def entry_from_map(raw: object) -> Entry:
         gid=fields.optional_natural("gid"),
         atime_ns=fields.optional_integer("atime_ns"),
         mtime_ns=fields.optional_integer("mtime_ns"),
+        size=fields.optional_natural("size"),
     )
 
 

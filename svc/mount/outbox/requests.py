@@ -59,8 +59,8 @@ def tag_of(outbox: bytes, seq: int, settled: int) -> OutboxTag:
     return OutboxTag(outbox.hex(), seq, settled)
 
 
-def request_of(entry: Entry, tag: OutboxTag, session_id: str | None) -> tuple[Op, object]:
-    """The operation and request message that send C{entry}."""
+def request_of(entry: Entry, tag: OutboxTag | None, session_id: str | None) -> tuple[Op, object]:
+    """The operation and request message that send C{entry} (tagged C{tag})."""
     if isinstance(entry, Commit):
         if entry.chained:
             # Its expected version is the answer to an earlier entry: for
@@ -115,7 +115,7 @@ def request_of(entry: Entry, tag: OutboxTag, session_id: str | None) -> tuple[Op
         mode,
         entry.uid,
         entry.gid,
-        None,
+        entry.size,
         entry.mtime_ns,
         entry.atime_ns,
         session_id,

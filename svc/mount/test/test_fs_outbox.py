@@ -14,8 +14,9 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount.attributes import AttributeChanges
 from svc.mount.fs import ROOT_INODE
-from svc.mount.outbox.entries import Commit
+from svc.mount.outbox.entries import Commit, Entry, Rename
 from svc.mount.outbox.log import OutboxLog
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.test.test_fs_close import create
@@ -154,3 +155,95 @@ class RecordedCloseTests(SynchronousTestCase):
             (entry.path, entry.expected, entry.size, entry.chained),
             (f"/{AGENT.agent_id}/f", 1, len(b"content"), False),
         )
+
+
+class RecordedChangeTests(SynchronousTestCase):
+    """Namespace changes recorded before they are sent, and what a killed mount left."""
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.cache = Path(self.mktemp())
+        self.mount = self.fixture.mount(outbox_dir=self.cache)
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        self.mount.write_file("d/f", b"mine")
+        self.folder = self.mount.lookup_path("d").ino
+
+    def next_mount(self) -> Mount:
+        """The next mount on the same cache, after this one was killed."""
+        self.mount.outbox.stop()
+        return self.fixture.mount(outbox_dir=self.cache, epoch=2)
+
+    def logged(self) -> list[Entry]:
+        """The unsettled entries the log holds now."""
+        log, replay = OutboxLog.open(self.cache / "log")
+        log.close()
+        return list(replay.unsettled)
+
+    def test_every_change_is_recorded_until_answered(self) -> None:
+        """
+        A change in flight is in the log, its request tagged with its
+        entry; its answer settles it.
+        """
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.mount.fs.rename(self.folder, b"f", self.folder, b"g", CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        self.mount.outbox.stop()
+        [entry] = self.logged()
+        self.assertEqual(
+            entry, Rename(entry.seq, f"/{AGENT.agent_id}/d/f", f"/{AGENT.agent_id}/d/g")
+        )
+
+    def test_a_handed_off_unlink_a_killed_mount_sent_is_applied(self) -> None:
+        """
+        The unlink returned once sent and never reached the data plane: the
+        next mount on the cache sends it before it starts.
+        """
+        self.mount.answers.hold("manifest_delete", unsent=("manifest_delete",))
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"f", CALLER))
+        after = self.next_mount()
+        self.assertEqual(after.names("d"), [])
+
+    def test_a_rename_that_ran_before_the_kill_is_not_run_again(self) -> None:
+        """
+        The rename ran and the mount died before its answer; another writer
+        then made a new C{f}: the replay is answered as the first run was,
+        so the new C{f} is not moved over C{g}.
+        """
+        self.mount.answers.hold("manifest_rename")
+        self.mount.ok(self.mount.fs.rename(self.folder, b"f", self.folder, b"g", CALLER))
+        self.fixture.service.agent().put_file("d/f", b"theirs")
+        after = self.next_mount()
+        self.assertEqual(sorted(after.names("d")), ["f", "g"])
+        self.assertEqual(after.read_file("d/f"), b"theirs")
+        self.assertEqual(after.read_file("d/g"), b"mine")
+
+    def test_a_truncation_is_recorded_with_its_size(self) -> None:
+        """The truncation of a closed file is a setattr entry carrying the size."""
+        node = self.mount.lookup_path("d/f")
+        self.mount.answers.hold("setattr", unsent=("setattr",))
+        truncated = self.mount.fs.setattr(node.ino, AttributeChanges(size=0), CALLER)
+        self.assertNoResult(truncated)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("d/f"), b"")
+
+    def test_an_atomic_save_a_killed_mount_sent_is_replayed_whole(self) -> None:
+        """
+        A save's commit of the temporary file and its rename over the real
+        one both returned, neither reached the data plane: the next mount
+        replays both, in order (the commit alone would leave the save half
+        done).
+        """
+        self.mount.answers.hold(
+            "manifest_put", "manifest_rename", unsent=("manifest_put", "manifest_rename")
+        )
+        opened, _ = self.mount.ok(
+            self.mount.fs.create(self.folder, b"f.tmp", 0o644, os.O_WRONLY, CALLER)
+        )
+        self.mount.ok(self.mount.fs.write(opened.fh, 0, b"saved", CALLER))
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        self.mount.fs.release(opened.fh, CALLER)  # waits for the commit's answer
+        self.mount.ok(self.mount.fs.rename(self.folder, b"f.tmp", self.folder, b"f", CALLER))
+        self.assertEqual(self.mount.answers.held, 2, "both sent, neither answered")
+        after = self.next_mount()
+        self.assertEqual(after.names("d"), ["f"])
+        self.assertEqual(after.read_file("d/f"), b"saved")

@@ -196,8 +196,7 @@ class Mount:
         case = fixture.case
         self.connection = LocalConnection(fixture.service.service, who, fixture.connection_id())
         self.answers = HeldAnswers(self.connection)
-        self.remote = Remote(self.answers)
-        self.chunks = MemoryChunkSource(self.remote)
+        unrecorded = Remote(self.answers)
         self.audit: list[AuditEvent] = []
         self.invalidated: list[int] = []
         self.invalidated_entries: list[tuple[int, bytes]] = []
@@ -208,7 +207,7 @@ class Mount:
         now = lambda: fixture.service.clock.seconds() + clock_ahead  # noqa: E731
         self.outbox, replaying = open_outbox(
             self.outbox_dir,
-            self.remote,
+            unrecorded,
             fixture.service.clock,
             now,
             session_id,
@@ -217,6 +216,8 @@ class Mount:
         )
         case.addCleanup(self.outbox.stop)
         self.ok(replaying)
+        self.remote = Remote(self.answers, recorder=self.outbox)
+        self.chunks = MemoryChunkSource(self.remote)
         self.fs = MountFS(
             remote=self.remote,
             chunks=self.chunks,
