@@ -2,11 +2,14 @@
 The llfuse bridge: an C{llfuse.Operations} whose handlers only translate.
 
 Each handler runs on an llfuse worker thread. It turns the kernel's
-arguments into L{MountFS} arguments, runs the operation on the reactor thread
-through L{ReactorCaller} (with the llfuse global lock released and a
-timeout: a FUSE thread never waits forever), and turns the answer back into
-llfuse values. L{FSError} becomes C{FUSEError(errno)}; a timeout or any
-other exception is EIO (the latter logged as a bug).
+arguments into L{MountFS} arguments (the caller from
+L{svc.mount.fuse_callers.caller_of}), runs the operation on the reactor
+thread through L{svc.mount.reactor_caller.ReactorCaller} (with the llfuse
+global lock released and a timeout: a FUSE thread never waits forever),
+and turns the answer back into llfuse values (L{svc.mount.llfuse_values}).
+L{FSError} becomes C{FUSEError(errno)}; a timeout or any other exception
+is EIO (the latter logged as a bug). A write's bytes may be stored here,
+on the FUSE thread (L{svc.mount.spill_writes}).
 
 Threads and timeouts: ``docs/specifications/mount-runtime.md``.
 """
@@ -14,26 +17,30 @@ Threads and timeouts: ``docs/specifications/mount-runtime.md``.
 from __future__ import annotations
 
 import errno
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, TypeVar
 
 import llfuse
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorFromThreads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.audit.events import NO_PROCESS, CallerProcess
-from svc.mount.attributes import BLOCK_SIZE, AttributeChanges, Entry, OpenResult
+from svc.mount.attributes import Entry, OpenResult
 from svc.mount.errors import FSError
 from svc.mount.fs import MountFS
-from svc.mount.op_ticket import OpTicket, run_with_ticket
-from svc.mount.open_files import SpillWrite
+from svc.mount.fuse_callers import caller_of
+from svc.mount.llfuse_values import (
+    attribute_changes,
+    entry_attributes,
+    negative_entry,
+    statvfs_data,
+)
+from svc.mount.reactor_caller import ReactorCaller
 from svc.mount.settings import BridgeTimeouts
+from svc.mount.spill_writes import SpillWrite
 
 T = TypeVar("T")
 
@@ -43,125 +50,6 @@ DEFAULT_TIMEOUTS = BridgeTimeouts()
 
 READDIR_PAGE = 64
 """Entries asked of L{MountFS.readdir} per call (the kernel's buffer is small)."""
-
-
-def process_name(pid: int, proc: str = "/proc") -> str | None:
-    """The command name of C{pid} (C{/proc/<pid>/comm}), L{None} if unknown."""
-    if pid <= 0:
-        return None
-    # Three system calls (a Python file object would add fstat, ioctl and
-    # lseek): this runs for most FUSE requests.
-    try:
-        fd = os.open(f"{proc}/{pid}/comm", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 64)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    name = raw.rstrip(b"\n").decode("utf-8", "replace")
-    return name or None
-
-
-def caller_of(ctx: Any) -> CallerProcess:
-    """The L{CallerProcess} behind an llfuse C{RequestContext}."""
-    pid = getattr(ctx, "pid", None)
-    uid = getattr(ctx, "uid", None)
-    gid = getattr(ctx, "gid", None)
-    if not isinstance(pid, int) or pid <= 0:
-        return CallerProcess(uid=uid, gid=gid)
-    return CallerProcess(command=process_name(pid), pid=pid, uid=uid, gid=gid)
-
-
-class ReactorCaller:
-    """
-    Runs a function on the reactor thread from a FUSE thread and waits for
-    its result, at most C{timeout} seconds, with the llfuse lock released.
-    """
-
-    def __init__(
-        self,
-        reactor: IReactorFromThreads,
-        released: Callable[[], AbstractContextManager[Any]] = lambda: llfuse.lock_released,
-    ) -> None:
-        self._reactor = reactor
-        self._released = released
-
-    def call(
-        self,
-        timeout: float,
-        what: str,
-        f: Callable[..., Any],
-        *args: Any,
-        late: Callable[[Any], object] | None = None,
-    ) -> Any:
-        """
-        C{f(*args)} on the reactor thread; its (Deferred's) result.
-
-        @param late: given, on the reactor thread, a result that arrives
-            after the timeout (nobody else will see it).
-        @raise llfuse.FUSEError: C{FSError.errno}; EIO on timeout or a bug.
-        """
-        # A plain lock as the signal: held here, released by the reactor
-        # when the answer is in (cheaper than an Event's condition).
-        done = threading.Lock()
-        done.acquire()
-        box: list[object] = []
-        guard = threading.Lock()
-        abandoned = False
-
-        def finished(result: object) -> None:
-            with guard:
-                if not abandoned:
-                    box.append(result)
-                    done.release()
-                    return
-            if late is not None and not isinstance(result, Failure):
-                late(result)
-
-        ticket = OpTicket()
-
-        def run() -> None:
-            run_with_ticket(ticket, f, *args).addBoth(finished)
-
-        self._reactor.callFromThread(run)
-        with self._released():
-            answered = done.acquire(timeout=timeout)
-        if not answered:
-            with guard:
-                answered = bool(box)
-                abandoned = not answered
-        if not answered:
-            # What still waits for its turn must not start now (op_ticket).
-            self._reactor.callFromThread(ticket.abandon)
-            _log.error("{what} got no answer within {timeout}s: EIO", what=what, timeout=timeout)
-            raise llfuse.FUSEError(errno.EIO)
-        result = box[0]
-        if isinstance(result, Failure):
-            error = result.value
-            if isinstance(error, FSError):
-                raise llfuse.FUSEError(error.errno)
-            _log.failure("{what} failed unexpectedly: EIO", result, what=what)
-            raise llfuse.FUSEError(errno.EIO)
-        return result
-
-    def post(self, f: Callable[..., object], *args: Any) -> None:
-        """C{f(*args)} on the reactor thread, without waiting; a failure is logged."""
-
-        def run() -> None:
-            try:
-                f(*args)
-            except Exception:
-                _log.failure("posted call {f} failed", f=f)
-
-        self._reactor.callFromThread(run)
-
-    def blocking(self, f: Callable[[], T]) -> T:
-        """C{f()} here, with the llfuse lock released (for blocking I/O)."""
-        with self._released():
-            return f()
 
 
 def _abandon_write(started: object) -> None:
@@ -225,24 +113,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
             return None
 
     def _attributes(self, entry: Entry) -> llfuse.EntryAttributes:
-        attributes = entry.attributes
-        out = llfuse.EntryAttributes()
-        out.st_ino = entry.ino
-        out.generation = 0
-        out.entry_timeout = self._timeouts.entry_seconds
-        out.attr_timeout = self._timeouts.attr_seconds
-        out.st_mode = attributes.st_mode
-        out.st_nlink = attributes.nlink  # 0 for a file unlinked while open
-        out.st_uid = attributes.uid
-        out.st_gid = attributes.gid
-        out.st_rdev = attributes.rdev
-        out.st_size = attributes.size
-        out.st_blksize = BLOCK_SIZE
-        out.st_blocks = attributes.st_blocks
-        out.st_atime_ns = attributes.atime_ns
-        out.st_mtime_ns = attributes.mtime_ns
-        out.st_ctime_ns = attributes.ctime_ns
-        return out
+        return entry_attributes(entry, self._timeouts)
 
     def _owner(self, fh: int) -> CallerProcess:
         with self._owners_lock:
@@ -274,15 +145,8 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         except llfuse.FUSEError as error:
             if error.errno != errno.ENOENT:
                 raise
-            return self._negative()
+            return negative_entry(self._timeouts)
         return self._attributes(entry)
-
-    def _negative(self) -> llfuse.EntryAttributes:
-        out = llfuse.EntryAttributes()
-        out.st_ino = 0  # llfuse: a negative entry, cached for entry_timeout
-        out.entry_timeout = self._timeouts.entry_seconds
-        out.attr_timeout = 0
-        return out
 
     def getattr(self, inode: int, ctx: Any = None) -> llfuse.EntryAttributes:
         """
@@ -299,14 +163,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         self, inode: int, attr: Any, fields: Any, fh: int | None, ctx: Any = None
     ) -> llfuse.EntryAttributes:
         """Change mode, owner, size or times (a size change may write back)."""
-        changes = AttributeChanges(
-            mode=attr.st_mode & 0o7777 if fields.update_mode else None,
-            uid=attr.st_uid if fields.update_uid else None,
-            gid=attr.st_gid if fields.update_gid else None,
-            size=attr.st_size if fields.update_size else None,
-            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
-            atime_ns=attr.st_atime_ns if fields.update_atime else None,
-        )
+        changes = attribute_changes(attr, fields)
         call = self._writeback if changes.size is not None else self._op
         attributes = call("setattr", self._fs.setattr, inode, changes, caller_of(ctx))
         return self._attributes(Entry(inode, attributes))
@@ -326,18 +183,7 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
 
     def statfs(self, ctx: Any = None) -> llfuse.StatvfsData:
         """Capacity and usage."""
-        stats = self._op("statfs", self._fs.statfs, caller_of(ctx))
-        out = llfuse.StatvfsData()
-        out.f_bsize = stats.block_size
-        out.f_frsize = stats.block_size
-        out.f_blocks = stats.blocks
-        out.f_bfree = stats.blocks_free
-        out.f_bavail = stats.blocks_available
-        out.f_files = stats.files
-        out.f_ffree = stats.files_free
-        out.f_favail = stats.files_free
-        out.f_namemax = stats.name_max
-        return out
+        return statvfs_data(self._op("statfs", self._fs.statfs, caller_of(ctx)))
 
     # Directories
 
@@ -602,74 +448,3 @@ class Bridge(llfuse.Operations):  # type: ignore[misc]
         """The open file handles and their callers."""
         with self._owners_lock:
             return dict(self._owners)
-
-
-def sync_all(fs: MountFS, handles: dict[int, CallerProcess]) -> Deferred[int]:
-    """
-    On the reactor thread: tell C{fs} that shutdown begins, write back
-    every open handle (before unmounting), then make the final attempt at
-    the files kept through an outage; fires with how many handles failed
-    (each logged).
-    """
-
-    async def syncing() -> int:
-        fs.stopping()
-        failed = 0
-        for fh, caller in sorted(handles.items()):
-            try:
-                await fs.fsync(fh, False, caller)
-            except FSError as error:
-                if error.errno == errno.EBADF:
-                    # Closed meanwhile: its release is writing it back, and is
-                    # waited for below.
-                    continue
-                failed += 1
-                _log.error(
-                    "write-back of handle {fh} failed at shutdown: {error}", fh=fh, error=error
-                )
-        await fs.write_backs_settled()
-        await fs.last_write_backs()
-        return failed
-
-    return Deferred.fromCoroutine(syncing())
-
-
-class KernelNotices:
-    """
-    What C{MountFS} tells the kernel about its caches (its C{invalidate},
-    C{forget_attributes} and C{invalidate_entry}), through llfuse, which
-    queues each notice for a thread of its own. That queue holds 1,000 and
-    its C{put} blocks; the thread runs only while C{llfuse.main} does. So a
-    notice while the FUSE loop is not serving (C{serving} false) is dropped:
-    the kernel caches nothing of an unmounted file system, and a blocked put
-    would stop the reactor. A notice the kernel refuses is logged.
-    """
-
-    def __init__(self, serving: Callable[[], bool], fuse: Any = llfuse) -> None:
-        self._serving = serving
-        self._fuse = fuse
-
-    def invalidate(self, ino: int) -> None:
-        """Drop an inode's attributes and page cache."""
-        self._send("invalidate_inode", ino)
-
-    def forget_attributes(self, ino: int) -> None:
-        """Drop an inode's cached attributes, not its pages."""
-        self._send("invalidate_inode", ino, attr_only=True)
-
-    def invalidate_entry(self, parent: int, name: bytes) -> None:
-        """Drop directory C{parent}'s entry C{name}."""
-        self._send("invalidate_entry", parent, name)
-
-    def _send(self, notice: str, *args: Any, **kwargs: Any) -> None:
-        if not self._serving():
-            return
-        try:
-            getattr(self._fuse, notice)(*args, **kwargs)
-        except Exception as error:  # the kernel refused
-            _log.info(
-                "kernel notice {notice}{args} failed: {error}",
-                notice=notice,
-                args=args,
-                error=error,
-            )

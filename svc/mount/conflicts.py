@@ -15,9 +15,9 @@ from svc.mount.attributes import FileKind
 from svc.mount.commit import CommitRequest, Conflict, conflict_name, entries
 from svc.mount.errors import RemoteFailure
 from svc.mount.extents import chunk_layout
+from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext, join
 from svc.mount.inodes import Node
-from svc.mount.open_files import FileState
 from svc.wire.errno import WireErrno
 
 _log = Logger()

@@ -23,12 +23,13 @@ from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.mount.attributes import FileKind
 from svc.mount.close_hand_off import HandOffs
 from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.file_state import FileState
 from svc.mount.file_write_back import WriteBack
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
 from svc.mount.kept_write_backs import KeptWriteBacks, Try
 from svc.mount.namespace import NamespaceOps
-from svc.mount.open_files import FileState, Handle
+from svc.mount.open_files import Handle
 
 _log = Logger()
 

@@ -35,9 +35,9 @@ from svc.mount.close_hand_off import HandOffs
 from svc.mount.commit import CommitRequest, Committed, Conflict, commit
 from svc.mount.conflicts import adopt, recovery_fields, save_copy
 from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
-from svc.mount.open_files import FileState
 from svc.mount.outbox.entries import Commit
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes

@@ -27,11 +27,14 @@ from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, 
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.file_closes import FileCloses
+from svc.mount.file_size_limit import MAX_FILE_BYTES
+from svc.mount.file_state import FileState
 from svc.mount.file_write_back import WriteBack
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace import NamespaceOps, new_mode, new_owner
-from svc.mount.open_files import MAX_FILE_BYTES, FileState, Handle, SpillWrite, WriteGrant
+from svc.mount.open_files import Handle
+from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.mount.unanswered import send_setattr
 from svc.mount.write_behind import WriteBehind
 

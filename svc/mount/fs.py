@@ -42,12 +42,12 @@ from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
 from svc.mount.namespace import NamespaceOps
-from svc.mount.open_files import SpillWrite, WriteGrant
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.quota_source import quota_report
 from svc.mount.remote import IChunkSource, Remote
+from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.timers import TimerClock
 from svc.worker import IWorker

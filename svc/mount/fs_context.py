@@ -18,12 +18,13 @@ from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent
 from svc.mount.attributes import NAME_MAX, Attributes, FileKind, QuotaReport
+from svc.mount.chunk_memo import DEFAULT_MEMO_BYTES, ChunkMemo
 from svc.mount.client_audit import ClientAudit
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.inline_reads import InlineReads
 from svc.mount.inodes import InodeTable, Node
 from svc.mount.namespace_lock import NamespaceLock
-from svc.mount.open_files import DEFAULT_MEMO_BYTES, ChunkMemo, OpenFiles
+from svc.mount.open_files import OpenFiles
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import IChunkSource, Remote

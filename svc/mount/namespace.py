@@ -35,6 +35,8 @@ from svc.mount.attributes import (
 )
 from svc.mount.client_audit import AuditLine, audit_path
 from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.file_size_limit import MAX_FILE_BYTES
+from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE, InodeTable, Node
 from svc.mount.namespace_hand_off import (
@@ -44,7 +46,6 @@ from svc.mount.namespace_hand_off import (
     settle_rename,
     settle_unlink,
 )
-from svc.mount.open_files import MAX_FILE_BYTES, FileState
 from svc.mount.remote_values import RenameResult
 from svc.mount.unanswered import send_creation, send_removal, send_rename, send_setattr
 

@@ -9,7 +9,7 @@ programs never check. L{QuotaRoom} lets the mount refuse the write itself,
 as a local disk with quotas does, without asking the server on every write:
 
  - Each open file counts its I{growth}: the bytes written beyond its
-   committed size and not committed yet (L{svc.mount.open_files.FileState}
+   committed size and not committed yet (L{svc.mount.file_state.FileState}
    tells the room: L{QuotaRoom.grew}, L{QuotaRoom.committed}).
  - The disk's usage is estimated as the usage of the last report the room
    asked for itself (a C{statfs}), plus the growth committed since it was

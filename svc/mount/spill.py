@@ -20,7 +20,9 @@ a few KiB.
 Spill files are named C{<ino>-<serial>.spill} and removed when the open file
 is written back or closed; L{SpillDirectory.sweep} removes leftovers of a
 previous run at start-up (their content was never committed; see
-``docs/specifications/mount-fs.md``).
+``docs/specifications/mount-fs.md``). An open file's state shares its spill
+with the reads and writes in flight (L{SpillHandle}), so a spill retired
+while one of them uses it is removed once the last is done.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+
+from twisted.internet.defer import Deferred
+
+from svc.worker import IWorker
 
 SPILL_SUFFIX = ".spill"
 
@@ -224,3 +230,40 @@ class SpillDirectory:
             path.unlink(missing_ok=True)
             count += 1
         return count
+
+
+Spill = SpillFile | MemorySpill
+"""Where an open file's written bytes are (on disk, or in memory for small files)."""
+
+
+class SpillHandle:
+    """
+    A spill file shared by a L{svc.mount.file_state.FileState} and its
+    in-flight reads: removed once retired and no read uses it.
+    """
+
+    def __init__(self, spill: Spill, worker: IWorker) -> None:
+        self.spill = spill
+        self._worker = worker
+        self._users = 0
+        self._retired = False
+
+    def acquire(self) -> None:
+        self._users += 1
+
+    def release(self) -> Deferred[None] | None:
+        self._users -= 1
+        return self._maybe_remove()
+
+    def retire(self) -> Deferred[None] | None:
+        self._retired = True
+        return self._maybe_remove()
+
+    def _maybe_remove(self) -> Deferred[None] | None:
+        if self._retired and self._users == 0:
+            self._users = -1  # removed once
+            if self.spill.in_memory:
+                self.spill.remove()
+                return None
+            return self._worker.submit(self.spill.remove)
+        return None

@@ -34,18 +34,21 @@ from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.config import ConfigError, process_environ
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.dataplane_client.reconnecting import ReconnectingClient
-from svc.mount.bridge import Bridge, KernelNotices, ReactorCaller, sync_all
+from svc.mount.bridge import Bridge
 from svc.mount.cache import ChunkCache
 from svc.mount.cached_chunks import CachedChunks
 from svc.mount.control_client import LeaseLost, MountControlClient, Revoked
 from svc.mount.fs import MountFS
+from svc.mount.kernel_notices import KernelNotices
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outbox.replay import open_outbox
 from svc.mount.quota_source import QuotaSource
+from svc.mount.reactor_caller import ReactorCaller
 from svc.mount.remote import Remote, changed_pushes, fenced_pushes, revoked_pushes
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, settings_from
+from svc.mount.shutdown_sync import sync_all
 from svc.mount.start_retry import refused_at_start, until_answered
 from svc.mount.unsent import UnsentFiles, copies_in
 from svc.mount.write_leases import revoke_pushes

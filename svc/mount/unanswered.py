@@ -31,9 +31,9 @@ from svc.audit.names import EventName
 from svc.mount.attributes import Attributes, FileKind
 from svc.mount.client_audit import audit_path
 from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext, join
 from svc.mount.inodes import Node
-from svc.mount.open_files import FileState
 from svc.mount.remote_values import RenameResult
 
 if TYPE_CHECKING:

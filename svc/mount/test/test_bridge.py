@@ -1,5 +1,6 @@
 """
-Tests for L{svc.mount.bridge}: the translation of llfuse calls into
+Tests for L{svc.mount.bridge} (with L{svc.mount.reactor_caller} and
+L{svc.mount.llfuse_values}): the translation of llfuse calls into
 L{MountFS} calls, errors and timeouts, without mounting (the real mount is
 ``tests/test_mount_system.py``).
 """
@@ -18,7 +19,6 @@ import llfuse
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.audit.events import CallerProcess
 from svc.mount.attributes import (
     AttributeChanges,
     Attributes,
@@ -29,19 +29,13 @@ from svc.mount.attributes import (
     OpenResult,
     QuotaReport,
 )
-from svc.mount.bridge import (
-    Bridge,
-    KernelNotices,
-    ReactorCaller,
-    caller_of,
-    process_name,
-    sync_all,
-)
+from svc.mount.bridge import Bridge
 from svc.mount.errors import FSError
 from svc.mount.op_ticket import OpTicket, current_ticket
-from svc.mount.open_files import SpillWrite, WriteGrant
+from svc.mount.reactor_caller import ReactorCaller
 from svc.mount.settings import BridgeTimeouts
 from svc.mount.spill import MemoryBudget, MemorySpill
+from svc.mount.spill_writes import SpillWrite, WriteGrant
 
 
 class ImmediateReactor:
@@ -552,149 +546,3 @@ class BridgeTests(SynchronousTestCase):
             ],
             [("release", 7), ("abandon_create", 8), ("forget", [(5, 1)])],
         )
-
-
-class CallerTests(SynchronousTestCase):
-    """The caller of a request comes from the llfuse context and /proc."""
-
-    def test_process_name(self) -> None:
-        """The command name of this process is read from /proc/<pid>/comm."""
-        with open(f"/proc/{os.getpid()}/comm") as comm:
-            expected = comm.read().strip()
-        self.assertEqual(process_name(os.getpid()), expected)
-
-    def test_unknown_process(self) -> None:
-        """A pid without /proc entry (or 0) has no name, but keeps uid and gid."""
-        self.assertIsNone(process_name(0))
-        self.assertEqual(caller_of(Context(0, 3, 4)), CallerProcess(uid=3, gid=4))
-
-
-class ShutdownFS:
-    """
-    A MountFS stand-in for L{sync_all}: fsync answers per handle, and the
-    release write-backs settle, and the kept files' last attempts end, when
-    the test says so.
-    """
-
-    def __init__(self, answers: dict[int, Exception | None]) -> None:
-        self.answers = answers
-        self.synced: list[int] = []
-        self.settled: Deferred[None] = Deferred()
-        self.last: Deferred[None] = succeed(None)
-        self.last_asked = False
-        self.stopped = False
-
-    def fsync(self, fh: int, datasync: bool, caller: CallerProcess) -> Deferred[None]:
-        self.synced.append(fh)
-        answer = self.answers[fh]
-        return fail(answer) if answer is not None else succeed(None)
-
-    def write_backs_settled(self) -> Deferred[None]:
-        return self.settled
-
-    def last_write_backs(self) -> Deferred[None]:
-        self.last_asked = True
-        return self.last
-
-    def stopping(self) -> None:
-        self.stopped = True
-
-
-class SyncAllTests(SynchronousTestCase):
-    """
-    Shutdown writes back every open handle and waits for releases in flight.
-    """
-
-    def test_released_handle_is_not_a_failure_and_release_is_awaited(self) -> None:
-        """A handle closed meanwhile (EBADF) is skipped, and the result waits for its release."""
-        fs = ShutdownFS({1: None, 2: FSError(errno.EBADF, "no open file 2"), 3: None})
-        caller = CallerProcess("app", 1, 0, 0)
-        result = sync_all(fs, {1: caller, 2: caller, 3: caller})  # type: ignore[arg-type]
-        self.assertEqual(fs.synced, [1, 2, 3])
-        self.assertNoResult(result)
-        fs.settled.callback(None)
-        self.assertEqual(self.successResultOf(result), 0)
-
-    def test_real_failure_counted(self) -> None:
-        """Any other write-back error is counted as a failure."""
-        fs = ShutdownFS({1: FSError(errno.EIO, "data plane gone")})
-        fs.settled.callback(None)
-        caller = CallerProcess("app", 1, 0, 0)
-        result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
-        self.assertEqual(self.successResultOf(result), 1)
-        self.flushLoggedErrors()
-
-    def test_kept_files_get_their_last_attempt_after_the_releases(self) -> None:
-        """
-        The files kept through an outage are tried a last time once the
-        releases in flight ended (those may keep more), and shutdown waits
-        for those attempts.
-        """
-        fs = ShutdownFS({1: None})
-        fs.last = Deferred()
-        caller = CallerProcess("app", 1, 0, 0)
-        result = sync_all(fs, {1: caller})  # type: ignore[arg-type]
-        self.assertTrue(fs.stopped, "told first")
-        self.assertFalse(fs.last_asked)
-        fs.settled.callback(None)
-        self.assertTrue(fs.last_asked)
-        self.assertNoResult(result)
-        fs.last.callback(None)
-        self.assertEqual(self.successResultOf(result), 0)
-
-
-class RecordingFuse:
-    """llfuse's notice functions, recorded; C{refuse} makes each one raise."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-        self.refuse = False
-
-    def _record(self, name: str, *args: Any, **kwargs: Any) -> None:
-        if self.refuse:
-            raise OSError(errno.ENOENT, "no such inode")
-        self.sent.append((name, args, kwargs))
-
-    def invalidate_inode(self, *args: Any, **kwargs: Any) -> None:
-        self._record("invalidate_inode", *args, **kwargs)
-
-    def invalidate_entry(self, *args: Any, **kwargs: Any) -> None:
-        self._record("invalidate_entry", *args, **kwargs)
-
-
-class KernelNoticesTests(SynchronousTestCase):
-    """The kernel hears of cache changes only while the FUSE loop serves."""
-
-    def setUp(self) -> None:
-        self.fuse = RecordingFuse()
-        self.serving = True
-        self.notices = KernelNotices(lambda: self.serving, fuse=self.fuse)
-
-    def send_all(self) -> None:
-        self.notices.invalidate(5)
-        self.notices.forget_attributes(6)
-        self.notices.invalidate_entry(1, b"name")
-
-    def test_notices_while_serving(self) -> None:
-        """Each notice is the matching llfuse call; attributes alone keep the pages."""
-        self.send_all()
-        self.assertEqual(
-            self.fuse.sent,
-            [
-                ("invalidate_inode", (5,), {}),
-                ("invalidate_inode", (6,), {"attr_only": True}),
-                ("invalidate_entry", (1, b"name"), {}),
-            ],
-        )
-
-    def test_dropped_when_not_serving(self) -> None:
-        """Before the loop runs or after it ended nothing reaches llfuse's queue."""
-        self.serving = False
-        self.send_all()
-        self.assertEqual(self.fuse.sent, [])
-
-    def test_refusal_is_logged_not_raised(self) -> None:
-        """A notice the kernel refuses does not fail the caller."""
-        self.fuse.refuse = True
-        self.send_all()
-        self.assertEqual(self.fuse.sent, [])

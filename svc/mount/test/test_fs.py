@@ -13,8 +13,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
 from svc.mount.attributes import AttributeChanges, Attributes
+from svc.mount.file_size_limit import MAX_FILE_BYTES
 from svc.mount.fs_context import FSSettings
-from svc.mount.open_files import MAX_FILE_BYTES, SpillWrite, WriteGrant
+from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
 MiB = 1 << 20

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.open_files import ChunkMemo, FileState, OpenFiles
+from svc.mount.chunk_memo import ChunkMemo
+from svc.mount.file_state import FileState
+from svc.mount.open_files import OpenFiles
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_writeback import DictSource
 from svc.testing.worker import ImmediateWorker

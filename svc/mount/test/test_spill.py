@@ -15,8 +15,9 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef
+from svc.mount.chunk_memo import ChunkMemo
 from svc.mount.extents import FileLayout, RangeSet, Segment, Source, chunk_layout
-from svc.mount.open_files import ChunkMemo, FileState
+from svc.mount.file_state import FileState
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_writeback import DictSource
 from svc.testing.worker import ImmediateWorker

@@ -15,8 +15,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_bytes
 from svc.mount.attributes import OpenResult
+from svc.mount.chunk_memo import ChunkMemo
+from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSSettings
-from svc.mount.open_files import ChunkMemo, FileState
 from svc.mount.remote import Remote
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random

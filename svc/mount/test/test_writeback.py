@@ -18,10 +18,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.chunking import chunk_bytes
 from svc.dataplane_client.client import Reply
 from svc.dataplane_client.errors import RemoteError
+from svc.mount.chunk_memo import ChunkMemo
 from svc.mount.commit import CommitRequest, Committed, Conflict, commit, conflict_name
 from svc.mount.errors import RemoteFailure
 from svc.mount.extents import chunk_layout
-from svc.mount.open_files import ChunkMemo, FileState
+from svc.mount.file_state import FileState
 from svc.mount.remote import Remote
 from svc.mount.spill import SpillDirectory
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random

@@ -1,0 +1,18 @@
+"""
+The largest file the mount lets a program make: what one commit can name.
+Checked by a write (L{svc.mount.files.FileOps.start_write} and
+L{svc.mount.spill_writes.WriteGrant.accepts}) and by a truncate
+(L{svc.mount.namespace.NamespaceOps.setattr}).
+"""
+
+from __future__ import annotations
+
+from svc.chunking import MAX_CHUNK_SIZE
+from svc.mount.remote import MANIFEST_CHUNK_LIMIT
+
+MAX_FILE_BYTES = MANIFEST_CHUNK_LIMIT * MAX_CHUNK_SIZE
+"""
+The largest file a commit could name (12000 chunks of at most 16 MiB:
+187.5 GiB): a write or truncate beyond it fails C{EFBIG} at once, instead
+of being accepted and then refused whole by the write-back.
+"""
