@@ -203,10 +203,15 @@ class WriteBack:
             changes_sent = state.attribute_changes
             if outbox is not None and held is not None:
                 record = partial(outbox.append, partial(commit_entry, request), held, send=False)
-                if sum(map(len, held.values())) <= INLINE_HELD_BYTES:
-                    recorded = record()  # one write(2) to the log: less than a worker's round trip
-                else:
-                    recorded = await ctx.spill_worker.submit(record)
+                try:
+                    if sum(map(len, held.values())) <= INLINE_HELD_BYTES:
+                        recorded = record()  # one write(2) to the log: less than a worker's
+                    else:
+                        recorded = await ctx.spill_worker.submit(record)
+                except OSError as error:
+                    raise FSError(
+                        error.errno or errno.EIO, f"recording the commit in the outbox: {error}"
+                    ) from None
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(

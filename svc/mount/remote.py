@@ -491,7 +491,15 @@ class Remote:
             except RemoteFailure as error:
                 return fail(error)
             return self._call(op, request, parse)
-        entry = recorder.append(make, send=False)
+        try:
+            entry = recorder.append(make, send=False)
+        except OSError as error:  # the cache disk (full, gone) or a stopped outbox
+            name = make(0).op.value
+            return fail(
+                RemoteFailure(
+                    error.errno or errno.EIO, f"{name}: recording it in the outbox: {error}"
+                )
+            )
         try:
             op, request = _request_of(entry, recorder.tag(entry), session_id)
         except RemoteFailure as error:

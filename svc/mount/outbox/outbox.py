@@ -24,6 +24,7 @@ for the reactor thread.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -129,11 +130,14 @@ class Outbox:
     ) -> E:
         """
         Persist the entry C{make} builds with the next seq (and C{chunks},
-        the bytes it adds, first), then hand it to the sender. Not C{send}:
+        the bytes it adds, first), then hand it to the sender (C{OSError}
+        when it cannot be written, or after L{stop}). Not C{send}:
         the caller sends the entry's request itself (tagged with L{tag}) and
         calls L{done} once it has seen it through; the entry is only
         replayed if the mount dies before that.
         """
+        if self._stopped:
+            raise OSError(errno.EBADF, "the outbox is stopped")
         carried = chunks if sum(map(len, chunks.values())) <= INLINE_HELD_BYTES else {}
         with self._lock:
             entry = self._log.append(

@@ -15,12 +15,25 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import AttributeChanges
+from svc.mount.errors import FSError
 from svc.mount.fs import ROOT_INODE
 from svc.mount.outbox.entries import Commit, Entry, Rename
 from svc.mount.outbox.log import OutboxLog
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
+
+
+def kill(mount: Mount) -> None:
+    """
+    C{mount} dies now: its outbox log stays as it stands (nothing settles
+    any more), its connection is gone (requests kept back never run, their
+    answers never come), and what it was doing ends (rather than being
+    left to the garbage collector half-way).
+    """
+    mount.outbox.stop()
+    mount.answers.down = True
+    mount.answers.release(lost=True)
 
 
 class RecordedCloseTests(SynchronousTestCase):
@@ -32,8 +45,8 @@ class RecordedCloseTests(SynchronousTestCase):
         self.mount = self.fixture.mount(outbox_dir=self.cache)
 
     def killed(self, mount: Mount) -> None:
-        """C{mount} dies now: its outbox log is closed as it stands, nothing settles."""
-        mount.outbox.stop()
+        """C{mount} dies now (L{kill})."""
+        kill(mount)
 
     def next_mount(self) -> Mount:
         """The next mount on the same cache (a new session)."""
@@ -169,8 +182,8 @@ class RecordedChangeTests(SynchronousTestCase):
         self.folder = self.mount.lookup_path("d").ino
 
     def next_mount(self) -> Mount:
-        """The next mount on the same cache, after this one was killed."""
-        self.mount.outbox.stop()
+        """The next mount on the same cache, after this one was killed (L{kill})."""
+        kill(self.mount)
         return self.fixture.mount(outbox_dir=self.cache, epoch=2)
 
     def logged(self) -> list[Entry]:
@@ -187,7 +200,7 @@ class RecordedChangeTests(SynchronousTestCase):
         self.mount.answers.hold("manifest_rename")
         self.mount.ok(self.mount.fs.rename(self.folder, b"f", self.folder, b"g", CALLER))
         self.assertEqual(self.mount.outbox.backlog().entries, 1)
-        self.mount.outbox.stop()
+        kill(self.mount)
         [entry] = self.logged()
         self.assertEqual(
             entry, Rename(entry.seq, f"/{AGENT.agent_id}/d/f", f"/{AGENT.agent_id}/d/g")
@@ -224,6 +237,7 @@ class RecordedChangeTests(SynchronousTestCase):
         truncated = self.mount.fs.setattr(node.ino, AttributeChanges(size=0), CALLER)
         self.assertNoResult(truncated)
         after = self.next_mount()
+        self.failureResultOf(truncated, FSError)  # the killed mount's call never returned
         self.assertEqual(after.read_file("d/f"), b"")
 
     def test_an_atomic_save_a_killed_mount_sent_is_replayed_whole(self) -> None:
