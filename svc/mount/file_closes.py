@@ -28,7 +28,7 @@ from svc.mount.file_write_back import WriteBack
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
 from svc.mount.kept_write_backs import KeptWriteBacks, Try
-from svc.mount.namespace import NamespaceOps
+from svc.mount.node_creation import NodeCreation
 from svc.mount.open_files import Handle
 
 _log = Logger()
@@ -44,12 +44,12 @@ class FileCloses:
     def __init__(
         self,
         context: FSContext,
-        namespace: NamespaceOps,
+        creation: NodeCreation,
         hand_offs: HandOffs,
         write_back: WriteBack,
     ) -> None:
         self._ctx = context
-        self._namespace = namespace
+        self._creation = creation
         self._hand_offs = hand_offs
         self._write_back = write_back
         # Files whose last release could not reach the data plane.
@@ -500,7 +500,7 @@ class FileCloses:
         if ctx.read_only_reason is None and reach:
             try:
                 async with ctx.namespace_lock:
-                    await self._namespace.materialize(node)
+                    await self._creation.materialize(node)
             except FSError as error:
                 _log.warn(
                     "could not create file inode {ino} empty either: {error}",

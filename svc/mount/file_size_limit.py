@@ -2,7 +2,7 @@
 The largest file the mount lets a program make: what one commit can name.
 Checked by a write (L{svc.mount.files.FileOps.start_write} and
 L{svc.mount.spill_writes.WriteGrant.accepts}) and by a truncate
-(L{svc.mount.namespace.NamespaceOps.setattr}).
+(L{svc.mount.attribute_updates.AttributeUpdates.setattr}).
 """
 
 from __future__ import annotations

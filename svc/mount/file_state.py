@@ -54,7 +54,7 @@ class FileState:
         when not changed since the base.
     @ivar attributes_changed: a C{setattr} of mode, owner or mtime was kept
         for the next write-back instead of being sent
-        (L{svc.mount.namespace.NamespaceOps.setattr}); that write-back
+        (L{svc.mount.attribute_updates.AttributeUpdates.setattr}); that write-back
         commits even if the content is back to the base.
     @ivar attribute_changes: how many C{setattr}s were kept so far; a
         commit notes it when sent, so one kept while that commit was in

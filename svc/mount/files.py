@@ -7,7 +7,7 @@ commits an open file's changes, L{svc.mount.file_write_back}.
 A file created in a complete directory is I{pending} (known to this mount
 only) until its first write-back commits it with C{expected_version} 0, or
 an operation that needs it on the data plane creates it first
-(L{svc.mount.namespace.NamespaceOps.materialize}).
+(L{svc.mount.node_creation.NodeCreation.materialize}).
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from svc.mount.file_state import FileState
 from svc.mount.file_write_back import WriteBack
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
-from svc.mount.namespace import NamespaceOps, new_mode, new_owner
+from svc.mount.namespace_hand_off import settled_at
+from svc.mount.namespace_reads import NamespaceReads
+from svc.mount.node_creation import NodeCreation, new_mode, new_owner
 from svc.mount.open_files import Handle
 from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.mount.unanswered import send_setattr
@@ -51,12 +53,14 @@ class FileOps:
     def __init__(
         self,
         context: FSContext,
-        namespace: NamespaceOps,
+        reads: NamespaceReads,
+        creation: NodeCreation,
         write_back: WriteBack,
         closes: FileCloses,
     ) -> None:
         self._ctx = context
-        self._namespace = namespace
+        self._reads = reads
+        self._creation = creation
         self._write_back = write_back
         self._closes = closes
 
@@ -75,14 +79,14 @@ class FileOps:
         except FSError as error:
             if error.errno != errno.EEXIST or flags & os.O_EXCL:
                 raise
-        entry = await self._namespace.lookup(parent, name, caller)
+        entry = await self._reads.lookup(parent, name, caller)
         return await self.open(entry.ino, flags, caller), entry
 
     async def _create(
         self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
     ) -> tuple[OpenResult, Entry]:
         ctx = self._ctx
-        await self._namespace.settled_at(parent, name)
+        await settled_at(ctx, parent, name)
         # The name is free (checked below), so no commit in flight is about it.
         async with ctx.namespace_lock.beside_commits():
             directory = ctx.directory(parent)
@@ -103,7 +107,7 @@ class FileOps:
                         directory, decoded, self._new_file(mode, caller, directory)
                     )
                 else:
-                    node = await self._namespace.make_node(
+                    node = await self._creation.make_node(
                         directory, rel, decoded, FileKind.FILE, mode, 0, caller
                     )
         handle = ctx.files.open(self._new_state(node), _writable(flags))
@@ -496,7 +500,7 @@ class FileOps:
         if size == 0:
             async with ctx.namespace_lock:
                 path = ctx.server_path(ctx.rel_of(node))
-                emptied = await self._namespace.write(
+                emptied = await ctx.await_write(
                     send_setattr(
                         ctx,
                         path,

@@ -8,7 +8,10 @@ L{svc.mount.errors.FSError}, whose C{errno} (local numbering) the bridge
 raises as C{FUSEError}. Nothing here imports llfuse: inode numbers, modes
 and flags are plain integers, names and symlink targets bytes.
 
-The work is split by job: L{svc.mount.namespace} (names and attributes),
+The work is split by job: L{svc.mount.namespace_reads} (lookups, attributes,
+symlink targets), L{svc.mount.attribute_updates} (C{setattr}),
+L{svc.mount.node_creation} (mkdir, symlink, mknod, link),
+L{svc.mount.removals} (unlink, rmdir), L{svc.mount.renames},
 L{svc.mount.files} (open files, reads, writes), L{svc.mount.file_closes}
 (closes, releases), L{svc.mount.file_write_back} (the commit of a file's changes),
 L{svc.mount.directories} (directory listings), over shared
@@ -25,6 +28,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent, CallerProcess
+from svc.mount.attribute_updates import AttributeUpdates
 from svc.mount.attributes import (
     AttributeChanges,
     Attributes,
@@ -41,12 +45,16 @@ from svc.mount.file_write_back import WriteBack
 from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
-from svc.mount.namespace import NamespaceOps
+from svc.mount.namespace_hand_off import NamespaceHandOffs
+from svc.mount.namespace_reads import NamespaceReads
+from svc.mount.node_creation import NodeCreation
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outside_changes import apply_outside_changes
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.quota_source import quota_report
 from svc.mount.remote import IChunkSource, Remote
+from svc.mount.removals import Removals
+from svc.mount.renames import Renames
 from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.timers import TimerClock
@@ -136,15 +144,23 @@ class MountFS:
             unsent_dir=unsent_dir,
             outbox=outbox,
         )
-        self._namespace = NamespaceOps(self._ctx, self._truncate)
+        self._reads = NamespaceReads(self._ctx)
+        self._creation = NodeCreation(self._ctx)
+        self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
+        # Unlinks, rmdirs and renames that return once sent: one bound for all.
+        namespace_hand_offs = NamespaceHandOffs(
+            durable=self._ctx.settings.durable_close, connected=self._ctx.connected
+        )
+        self._removals = Removals(self._ctx, namespace_hand_offs)
+        self._renames = Renames(self._ctx, self._creation, namespace_hand_offs)
         # Closes that hand their commit off, and the write-backs nobody
         # waits for (theirs and releases'), which shutdown waits for.
         hand_offs = HandOffs(
             durable_close=self._ctx.settings.durable_close, quota=quota, connected=connected
         )
         write_back = WriteBack(self._ctx, hand_offs)
-        self._closes = FileCloses(self._ctx, self._namespace, hand_offs, write_back)
-        self._files = FileOps(self._ctx, self._namespace, write_back, self._closes)
+        self._closes = FileCloses(self._ctx, self._creation, hand_offs, write_back)
+        self._files = FileOps(self._ctx, self._reads, self._creation, write_back, self._closes)
         self._directories = DirectoryReader(self._ctx)
         if quota is not None:
             self._ctx.quota_room = QuotaRoom(
@@ -247,14 +263,14 @@ class MountFS:
 
     def lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[Entry]:
         """The entry of C{name} in directory C{parent}."""
-        return Deferred.fromCoroutine(self._namespace.lookup(parent, name, caller))
+        return Deferred.fromCoroutine(self._reads.lookup(parent, name, caller))
 
     def known_lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry | None:
         """
         Any thread: C{lookup}'s answer when it can be given without the
-        reactor (L{svc.mount.namespace.NamespaceOps.known_lookup}).
+        reactor (L{svc.mount.namespace_reads.NamespaceReads.known_lookup}).
         """
-        return self._namespace.known_lookup(parent, name, caller)
+        return self._reads.known_lookup(parent, name, caller)
 
     def known_open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult | None:
         """
@@ -266,23 +282,23 @@ class MountFS:
     def known_attributes(self, ino: int) -> Attributes | None:
         """
         Any thread: C{ino}'s attributes when they can be answered without
-        the reactor (L{svc.mount.namespace.NamespaceOps.known_attributes}).
+        the reactor (L{svc.mount.namespace_reads.NamespaceReads.known_attributes}).
         """
-        return self._namespace.known_attributes(ino)
+        return self._reads.known_attributes(ino)
 
     def getattr(self, ino: int, caller: CallerProcess) -> Deferred[Attributes]:
         """The attributes of C{ino}."""
-        return Deferred.fromCoroutine(self._namespace.getattr(ino, caller))
+        return Deferred.fromCoroutine(self._reads.getattr(ino, caller))
 
     def setattr(
         self, ino: int, changes: AttributeChanges, caller: CallerProcess
     ) -> Deferred[Attributes]:
         """Change attributes (mode, owner, size, times); the new attributes."""
-        return Deferred.fromCoroutine(self._namespace.setattr(ino, changes, caller))
+        return Deferred.fromCoroutine(self._attribute_updates.setattr(ino, changes, caller))
 
     def forget(self, inodes: Sequence[tuple[int, int]]) -> None:
         """The kernel dropped C{count} lookups of each C{(ino, count)}."""
-        self._namespace.forget(inodes)
+        self._reads.forget(inodes)
 
     def opendir(self, ino: int, caller: CallerProcess) -> Deferred[int]:
         """Open directory C{ino}; a directory handle."""
@@ -300,49 +316,55 @@ class MountFS:
 
     def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Deferred[Entry]:
         """Create a directory."""
-        return Deferred.fromCoroutine(self._namespace.mkdir(parent, name, mode, caller))
+        return Deferred.fromCoroutine(self._creation.mkdir(parent, name, mode, caller))
 
     def rmdir(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[None]:
         """Remove an empty directory."""
-        return Deferred.fromCoroutine(self._namespace.rmdir(parent, name, caller))
+        return Deferred.fromCoroutine(self._removals.rmdir(parent, name, caller))
 
     def unlink(self, parent: int, name: bytes, caller: CallerProcess) -> Deferred[None]:
         """Remove a non-directory name."""
-        return Deferred.fromCoroutine(self._namespace.unlink(parent, name, caller))
+        return Deferred.fromCoroutine(self._removals.unlink(parent, name, caller))
 
     def rename(
         self, parent: int, name: bytes, new_parent: int, new_name: bytes, caller: CallerProcess
     ) -> Deferred[None]:
         """Rename, replacing an existing target (an empty directory for a directory)."""
         return Deferred.fromCoroutine(
-            self._namespace.rename(parent, name, new_parent, new_name, caller)
+            self._renames.rename(parent, name, new_parent, new_name, caller)
         )
 
     def link(
         self, ino: int, new_parent: int, new_name: bytes, caller: CallerProcess
     ) -> Deferred[Entry]:
         """Add a hard link to C{ino}."""
-        return Deferred.fromCoroutine(self._namespace.link(ino, new_parent, new_name, caller))
+        return Deferred.fromCoroutine(self._creation.link(ino, new_parent, new_name, caller))
 
     def symlink(
         self, parent: int, name: bytes, target: bytes, caller: CallerProcess
     ) -> Deferred[Entry]:
         """Create a symlink."""
-        return Deferred.fromCoroutine(self._namespace.symlink(parent, name, target, caller))
+        return Deferred.fromCoroutine(self._creation.symlink(parent, name, target, caller))
 
     def readlink(self, ino: int, caller: CallerProcess) -> Deferred[bytes]:
         """A symlink's target."""
-        return Deferred.fromCoroutine(self._namespace.readlink(ino, caller))
+        return Deferred.fromCoroutine(self._reads.readlink(ino, caller))
 
     def mknod(
         self, parent: int, name: bytes, mode: int, rdev: int, caller: CallerProcess
     ) -> Deferred[Entry]:
         """Create a regular file, FIFO, socket or device node (C{mode} has the type bits)."""
-        return Deferred.fromCoroutine(self._namespace.mknod(parent, name, mode, rdev, caller))
+        return Deferred.fromCoroutine(self._creation.mknod(parent, name, mode, rdev, caller))
 
     def statfs(self, caller: CallerProcess) -> Deferred[FsStats]:
         """Capacity and usage (from the quota callable)."""
-        return Deferred.fromCoroutine(self._namespace.statfs(caller))
+
+        async def stats() -> FsStats:
+            quota = self._ctx.quota
+            report = await quota() if quota is not None else QuotaReport(None, 0)
+            return FsStats.from_quota(report)
+
+        return Deferred.fromCoroutine(stats())
 
     # Files
 

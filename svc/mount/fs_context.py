@@ -9,8 +9,9 @@ policy, read-only mode).
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, succeed
@@ -45,6 +46,8 @@ from svc.wire.messages import MAX_NAME_BYTES, MAX_PATH_BYTES
 from svc.worker import IWorker
 
 _log = Logger()
+
+T = TypeVar("T")
 
 FENCED_REASONS = frozenset({"fenced", "unknown_or_wrong_holder"})
 
@@ -323,6 +326,13 @@ class FSContext:
                 "mount is now read-only ({reason}); every write fails with EROFS",
                 reason=reason,
             )
+
+    async def await_write(self, request: Awaitable[T]) -> T:
+        """Await a write request; a refused session becomes EROFS (read-only)."""
+        try:
+            return await request
+        except RemoteFailure as failure:
+            raise self.write_failed(failure) from None
 
     def write_failed(self, failure: RemoteFailure) -> FSError:
         """

@@ -19,7 +19,7 @@ mark them I{stale}, to be fetched again when next needed. A create's
 effect on its directory is computed (L{Node.entry_added}).
 
 The table is changed on the reactor thread only. FUSE threads may read it
-(L{svc.mount.namespace.NamespaceOps.known_attributes}): single lookups and
+(L{svc.mount.namespace_reads.NamespaceReads.known_attributes}): single lookups and
 attribute values (frozen) are read whole, and a path, which is read from
 several links, is formed under the names guard, which every change of
 names holds (L{path_from_any_thread}).

@@ -14,7 +14,8 @@ shows the change at once. L{NamespaceHandOffs} decides (the same rules as a
 close's hand-off: not in C{durable_close} mode, bounded, and not after a
 failure until a change succeeds again, and not while the data plane's
 connection is down); L{settle_unlink} and
-L{settle_rename} handle the answers.
+L{settle_rename} handle the answers. A later change of the same names
+waits until the handed-off change is answered (L{settled_at}).
 
 An answer that never came (the connection was lost after the request was
 sent) does not say whether the server made the change. The mount then asks
@@ -36,7 +37,7 @@ from twisted.python.failure import Failure
 
 from svc.mount.client_audit import AuditLine
 from svc.mount.errors import FSError, RemoteFailure
-from svc.mount.fs_context import FSContext
+from svc.mount.fs_context import FSContext, decode_name
 from svc.mount.inodes import Node
 from svc.mount.remote_values import RenameResult
 from svc.mount.unanswered import (
@@ -105,6 +106,38 @@ class NamespaceHandOffs:
     def failed(self) -> None:
         """A handed-off change failed: until one succeeds, changes wait for their answers."""
         self._failed = True
+
+
+async def settled_at(ctx: FSContext, parent: int, name: bytes) -> None:
+    """
+    Before an operation changes what C{name} in directory C{parent}
+    names (a create, a link, a rename from or onto it, an unlink, an
+    rmdir): wait while a handed-off change about that name is in flight
+    -- an unlink, rmdir or rename taking a node away from it
+    (L{NamespaceLock.vacated}), or a rename of the node it names now
+    (L{NamespaceLock.moves_settled}).
+
+    Should such a change's answer be lost, the mount then still tells
+    the server's names from its own, and sends it again or undoes it
+    in the order the changes were made (``mount-consistency.md``
+    section 2.6). Had a later change gone out meanwhile -- a new file
+    under a name an atomic save left, an unlink or a second rename of
+    a file just renamed -- the first could no longer be told: it would
+    be undone, leaving the server's names and the mount's apart (the
+    file the unlink should have removed, a new file's commit meeting
+    the old one). The kernel holds the directory's lock for the
+    caller, so no other change of the name starts meanwhile.
+    """
+    try:
+        folder = ctx.directory(parent)
+        decoded = decode_name(name)
+    except FSError:
+        return  # reported by the operation itself
+    lock = ctx.namespace_lock
+    await lock.vacated(parent, decoded)
+    child = ctx.table.child(folder, decoded)
+    if child is not None and lock.moving(child.ino):
+        await lock.moves_settled(child.ino)
 
 
 @attrs.frozen
