@@ -50,11 +50,11 @@ _log = Logger()
 T = TypeVar("T")
 
 FENCED_REASONS = frozenset({"fenced", "unknown_or_wrong_holder"})
+"""C{EPERM} session refusals meaning this mount's lease is gone."""
 
 DEFAULT_INLINE_READ_BYTES = 64 << 10
 """An open that asks for a file's chunk list asks for its bytes too when the
 file holds at most this many (``docs/specifications/mount-fs.md`` section 6)."""
-"""C{EPERM} session refusals meaning this mount's lease is gone."""
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.chunking import chunk_hash
-from svc.dataplane_client.client import PushCallback, Reply
+from svc.dataplane_client.client import Reply
 from svc.dataplane_client.errors import (
     CallTimedOut,
     DataPlaneError,
@@ -77,7 +77,7 @@ from svc.wire.answers import (
     RenameReply,
 )
 from svc.wire.commands import COMMANDS
-from svc.wire.contract import decode_answer, decode_push
+from svc.wire.contract import decode_answer
 from svc.wire.errno import WireErrno
 from svc.wire.errors import CodecError
 from svc.wire.kinds import FieldRefused, OutboxTag
@@ -122,10 +122,7 @@ __all__ = [
     "PutResult",
     "Remote",
     "RenameResult",
-    "changed_pushes",
-    "fenced_pushes",
     "gather",
-    "revoked_pushes",
 ]
 
 CHUNK_HAS_LIMIT = MAX_CHUNK_HAS
@@ -584,70 +581,6 @@ class DirectChunkSource:
 
     def holds(self, chunk_hash: str, /) -> bool:
         return False
-
-
-def changed_pushes(receive: Callable[[tuple[str, ...], str | None], object]) -> PushCallback:
-    """
-    A push callback for L{svc.dataplane_client.client.DataPlaneClient.on_push}
-    that hands each C{changed} push's paths and session id to C{receive};
-    other pushes are not its business, and a malformed C{changed} push is
-    logged and dropped.
-    """
-
-    def pushed(op: str, payload: Mapping[str, object], raw: bytes) -> None:
-        if op != "changed":
-            return
-        try:
-            push = decode_push(Op.CHANGED, payload)
-        except FieldRefused as error:
-            _log.warn("ignoring a malformed changed push: {error}", error=error.message)
-            return
-        receive(push.paths, push.session_id)
-
-    return pushed
-
-
-def revoked_pushes(receive: Callable[[str], object]) -> PushCallback:
-    """
-    A push callback that hands the serial of each C{credentials_revoked}
-    push to C{receive} (the data plane will admit this mount's certificate
-    no more); other pushes are not its business. A malformed one still
-    counts, with the serial unknown: the GOAWAY that follows ends the
-    connection either way, and holding writes for a reconnection that
-    cannot come is what the push exists to prevent.
-    """
-
-    def pushed(op: str, payload: Mapping[str, object], raw: bytes) -> None:
-        if op != Op.CREDENTIALS_REVOKED:
-            return
-        try:
-            serial = decode_push(Op.CREDENTIALS_REVOKED, payload).serial
-        except FieldRefused as error:
-            _log.warn("malformed credentials_revoked push: {error}", error=error.message)
-            serial = "unknown"
-        receive(serial)
-
-    return pushed
-
-
-def fenced_pushes(receive: Callable[[int], object]) -> PushCallback:
-    """
-    A push callback that hands the epoch of each C{session_fenced} push to
-    C{receive} (sessions of the agent older than it are fenced); other
-    pushes are not its business, and a malformed one is logged and dropped.
-    """
-
-    def pushed(op: str, payload: Mapping[str, object], raw: bytes) -> None:
-        if op != Op.SESSION_FENCED:
-            return
-        try:
-            epoch = decode_push(Op.SESSION_FENCED, payload).epoch
-        except FieldRefused as error:
-            _log.warn("ignoring a malformed session_fenced push: {error}", error=error.message)
-            return
-        receive(epoch)
-
-    return pushed
 
 
 def _hash_of(data: bytes) -> str:

@@ -43,9 +43,10 @@ from svc.mount.kernel_notices import KernelNotices
 from svc.mount.mount_point import mount_point_problem, release_dead_mount
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outbox.replay import open_outbox
+from svc.mount.pushes import changed_pushes, fenced_pushes, revoked_pushes
 from svc.mount.quota_source import QuotaSource
 from svc.mount.reactor_caller import ReactorCaller
-from svc.mount.remote import Remote, changed_pushes, fenced_pushes, revoked_pushes
+from svc.mount.remote import Remote
 from svc.mount.runner import FuseLoop
 from svc.mount.settings import MountSettings, settings_from
 from svc.mount.shutdown_sync import sync_all
