@@ -154,13 +154,18 @@ class FileOps:
         )
 
     async def open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult:
-        """Open regular file C{ino}."""
+        """
+        Open regular file C{ino}. An inode the kernel still names but this
+        mount no longer does (an outside change made it forget the name,
+        and the kernel's entry had not been dropped yet) is C{ESTALE}: the
+        kernel then looks the path up again and opens what it names now.
+        """
         ctx = self._ctx
         node = ctx.node(ino)
         rel = ctx.table.path_of(node)
         state = ctx.files.state(ino)
         if rel is None and state is None:
-            raise FSError(errno.ENOENT, f"inode {ino} has no name")
+            raise FSError(errno.ESTALE, f"inode {ino} has no name here any more")
         writable = _writable(flags)
         with ctx.audit.line(EventName.OPEN, rel or "", caller) as line:
             if node.kind is FileKind.DIR:

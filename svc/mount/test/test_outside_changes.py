@@ -49,6 +49,19 @@ class OutsideChangeTests(SynchronousTestCase):
         self.told("d/f")
         self.assertEqual(self.mount.lookup_path("d/f").ino, self.entry.ino)
 
+    def test_an_open_through_the_kernel_s_stale_entry_is_estale(self) -> None:
+        """
+        The kernel may still hold the entry the push made the mount forget
+        (its invalidation is queued) and open that inode: C{ESTALE}, on
+        which the kernel looks the path up again, not C{ENOENT} for a file
+        that exists.
+        """
+        self.other.put_file("d/f", b"version two", expected_version=1, session_id=self.theirs)
+        self.told("d/f")
+        opened = self.mount.fs.open(self.entry.ino, os.O_RDONLY, CALLER)
+        self.assertEqual(self.mount.errno(opened), errno.ESTALE)
+        self.assertEqual(self.mount.read_file("d/f"), b"version two")
+
     def test_file_created_elsewhere_appears(self) -> None:
         """A name a complete listing lacked is found once its directory was named."""
         self.assertEqual(self.mount.names("d"), ["f"])
