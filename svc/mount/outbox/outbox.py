@@ -155,14 +155,15 @@ class Outbox:
 
     def done(self, entry: Entry) -> None:
         """
-        An entry appended without C{send} was seen through by its caller
+        Reactor thread: an entry appended without C{send} was seen through by its caller
         (answered, refused and dealt with, or given up on): settle it.
         After L{stop} nothing settles (the next mount replays the entry).
         """
         if self._stopped:
             return
         self._settle(entry, refused=False)
-        self._in_reactor(self._wake)
+        if self._waiters:  # reactor thread: no round trip through callFromThread
+            self._wake()
 
     def _holding(self, entry: E, chunks: Mapping[str, bytes]) -> E:
         if chunks:
