@@ -135,6 +135,35 @@ class MountCrashTests(MountStackCase):
         self.unmount(again)
 
     @shows_evidence
+    def test_a_file_closed_empty_survives_a_kill_before_its_release(self) -> None:
+        """
+        A new file closed empty (C{touch}) sends nothing at its close: its
+        commit waits for the release. A twin descriptor (C{dup}) keeps the
+        release from coming; the mount is killed then. The close recorded
+        the file in the outbox, so the next mount on the same cache makes it
+        (``mount-outbox.md`` section 8).
+        """
+        mount = self.mount()
+        folder = self.mount_point / "new"
+        folder.mkdir()  # listed whole: a file created in it is the mount's alone
+        descriptor = os.open(folder / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+        twin = os.dup(descriptor)
+        os.close(descriptor)  # FUSE's flush; its release waits for the twin
+        try:
+            os.kill(mount.process.pid, signal.SIGKILL)
+            mount.process.wait(30)
+        finally:
+            try:
+                os.close(twin)
+            except OSError:
+                pass  # its mount is gone
+            subprocess.run(["umount", "-l", str(self.mount_point)], check=False)
+        again = self.mount(cache=mount.cache)
+        self.assertEqual(os.listdir(folder), ["f"])
+        self.assertEqual((folder / "f").read_bytes(), b"")
+        self.unmount(again)
+
+    @shows_evidence
     def test_sqlite_survives_with_a_prefix_of_its_transactions(self) -> None:
         """
         SQLite on the mount, killed mid-work in its default mode (rollback

@@ -112,7 +112,10 @@ class FileCloses:
             return False
         if not (state.dirty or node.pending):
             return True
-        return self._empty_close_waits(state, node)
+        # An empty close is recorded in the outbox (on the reactor) once.
+        return self._empty_close_waits(state, node) and (
+            self._ctx.outbox is None or state.empty_recorded is not None
+        )
 
     def _empty_close_waits(self, state: FileState, node: Node) -> bool:
         """
@@ -154,6 +157,7 @@ class FileCloses:
         node = ctx.table.get(state.ino)
         due = state.dirty or (node is not None and node.pending)
         if due and node is not None and self._empty_close_waits(state, node):
+            self._write_back.record_empty(state, node)
             return
         if (
             due
@@ -318,6 +322,8 @@ class FileCloses:
                 return True
             failure = error
         if ctx.files.retire_if_idle(state):
+            # Written back, given up (and saved) or never to reach the data plane.
+            self._write_back.settle_empty(state, state.empty_recorded)
             ctx.leases.release(state.ino)
             node = ctx.table.get(state.ino)
             discarded = state.dirty

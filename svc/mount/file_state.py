@@ -34,6 +34,7 @@ from svc.chunking import ChunkRef
 from svc.mount.chunk_memo import ChunkMemo
 from svc.mount.extents import FileLayout
 from svc.mount.file_reader import FileReader
+from svc.mount.outbox.entries import Commit
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.spill import MemorySpill, Spill, SpillDirectory, SpillFile, SpillHandle
 from svc.mount.spill_writes import FileLock, SpillWrite, WriteGrant
@@ -80,6 +81,10 @@ class FileState:
         writing (another connection holds it): its closes wait for their
         commits' answers until a lease is held (``mount-consistency.md``
         section 6).
+    @ivar empty_recorded: the outbox entry an empty close recorded, which
+        left its commit to a later close or the release
+        (``mount-outbox.md`` section 8): settled once that commit is
+        recorded or ended, or the file never reaches the data plane.
     """
 
     def __init__(
@@ -106,6 +111,7 @@ class FileState:
         self.replaces_version: int | None = None
         self.replay_via: tuple[int, str] | None = None
         self.uncached = False
+        self.empty_recorded: Commit | None = None
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
         self._grant_guard = threading.Lock()

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.audit.names import EventName
-from svc.chunking import chunk_hash
+from svc.chunking import ChunkRef, chunk_hash
 from svc.mount.attributes import Attributes
 from svc.mount.client_audit import AuditLine
 from svc.mount.close_hand_off import HandOffs
@@ -40,7 +40,7 @@ from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
 from svc.mount.outbox.entries import Commit
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES
-from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes
+from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes, settle_empty
 from svc.mount.remote import MANIFEST_CHUNK_LIMIT
 from svc.mount.unanswered import replay_rename, take_replay
 from svc.mount.writeback import ChunkUploader, rechunk
@@ -121,30 +121,48 @@ class WriteBack:
         Commit C{state}'s changes; see the module docstring. C{on_sent} is
         called once the commit is sent (not when there is nothing to send).
         """
-        ctx = self._ctx
         async with state.lock:
-            node = ctx.table.get(state.ino)
-            if node is None or not (state.dirty or node.pending):
-                return  # nothing to commit
-            if ctx.namespace_lock.moving(state.ino):
-                # A rename handed off behind an earlier commit: its answer
-                # first (a refused one moves the name back).
-                await ctx.namespace_lock.moves_settled(state.ino)
-            rel = ctx.table.path_of(node)
-            if rel is None:
-                return  # no name to commit it at
-            session = ctx.write_session()
-            with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
-                ctx.check_write(rel)
-                # A close returning once the commit is sent records it with its new chunks.
-                added: dict[str, bytes | memoryview] | None = (
-                    {} if on_sent is not None and ctx.outbox is not None else None
-                )
-                uploader = self.uploader(session, commits=True, keep=added)
-                try:
-                    await self._commit_changes(node, state, line, uploader, session, on_sent, added)
-                finally:
-                    await uploader.drain()
+            empty = state.empty_recorded
+            await self._write_back(state, caller, on_sent, empty)
+            # Committed, or nothing left to commit: an empty close's record
+            # is not needed (after a failure it stays for the next attempt).
+            self.settle_empty(state, empty)
+
+    async def _write_back(
+        self,
+        state: FileState,
+        caller: CallerProcess,
+        on_sent: Callable[[], None] | None,
+        empty: Commit | None,
+    ) -> None:
+        """L{write_back} under the file's lock; C{empty}: the empty close's record."""
+        ctx = self._ctx
+        node = ctx.table.get(state.ino)
+        if node is None or not (state.dirty or node.pending):
+            return  # nothing to commit
+        if ctx.namespace_lock.moving(state.ino):
+            # A rename handed off behind an earlier commit: its answer
+            # first (a refused one moves the name back).
+            await ctx.namespace_lock.moves_settled(state.ino)
+        rel = ctx.table.path_of(node)
+        if rel is None:
+            return  # no name to commit it at
+        session = ctx.write_session()
+        with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
+            ctx.check_write(rel)
+            # A close returning once the commit is sent records it with
+            # its new chunks; so does the commit that follows an empty
+            # close's record (settled once this one is recorded).
+            added: dict[str, bytes | memoryview] | None = (
+                {}
+                if ctx.outbox is not None and (on_sent is not None or empty is not None)
+                else None
+            )
+            uploader = self.uploader(session, commits=True, keep=added)
+            try:
+                await self._commit_changes(node, state, line, uploader, session, on_sent, added)
+            finally:
+                await uploader.drain()
 
     async def _commit_changes(
         self,
@@ -188,17 +206,12 @@ class WriteBack:
                 return  # unlinked meanwhile
             replay = take_replay(ctx, node, state)
             line.path = "/" + (rel if replay is None else replay.via)
-            request = CommitRequest(
-                path=ctx.server_path(rel if replay is None else replay.via),
-                expected_version=_expected_version(node, state),
-                base=state.layout.base,
-                chunks=chunks,
-                size=state.size,
-                mode=node.attributes.mode,
-                mtime_ns=state.mtime_ns if state.mtime_ns is not None else ctx.now_ns(),
-                uid=node.attributes.uid,
-                gid=node.attributes.gid,
-                atime_ns=state.atime_ns,
+            request = self._request(
+                node,
+                state,
+                ctx.server_path(rel if replay is None else replay.via),
+                _expected_version(node, state),
+                chunks,
             )
             changes_sent = state.attribute_changes
             if outbox is not None and held is not None:
@@ -212,6 +225,7 @@ class WriteBack:
                     raise FSError(
                         error.errno or errno.EIO, f"recording the commit in the outbox: {error}"
                     ) from None
+                self.settle_empty(state, state.empty_recorded)  # this commit replaces it
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(
@@ -245,6 +259,64 @@ class WriteBack:
             settled()
             if outbox is not None and recorded is not None:
                 outbox.done(recorded)
+
+    def _request(
+        self,
+        node: Node,
+        state: FileState,
+        path: str,
+        expected_version: int,
+        chunks: tuple[ChunkRef, ...],
+    ) -> CommitRequest:
+        """The commit of C{state}'s content as C{chunks} at server path C{path}."""
+        return CommitRequest(
+            path=path,
+            expected_version=expected_version,
+            base=state.layout.base,
+            chunks=chunks,
+            size=state.size,
+            mode=node.attributes.mode,
+            mtime_ns=state.mtime_ns if state.mtime_ns is not None else self._ctx.now_ns(),
+            uid=node.attributes.uid,
+            gid=node.attributes.gid,
+            atime_ns=state.atime_ns,
+        )
+
+    def record_empty(self, state: FileState, node: Node) -> None:
+        """
+        Reactor: a close that leaves the commit of C{state}'s empty file to
+        a later close or the release (L{svc.mount.file_closes}) records it in
+        the outbox first, unsent, so a mount killed before that commit
+        leaves the file (``mount-outbox.md`` section 8); the commit that
+        follows, or the file's removal before it reached the data plane,
+        settles it (L{settle_empty}). Nothing is recorded twice, nor for an
+        atomic save being replayed (its commit goes elsewhere).
+
+        @raise FSError: the outbox could not write it (the close fails).
+        """
+        ctx = self._ctx
+        outbox = ctx.outbox
+        if (
+            outbox is None
+            or state.empty_recorded is not None
+            or state.replaces_version is not None
+            or state.replay_via is not None
+        ):
+            return
+        rel = ctx.table.path_of(node)
+        if rel is None:
+            return
+        request = self._request(node, state, ctx.server_path(rel), state.version, ())
+        try:
+            state.empty_recorded = outbox.append(partial(commit_entry, request), send=False)
+        except OSError as error:
+            raise FSError(
+                error.errno or errno.EIO, f"recording the empty file in the outbox: {error}"
+            ) from None
+
+    def settle_empty(self, state: FileState, entry: Commit | None) -> None:
+        """Reactor: L{svc.mount.outbox.recorded.settle_empty} with this mount's outbox."""
+        settle_empty(self._ctx.outbox, state, entry)
 
     async def _answered(
         self,

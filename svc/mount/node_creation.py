@@ -31,6 +31,7 @@ from svc.mount.errors import FSError
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace_hand_off import settled_at
+from svc.mount.outbox.recorded import settle_empty
 from svc.mount.unanswered import send_creation
 
 
@@ -276,6 +277,7 @@ class NodeCreation:
             return  # unlinked: it will never reach the server
         directory, _name = link
         attributes = node.attributes
+        state = ctx.files.state(node.ino)
         created = await self._mknod(
             ctx.rel_of(node), FileKind.FILE, attributes.mode, 0, attributes.uid, attributes.gid
         )
@@ -283,9 +285,10 @@ class NodeCreation:
         directory.entry_added(created)
         node.chunks = ()
         node.chunks_version = created.version
-        state = ctx.files.state(node.ino)
         if state is not None:
             state.version = created.version
+            # The mknod, recorded itself, made what an empty close recorded.
+            settle_empty(ctx.outbox, state, state.empty_recorded)
 
     async def _mknod(
         self, rel: str, kind: FileKind, mode: int, rdev: int, uid: int, gid: int

@@ -33,6 +33,7 @@ from svc.mount.namespace_hand_off import (
     settle_unlink,
     settled_at,
 )
+from svc.mount.outbox.recorded import settle_empty
 from svc.mount.unanswered import send_removal
 
 
@@ -81,6 +82,7 @@ class Removals:
                 remove = ctx.remote.dir_remove if directory else ctx.remote.manifest_delete
                 if child is not None and child.pending:
                     ctx.table.unlink(folder, decoded)  # never reached the server
+                    self._forget_empty_record(child)
                     if self._save_to_replay_dropped(child):
                         # The file the save was to replace is still there.
                         changed = await ctx.await_write(
@@ -121,6 +123,15 @@ class Removals:
                 self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
+
+    def _forget_empty_record(self, node: Node) -> None:
+        """
+        Pending C{node} lost its name: what an empty close recorded of it
+        must not create it on the next mount (``mount-outbox.md`` section 8).
+        """
+        state = self._ctx.files.state(node.ino)
+        if state is not None and not node.names:
+            settle_empty(self._ctx.outbox, state, state.empty_recorded)
 
     def _save_to_replay_dropped(self, node: Node) -> bool:
         """

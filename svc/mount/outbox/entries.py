@@ -16,7 +16,8 @@ log can be damaged or written by another version.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import attrs
@@ -177,6 +178,27 @@ def paths_of(entry: Entry) -> tuple[str, ...]:
 
 
 # The map form.
+
+
+def superseded(entries: Sequence[Entry]) -> frozenset[int]:
+    """
+    The seqs of the commits in C{entries} (unsettled, in order) that the
+    next entry replaces whole: a commit of the same path over the same
+    C{expected} version, neither chained. The later one carries the file's
+    newer content; sending both would make the second lose its
+    compare-and-swap to the first. (An empty close's record is followed
+    by its file's commit this way, if the mount died between recording the
+    commit and settling the record: ``mount-outbox.md`` section 8.)
+    """
+    return frozenset(
+        first.seq
+        for first, then in pairwise(entries)
+        if isinstance(first, Commit)
+        and isinstance(then, Commit)
+        and first.path == then.path
+        and first.expected == then.expected
+        and not (first.chained or then.chained)
+    )
 
 
 def entry_to_map(entry: Entry) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import attrs
 from twisted.internet.defer import Deferred, succeed
 
 from svc.chunking import chunk_hash
 from svc.mount.errors import RemoteFailure
 from svc.mount.outbox.early import Backlog
-from svc.mount.outbox.entries import Commit, Entry
+from svc.mount.outbox.entries import Commit, Entry, superseded
 from svc.mount.outbox.held_chunks import HeldChunks, new_chunks
 from svc.mount.outbox.log import OutboxLog, Replay
 from svc.mount.outbox.requests import tag_of
@@ -97,6 +98,12 @@ class Outbox:
         held chunks that replay needs and are missing.
         """
         log, replay = OutboxLog.open(root / "log")
+        replaced = superseded(replay.unsettled)
+        for seq in sorted(replaced):
+            log.settle(seq)
+        replay = attrs.evolve(
+            replay, unsettled=tuple(e for e in replay.unsettled if e.seq not in replaced)
+        )
         needs = {
             entry.seq: new_chunks(entry) - replay.held.get(entry.seq, {}).keys()
             for entry in replay.unsettled

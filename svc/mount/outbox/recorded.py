@@ -5,19 +5,26 @@ commit is answered appends, so the next mount on the cache can send it
 if this one dies first.
 
 L{commit_entry} is the entry of a L{CommitRequest}; L{new_chunk_bytes}
-reads the bytes the entry must hold (its chunks not in its base).
+reads the bytes the entry must hold (its chunks not in its base);
+L{settle_empty} settles the record of an empty close that left its commit
+to a later one.
 """
 
 from __future__ import annotations
 
 import errno
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from svc.chunking import ChunkRef
 from svc.mount.commit import CommitRequest
 from svc.mount.errors import FSError
 from svc.mount.outbox.entries import Commit, Owner
 from svc.mount.writeback import Reader
+
+if TYPE_CHECKING:
+    from svc.mount.file_state import FileState
+    from svc.mount.outbox.outbox import Outbox
 
 
 def commit_entry(request: CommitRequest, seq: int) -> Commit:
@@ -63,3 +70,18 @@ async def new_chunk_bytes(
             raise FSError(errno.EIO, f"chunk {ref.hash} read back short while being recorded")
         found[ref.hash] = bytes(data)
     return found
+
+
+def settle_empty(outbox: Outbox | None, state: FileState, entry: Commit | None) -> None:
+    """
+    Reactor: C{entry}, the record of C{state}'s empty close
+    (L{svc.mount.file_write_back.WriteBack.record_empty}), is no longer
+    needed: a later commit of the file was recorded or ended, or the file
+    will never reach the data plane. Nothing when C{entry} is not the
+    state's record (already settled).
+    """
+    if entry is None or state.empty_recorded is not entry:
+        return
+    state.empty_recorded = None
+    if outbox is not None:
+        outbox.done(entry)

@@ -281,13 +281,16 @@ class NothingToFlushTests(SynchronousTestCase):
     def test_written_pending_or_in_flight(self) -> None:
         """
         A write, a commit in flight: the reactor flushes. A new empty file's
-        close waits (test_fs_empty_close), so the FUSE thread answers it.
+        close waits (test_fs_empty_close), recorded in the outbox by the
+        reactor once; the FUSE thread answers its later empty closes.
         """
         self.mount.names("")  # a listed directory: a new file in it is pending
         created, _entry = self.mount.ok(
             self.fs.create(ROOT_INODE, b"new", 0o644, os.O_WRONLY, CALLER)
         )
-        self.assertTrue(self.fs.nothing_to_flush(created.fh), "pending, empty")
+        self.assertFalse(self.fs.nothing_to_flush(created.fh), "pending, empty, not recorded")
+        self.mount.ok(self.fs.flush(created.fh, CALLER))
+        self.assertTrue(self.fs.nothing_to_flush(created.fh), "pending, empty, recorded")
         self.mount.ok(self.fs.write(created.fh, 0, b"x", CALLER))
         self.assertFalse(self.fs.nothing_to_flush(created.fh), "written")
         self.mount.answers.hold("manifest_put")

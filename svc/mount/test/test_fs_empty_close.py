@@ -121,17 +121,26 @@ class EmptyCloseTests(SynchronousTestCase):
         self.assertEqual(self.server().read_file("f"), b"")
 
     def test_the_fuse_thread_answers_the_close_of_an_emptied_file(self) -> None:
-        """With the file's lock free, the close needs no reactor round trip."""
+        """
+        The first empty close is recorded in the outbox by the reactor
+        (``mount-outbox.md`` section 8); with the file's lock free, later
+        ones need no reactor round trip.
+        """
         self.mount.write_file("f", b"old content")
         opened = truncating_open(self.mount, "f")
+        self.assertFalse(self.fs.nothing_to_flush(opened.fh), "not recorded yet")
+        self.mount.ok(self.fs.flush(opened.fh, CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
         self.assertTrue(self.fs.nothing_to_flush(opened.fh))
 
     def test_the_fuse_thread_answers_the_close_of_a_new_file(self) -> None:
         """
         A new file's lock is held for the write grant its first write may
-        take: with the grant untaken, the close needs no reactor round trip.
+        take: with the grant untaken, a close after the first (which the
+        reactor records) needs no reactor round trip.
         """
         opened = create(self.mount, "new")
+        self.mount.ok(self.fs.flush(opened.fh, CALLER))
         self.assertTrue(self.fs.nothing_to_flush(opened.fh))
         self.mount.ok(self.fs.write(opened.fh, 0, b"x", CALLER))
         self.assertFalse(self.fs.nothing_to_flush(opened.fh), "written: the reactor commits")

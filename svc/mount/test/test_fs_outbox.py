@@ -36,6 +36,13 @@ def kill(mount: Mount) -> None:
     mount.answers.release(lost=True)
 
 
+def logged(cache: Path) -> list[Entry]:
+    """The unsettled entries the log under C{cache} holds (its mount killed)."""
+    log, replay = OutboxLog.open(cache / "log")
+    log.close()
+    return list(replay.unsettled)
+
+
 class RecordedCloseTests(SynchronousTestCase):
     """Closes answered early, recorded, replayed."""
 
@@ -261,3 +268,103 @@ class RecordedChangeTests(SynchronousTestCase):
         after = self.next_mount()
         self.assertEqual(after.names("d"), ["f"])
         self.assertEqual(after.read_file("d/f"), b"saved")
+
+
+class EmptyCloseTests(SynchronousTestCase):
+    """
+    A new file's empty close leaves its commit to a later close or the
+    release, and records it first (``mount-outbox.md`` section 8): C{touch f}
+    then a killed mount still leaves C{f}.
+    """
+
+    def setUp(self) -> None:
+        self.fixture = FSFixture(self)
+        self.cache = Path(self.mktemp())
+        self.mount = self.fixture.mount(outbox_dir=self.cache)
+        # A new directory is listed whole: files created in it are pending.
+        self.folder = self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER)).ino
+
+    def next_mount(self) -> Mount:
+        """The next mount on the same cache, after this one was killed (L{kill})."""
+        kill(self.mount)
+        return self.fixture.mount(outbox_dir=self.cache, epoch=2)
+
+    def touch(self, name: bytes) -> int:
+        """Create C{name} in the folder and close it empty; its handle."""
+        opened, _ = self.mount.ok(
+            self.mount.fs.create(self.folder, name, 0o644, os.O_WRONLY, CALLER)
+        )
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
+        return opened.fh
+
+    def test_an_empty_close_is_recorded_until_the_file_is_committed(self) -> None:
+        """
+        The close sends nothing and records an empty commit; the release's
+        commit settles it, and the file is on the data plane.
+        """
+        self.mount.answers.hold("manifest_put")
+        fh = self.touch(b"f")
+        self.assertEqual(self.mount.answers.held, 0, "nothing sent")
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        self.mount.answers.release()
+        self.mount.ok(self.mount.fs.release(fh, CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
+        self.assertEqual(self.fixture.mount().read_file("d/f"), b"")
+
+    def test_a_killed_mount_s_empty_file_is_made_by_the_next(self) -> None:
+        """Killed between the close and the release: the next mount makes the empty file."""
+        self.touch(b"f")
+        kill(self.mount)
+        [entry] = logged(self.cache)
+        assert isinstance(entry, Commit)
+        self.assertEqual(
+            (entry.path, entry.expected, entry.size, entry.chunks),
+            (f"/{AGENT.agent_id}/d/f", 0, 0, ()),
+        )
+        after = self.next_mount()
+        self.assertEqual(after.names("d"), ["f"])
+        self.assertEqual(after.read_file("d/f"), b"")
+        self.assertEqual(after.outbox.backlog().entries, 0)
+
+    def test_an_empty_file_removed_before_it_was_committed_is_not_made(self) -> None:
+        """Closed empty, then unlinked (it never reached the data plane): nothing to replay."""
+        self.touch(b"f")
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"f", CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
+        after = self.next_mount()
+        self.assertEqual(after.names("d"), [])
+
+    def test_the_commit_after_an_empty_close_replaces_its_record(self) -> None:
+        """
+        The shell's C{>}: closed empty, then written and closed again; that
+        commit is recorded (and unanswered when the mount dies), the empty
+        record settled: the next mount makes the file once, with the content.
+        """
+        fh = self.touch(b"f")
+        self.mount.ok(self.mount.fs.write(fh, 0, b"content", CALLER))
+        self.mount.answers.hold("manifest_put", unsent=("manifest_put",))
+        self.mount.ok(self.mount.fs.flush(fh, CALLER))
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        kill(self.mount)
+        [entry] = logged(self.cache)
+        assert isinstance(entry, Commit)
+        self.assertEqual(entry.size, len(b"content"))
+        after = self.next_mount()
+        self.assertEqual(after.names("d"), ["f"])
+        self.assertEqual(after.read_file("d/f"), b"content")
+
+    def test_a_release_commit_after_an_empty_close_is_recorded(self) -> None:
+        """
+        The release that commits the empty file records its commit (the
+        close returned long before) and settles the close's record.
+        """
+        fh = self.touch(b"f")
+        self.mount.answers.hold("manifest_put", unsent=("manifest_put",))
+        released = self.mount.fs.release(fh, CALLER)
+        self.assertNoResult(released)
+        kill(self.mount)
+        [entry] = logged(self.cache)
+        self.assertEqual(entry.seq, 3, "the release's own (1: the mkdir, 2: the close's)")
+        after = self.next_mount()
+        self.successResultOf(released)  # kept: its answer was lost
+        self.assertEqual(after.read_file("d/f"), b"")

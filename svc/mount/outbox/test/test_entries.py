@@ -24,6 +24,7 @@ from svc.mount.outbox.entries import (
     entry_from_map,
     entry_to_map,
     paths_of,
+    superseded,
 )
 
 A = "a" * 64
@@ -85,6 +86,31 @@ class EntryMapTests(SynchronousTestCase):
         """A rename changes both its paths; other entries their one path."""
         self.assertEqual(paths_of(Rename(1, "/a/x", "/a/y")), ("/a/x", "/a/y"))
         self.assertEqual(paths_of(Link(1, "/a/new", "/a/old")), ("/a/new",))
+
+
+def _commit(seq: int, path: str, expected: int, *, chained: bool = False) -> Commit:
+    return Commit(seq, path, expected, chained, (), (), 0, OWNER, 1)
+
+
+class SupersededTests(SynchronousTestCase):
+    """A commit the next entry replaces whole is not replayed."""
+
+    def test_a_commit_followed_by_one_of_its_path_and_version(self) -> None:
+        """The earlier of two adjacent commits of one path over one version."""
+        entries = (_commit(1, "/a/f", 0), _commit(2, "/a/f", 0), _commit(3, "/a/f", 0))
+        self.assertEqual(superseded(entries), frozenset({1, 2}))
+
+    def test_anything_between_or_different_keeps_both(self) -> None:
+        """Another entry between them, another path, another version or a chain: both go."""
+        cases: tuple[tuple[Entry, ...], ...] = (
+            (_commit(1, "/a/f", 0), Rename(2, "/a/f", "/a/g"), _commit(3, "/a/f", 0)),
+            (_commit(1, "/a/f", 0), _commit(2, "/a/g", 0)),
+            (_commit(1, "/a/f", 0), _commit(2, "/a/f", 1)),
+            (_commit(1, "/a/f", 0), _commit(2, "/a/f", 0, chained=True)),
+            (Unlink(1, "/a/f"), _commit(2, "/a/f", 0)),
+        )
+        for entries in cases:
+            self.assertEqual(superseded(entries), frozenset(), entries)
 
 
 class BadEntryTests(SynchronousTestCase):

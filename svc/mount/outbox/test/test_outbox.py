@@ -134,6 +134,29 @@ class OutboxTests(SynchronousTestCase):
         manifest = self.check.ok("manifest_get", path=f"{ROOT}/f")
         self.assertEqual(manifest["size"], len(data))
 
+    def test_a_commit_the_next_entry_replaces_whole_is_not_replayed(self) -> None:
+        """
+        Two commits of one path over the same version left unsettled one
+        after the other (an empty close's record, then the file's commit):
+        only the later is sent (the earlier would make it lose its
+        compare-and-swap), and the earlier is settled in the log.
+        """
+        first, _, answers, _ = self.mount()
+        answers.down = True
+        first.append(lambda seq: self.commit(seq, "f", 0, b""), send=False)
+        data = b"the file's content"
+        first.append(
+            lambda seq: self.commit(seq, "f", 0, data), {chunk_hash(data): data}, send=False
+        )
+        first.stop()
+
+        second, recorder, _, replay = self.mount()
+        self.assertEqual([entry.seq for entry in replay.unsettled], [2])
+        self.successResultOf(second.settled(2))
+        self.assertEqual(([seq for seq, _ in recorder.answered], recorder.refused), ([2], []))
+        manifest = self.check.ok("manifest_get", path=f"{ROOT}/f")
+        self.assertEqual((manifest["version"], manifest["size"]), (1, len(data)))
+
     def test_a_refusal_is_reconciled_and_said_in_the_backlog(self) -> None:
         """A refused entry settles, reaches the reconciler, and marks the backlog refused."""
         outbox, recorder, _, _ = self.mount()
