@@ -3,7 +3,7 @@ The one exception of the mount client's filesystem core: L{FSError}, carrying
 a local errno (Python's L{errno} module numbering, which differs per
 platform). The FUSE bridge turns it into C{FUSEError(error.errno)}, once.
 
-Data-plane errors are translated where they enter (L{svc.mount.remote}):
+Data-plane errors are translated where they enter (L{svc.mount.remote_calls}):
 wire errno values are mapped to local ones by name, never by number.
 """
 

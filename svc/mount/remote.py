@@ -1,16 +1,14 @@
 """
 Typed data-plane operations for the mount client.
 
-L{Remote} wraps one connection's C{call(op, payload, raw)} seam (a
-L{svc.dataplane_client.client.DataPlaneClient}, or in tests a
-L{svc.testing.local_connection.LocalConnection}) with one method per
-operation of ``docs/specifications/dataplane-ops.md``, returning frozen
-values. Failures are translated here, once, into L{RemoteFailure}: the
-server's wire errno becomes the local errno of the same name; a request that
-got no answer (connection lost, timeout, refused before sending) is EIO,
-marked C{unknown} when it was sent and may have run. So is the server's
-C{ETIMEDOUT} (the request may still run), with its own errno.
-A reply that does not have the documented shape is EIO too.
+L{Remote} has one method per operation of
+``docs/specifications/dataplane-ops.md``, returning frozen values, over one
+connection's C{call(op, payload, raw)} seam
+(L{svc.mount.remote_calls.IDataPlaneCaller}). Its requests, and the one
+translation of their failures into L{RemoteFailure}, are
+L{svc.mount.remote_calls}; its namespace changes, each recorded first in
+the outbox, are L{svc.mount.remote_changes}; the reads, commits
+(C{manifest_put}), chunks and leases are here.
 
 The reply values are in L{svc.mount.remote_values} (re-exported here).
 L{DirectChunkSource} is the simplest L{IChunkSource}: every fetch is a
@@ -20,37 +18,16 @@ verified C{chunk_get}.
 from __future__ import annotations
 
 import errno
-import stat
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, fail
-from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from svc.chunking import chunk_hash
 from svc.dataplane_client.client import Reply
-from svc.dataplane_client.errors import (
-    CallTimedOut,
-    DataPlaneError,
-    OutcomeUnknown,
-    RemoteError,
-)
-from svc.mount.attributes import AttributeChanges, Attributes, FileKind, type_bits
-from svc.mount.errors import RemoteFailure, local_errno
-from svc.mount.outbox.entries import (
-    Entry,
-    Link,
-    Mkdir,
-    Mknod,
-    Owner,
-    Rename,
-    Rmdir,
-    SetAttributes,
-    Symlink,
-    Unlink,
-)
-from svc.mount.outbox.requests import request_of
+from svc.mount.attributes import Attributes
+from svc.mount.errors import RemoteFailure
+from svc.mount.remote_changes import NamespaceChanges
 from svc.mount.remote_values import (
     BadReply,
     ChunkEntry,
@@ -67,19 +44,7 @@ from svc.mount.remote_values import (
     inline_chunks,
     lease_answer_of,
 )
-from svc.wire.answers import (
-    ChunkHasReply,
-    FileAttributes,
-    ListReply,
-    ManifestReply,
-    PutReply,
-    RemoveReply,
-    RenameReply,
-)
-from svc.wire.commands import COMMANDS
-from svc.wire.contract import decode_answer
-from svc.wire.errno import WireErrno
-from svc.wire.errors import CodecError
+from svc.wire.answers import ChunkHasReply, ListReply, ManifestReply, PutReply
 from svc.wire.kinds import FieldRefused, OutboxTag
 from svc.wire.messages import (
     MAX_CHUNK_HAS,
@@ -98,11 +63,8 @@ from svc.wire.messages import (
     PathRequest,
 )
 from svc.wire.ops import Op
-from svc.wire.schema import encode_message
 
 T = TypeVar("T")
-
-_log = Logger()
 
 __all__ = [
     "CHUNK_HAS_LIMIT",
@@ -113,7 +75,6 @@ __all__ = [
     "DirectChunkSource",
     "DiskUsage",
     "IChunkSource",
-    "IDataPlaneCaller",
     "LastWriter",
     "LeaseAnswer",
     "ListPage",
@@ -138,46 +99,6 @@ LIST_PAGE_LIMIT = MAX_LIST_LIMIT
 """Entries per C{list} page."""
 
 
-E = TypeVar("E", bound=Entry)
-
-
-class ChangeRecorder(Protocol):
-    """Where changes are recorded before they are sent (L{svc.mount.outbox.outbox.Outbox})."""
-
-    def append(
-        self, make: Callable[[int], E], chunks: Mapping[str, bytes] = ..., *, send: bool = ...
-    ) -> E:
-        """Persist the entry C{make(seq)} builds."""
-
-    def tag(self, entry: Entry) -> OutboxTag:
-        """The C{outbox} field of C{entry}'s request."""
-
-    def done(self, entry: Entry) -> None:
-        """C{entry} was seen through."""
-
-
-def _request_of(entry: Entry, tag: OutboxTag | None, session_id: str | None) -> tuple[Op, object]:
-    """L{request_of}, a field the wire refuses being an C{EINVAL} failure."""
-    try:
-        return request_of(entry, tag, session_id)
-    except FieldRefused as error:
-        raise RemoteFailure(errno.EINVAL, f"{entry.op.value}: {error.message}") from None
-
-
-class IDataPlaneCaller(Protocol):
-    """The seam: one data-plane connection's request method."""
-
-    def call(
-        self,
-        op: str,
-        payload: Mapping[str, object],
-        raw: bytes | memoryview = b"",
-        *,
-        timeout: float | None = None,
-    ) -> Deferred[Reply]:
-        """Send C{op}; fires with the L{Reply} or fails with a L{DataPlaneError}."""
-
-
 class IChunkSource(Protocol):
     """
     Where the filesystem core gets chunk bytes (the chunk cache in
@@ -196,106 +117,15 @@ class IChunkSource(Protocol):
         """Whether a C{fetch} of C{chunk_hash} would most likely need no download."""
 
 
-def _dir_ctime(answer: RemoveReply, reply: Reply) -> int | None:
-    """A removal's answer: the parent's new mtime and ctime, if the server says."""
-    return answer.dir_ctime_ns
-
-
-def _attributes(answer: FileAttributes, reply: Reply) -> Attributes:
-    return attributes_of(answer)
-
-
-def _may_have_run(error: Exception) -> bool:
-    """Whether the request that failed with C{error} was sent and may have run."""
-    if isinstance(error, CallTimedOut):
-        return error.sent
-    return isinstance(error, OutcomeUnknown)
-
-
-class Remote:
+class Remote(NamespaceChanges):
     """
-    The data-plane operations over one L{IDataPlaneCaller}; see the module
-    docstring. Every method returns a L{Deferred}; every failure is a
-    L{RemoteFailure}.
+    The data-plane operations over one
+    L{svc.mount.remote_calls.IDataPlaneCaller}: the namespace changes
+    (L{NamespaceChanges}, each recorded first with C{recorder=outbox}) and
+    the reads, commits, chunks and leases here. Every method returns a
+    L{Deferred}; every failure is a L{RemoteFailure}
+    (L{svc.mount.remote_calls}).
     """
-
-    def __init__(
-        self,
-        caller: IDataPlaneCaller,
-        *,
-        timeout: float | None = None,
-        recorder: ChangeRecorder | None = None,
-    ) -> None:
-        """
-        @param recorder: where every namespace change (not a commit: the
-            write-back records its own) is recorded before it is sent, and
-            which tags it (the mount's outbox, ``mount-outbox.md`` section
-            8); L{None}: nowhere, untagged.
-        """
-        self._caller = caller
-        self._timeout = timeout
-        self._recorder = recorder
-
-    def _request(
-        self,
-        op: str,
-        payload: Mapping[str, object],
-        parse: Callable[[Reply], T],
-        raw: bytes | memoryview = b"",
-    ) -> Deferred[T]:
-        # Callbacks, not a coroutine: every request of the mount comes
-        # through here, and a coroutine's Deferred and resumption cost more
-        # than the rest of this method.
-        def translated(failure: Failure) -> Failure:
-            error = failure.value
-            if isinstance(error, RemoteError):
-                raise RemoteFailure(
-                    local_errno(error.errno),
-                    f"{op}: {error.message}",
-                    error.errno,
-                    error.details,
-                    # The server gave up waiting; a request that had started
-                    # still runs to its end (dataplane-ops.md section 7).
-                    unknown=error.errno is WireErrno.ETIMEDOUT,
-                ) from None
-            if isinstance(error, (DataPlaneError, CodecError)):
-                raise RemoteFailure(
-                    errno.EIO, f"{op}: {error}", unknown=_may_have_run(error)
-                ) from None
-            return failure
-
-        def parsed(reply: Reply) -> T:
-            try:
-                return parse(reply)
-            except FieldRefused as error:
-                raise RemoteFailure(errno.EIO, f"{op}: unexpected reply: {error.message}") from None
-            except (BadReply, ValueError, TypeError) as error:
-                raise RemoteFailure(errno.EIO, f"{op}: unexpected reply: {error}") from None
-
-        try:
-            called = self._caller.call(op, payload, raw, timeout=self._timeout)
-        except Exception:
-            called = fail()
-        return called.addCallbacks(parsed, translated)
-
-    def _call(
-        self,
-        op: Op,
-        request: object,
-        parse: Callable[[Any, Reply], T],
-        raw: bytes | memoryview = b"",
-    ) -> Deferred[T]:
-        """
-        Send the declared C{request} of C{op} and decode its answer with the
-        declared answer message, then C{parse(answer, reply)} it into the
-        mount's value.
-        """
-        command = COMMANDS[op]
-
-        def answered(reply: Reply) -> T:
-            return parse(decode_answer(command, reply.payload), reply)
-
-        return self._request(op.value, encode_message(request), answered, raw)
 
     # Reads
 
@@ -315,7 +145,7 @@ class Remote:
 
     def head_file(self, path: str) -> Deferred[Attributes]:
         """The attributes of C{path}."""
-        return self._call(Op.HEAD_FILE, PathRequest(path), _attributes)
+        return self._call(Op.HEAD_FILE, PathRequest(path), lambda answer, _: attributes_of(answer))
 
     def manifest_get(self, path: str, *, inline_max: int = 0) -> Deferred[Manifest]:
         """
@@ -346,7 +176,7 @@ class Remote:
         """The usage and limits of the agent's disk (the certificate's agent)."""
         return self._call(Op.STATFS, EmptyRequest(), lambda answer, _: disk_usage_of(answer))
 
-    # Writes (each takes the mount session)
+    # Commits (the namespace changes are L{NamespaceChanges})
 
     def manifest_put(
         self,
@@ -396,125 +226,6 @@ class Remote:
             )
 
         return self._call(Op.MANIFEST_PUT, request, parse, raw=raw)
-
-    def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
-        """
-        Unlink the non-directory C{path}; the parent's new mtime and ctime
-        (L{None} from a server that does not say).
-        """
-        return self._change(lambda seq: Unlink(seq, path), session_id, _dir_ctime)
-
-    def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
-        """Move C{path} to C{to_path} (C{manifest_rename})."""
-
-        def parse(answer: RenameReply, reply: Reply) -> RenameResult:
-            return RenameResult(answer.moved, answer.replaced, answer.dir_ctime_ns)
-
-        return self._change(lambda seq: Rename(seq, path, to_path), session_id, parse)
-
-    def dir_create(
-        self, path: str, *, mode: int, uid: int, gid: int, session_id: str | None
-    ) -> Deferred[Attributes]:
-        """Create directory C{path}."""
-        owner = Owner(mode, uid, gid)
-        return self._change(lambda seq: Mkdir(seq, path, owner), session_id, _attributes)
-
-    def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
-        """Remove the empty directory C{path}; as L{manifest_delete}."""
-        return self._change(lambda seq: Rmdir(seq, path), session_id, _dir_ctime)
-
-    def setattr(
-        self, path: str, changes: AttributeChanges, *, session_id: str | None
-    ) -> Deferred[Attributes]:
-        """Change attributes of C{path} (C{size} only 0 or the current size)."""
-
-        def make(seq: int) -> SetAttributes:
-            return SetAttributes(
-                seq,
-                path,
-                mode=changes.mode,
-                uid=changes.uid,
-                gid=changes.gid,
-                atime_ns=changes.atime_ns,
-                mtime_ns=changes.mtime_ns,
-                size=changes.size,
-            )
-
-        return self._change(make, session_id, _attributes)
-
-    def symlink(
-        self, path: str, target: str, *, uid: int, gid: int, session_id: str | None
-    ) -> Deferred[Attributes]:
-        """Create symlink C{path} pointing at C{target}."""
-        return self._change(
-            lambda seq: Symlink(seq, path, target, uid, gid), session_id, _attributes
-        )
-
-    def mknod(
-        self,
-        path: str,
-        *,
-        kind: FileKind,
-        mode: int,
-        rdev: int,
-        uid: int,
-        gid: int,
-        session_id: str | None,
-    ) -> Deferred[Attributes]:
-        """Create a non-directory, non-symlink node at C{path}."""
-        owner = Owner(type_bits(kind) | stat.S_IMODE(mode), uid, gid)
-        return self._change(lambda seq: Mknod(seq, path, owner, rdev), session_id, _attributes)
-
-    def link(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[Attributes]:
-        """Add the name C{to_path} to the inode of C{path}."""
-        return self._change(lambda seq: Link(seq, to_path, path), session_id, _attributes)
-
-    def _change(
-        self,
-        make: Callable[[int], Entry],
-        session_id: str | None,
-        parse: Callable[[Any, Reply], T],
-    ) -> Deferred[T]:
-        """
-        Send the change C{make(seq)} builds, recorded first in the outbox
-        when there is one (L{ChangeRecorder}): tagged with its entry, which
-        settles once the request is answered, refused or lost (a lost one's
-        resend is a change of its own, L{svc.mount.unanswered}).
-        """
-        recorder = self._recorder
-        if recorder is None:
-            try:
-                op, request = _request_of(make(0), None, session_id)
-            except RemoteFailure as error:
-                return fail(error)
-            return self._call(op, request, parse)
-        try:
-            entry = recorder.append(make, send=False)
-        except OSError as error:  # the cache disk (full, gone) or a stopped outbox
-            name = make(0).op.value
-            return fail(
-                RemoteFailure(
-                    error.errno or errno.EIO, f"{name}: recording it in the outbox: {error}"
-                )
-            )
-        try:
-            op, request = _request_of(entry, recorder.tag(entry), session_id)
-        except RemoteFailure as error:
-            recorder.done(entry)
-            return fail(error)
-
-        def settle(result: T | Failure) -> T | Failure:
-            recorder.done(entry)
-            return result
-
-        return self._call(op, request, parse).addBoth(settle)
-
-    def change(self, op: Op, request: object) -> Deferred[Any]:
-        """
-        Send the declared write C{request} of C{op} as it is (an outbox
-        entry's, L{svc.mount.outbox.requests}); its decoded answer message.
-        """
-        return self._call(op, request, lambda answer, _: answer)
 
     # Chunks
 

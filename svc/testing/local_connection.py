@@ -1,7 +1,8 @@
 """
-An in-process data-plane connection: the L{IDataPlaneCaller} seam driven
-straight into a real L{svc.dataplane.interfaces.IConnectionHandler}, with no
-sockets, TLS or frames.
+An in-process data-plane connection: the
+L{svc.mount.remote_calls.IDataPlaneCaller} seam driven straight into a real
+L{svc.dataplane.interfaces.IConnectionHandler}, with no sockets, TLS or
+frames.
 
 Each request is encoded as a client encodes it and handed over packed, as
 the protocol adapter hands it (the handler decodes it within its
