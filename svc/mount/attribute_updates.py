@@ -25,7 +25,7 @@ from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
 from svc.mount.node_creation import NodeCreation
-from svc.mount.unanswered import send_setattr
+from svc.mount.unanswered import send_change
 
 Truncate = Callable[[Node, int, CallerProcess], Awaitable[None]]
 """Truncates or extends a regular file (provided by the file operations)."""
@@ -123,8 +123,8 @@ class AttributeUpdates:
                 path = ctx.server_path(rel)
                 node.set_attributes(
                     await ctx.await_write(
-                        send_setattr(
-                            ctx,
+                        send_change(
+                            "setattr",
                             path,
                             lambda: ctx.remote.setattr(
                                 path, changes, session_id=ctx.write_session()

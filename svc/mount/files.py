@@ -37,7 +37,7 @@ from svc.mount.namespace_reads import NamespaceReads
 from svc.mount.node_creation import NodeCreation, new_mode, new_owner
 from svc.mount.open_files import Handle
 from svc.mount.spill_writes import SpillWrite, WriteGrant
-from svc.mount.unanswered import send_setattr
+from svc.mount.unanswered import send_change
 from svc.mount.write_behind import WriteBehind
 
 _log = Logger()
@@ -506,8 +506,8 @@ class FileOps:
             async with ctx.namespace_lock:
                 path = ctx.server_path(ctx.rel_of(node))
                 emptied = await ctx.await_write(
-                    send_setattr(
-                        ctx,
+                    send_change(
+                        "setattr",
                         path,
                         lambda: ctx.remote.setattr(
                             path, AttributeChanges(size=0), session_id=ctx.write_session()

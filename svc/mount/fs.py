@@ -144,6 +144,10 @@ class MountFS:
             unsent_dir=unsent_dir,
             outbox=outbox,
         )
+        if outbox is not None:
+            # While changes it sends again for lost answers get none, those
+            # waiting for them fail at once (L{NamespaceLock.stalled}).
+            outbox.on_held(self._ctx.namespace_lock.stalled)
         self._reads = NamespaceReads(self._ctx)
         self._creation = NodeCreation(self._ctx)
         self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
@@ -219,23 +223,26 @@ class MountFS:
         """
         A new data-plane connection replaced a lost one: the write leases
         are asked for again on it at once (L{svc.mount.write_leases}), the
-        lost changes still to be looked into are asked about at once
-        (L{svc.mount.stopping}), and the files kept through the outage are
-        written back right after the calls that waited for the connection
-        are sent (L{svc.mount.kept_write_backs}).
+        changes whose answers were lost are sent again at once (the
+        outbox's sender, L{svc.mount.unanswered}), and the files kept
+        through the outage are written back right after the calls that
+        waited for the connection are sent (L{svc.mount.kept_write_backs}).
         """
         self._ctx.leases.reconnected()
-        self._ctx.stopping.reconnected()
+        if self._ctx.outbox is not None:
+            self._ctx.outbox.reconnected()
         self._ctx.clock.callLater(0, self._closes.reconnected)
 
     def stopping(self) -> None:
         """
         Shutdown begins: handed-off changes whose answers were lost stop
-        waiting for the data plane to tell what became of them
-        (L{svc.mount.unanswered}), so L{write_backs_settled} is not held up
-        by an outage.
+        waiting for the data plane to answer them again (their outbox
+        entries stay for the next mount on the cache, unless answered
+        first: L{svc.mount.unanswered}), so L{write_backs_settled} is not
+        held up by an outage.
         """
-        self._ctx.stopping.begin()
+        if self._ctx.outbox is not None:
+            self._ctx.outbox.give_up_resends("the mount is stopping")
 
     def last_write_backs(self) -> Deferred[None]:
         """

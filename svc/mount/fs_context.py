@@ -30,7 +30,6 @@ from svc.mount.outbox.outbox import Outbox
 from svc.mount.quota_room import QuotaRoom
 from svc.mount.remote import IChunkSource, Remote
 from svc.mount.spill import DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_FILE_BYTES, SpillDirectory
-from svc.mount.stopping import Stopping
 from svc.mount.unsent import UnsentFiles
 from svc.mount.write_behind import DEFAULT_FILES, DEFAULT_LEAD_BYTES, Slots
 from svc.mount.write_leases import WriteLeases
@@ -185,7 +184,6 @@ class FSContext:
         self.forget_attributes = forget_attributes
         self.connected = connected
         self.clock = clock
-        self.stopping = Stopping(clock)
         self.files = OpenFiles()
         self.write_behind_slots = Slots(self.settings.write_behind_files)
         self.memo = ChunkMemo(chunks, self.settings.memo_bytes)

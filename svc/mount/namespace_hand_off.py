@@ -18,17 +18,16 @@ L{settle_rename} handle the answers. A later change of the same names
 waits until the handed-off change is answered (L{settled_at}).
 
 An answer that never came (the connection was lost after the request was
-sent) does not say whether the server made the change. The mount then asks
-the server what the names hold (C{head_file}): a change that ran is
-settled as a success, one that did not is sent again when the mount's
-picture still allows it, and only what cannot be told is handled as a
-refusal (L{svc.mount.unanswered}).
+sent) does not say whether the server made the change. The change is then
+sent again with its outbox tag by the outbox's sender, in order with the
+others, held through an outage: the data plane answers a change that ran
+as it did, and runs one that did not (L{svc.mount.unanswered}).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -40,14 +39,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.fs_context import FSContext, decode_name
 from svc.mount.inodes import Node
 from svc.mount.remote_values import RenameResult
-from svc.mount.unanswered import (
-    SendOrder,
-    Turn,
-    never_created,
-    removal_outcome,
-    rename_outcome,
-    unanswered,
-)
+from svc.mount.unanswered import never_created, removal_outcome, rename_outcome, unanswered
 
 _log = Logger()
 
@@ -70,24 +62,6 @@ class NamespaceHandOffs:
         self._durable = durable
         self._connected = connected
         self._failed = False  # a handed-off change failed since the last success
-        self._order = SendOrder()
-
-    def look_into(self, outcome: Callable[[Turn], Coroutine[Any, Any, T]]) -> Deferred[T]:
-        """
-        Run C{outcome(turn)}, which looks into a handed-off change whose
-        answer never came and sends it again, if at all, with
-        C{turn.send}: after the changes looked into before it (the answers
-        of a lost connection fail in the order the changes were sent).
-        """
-        turn = self._order.take()
-
-        async def looking() -> T:
-            try:
-                return await outcome(turn)
-            finally:
-                turn.over()
-
-        return Deferred.fromCoroutine(looking())
 
     def allowed(self, in_flight: int, *, read_only: bool) -> bool:
         """With C{in_flight} handed-off changes unanswered, whether one more may go."""
@@ -144,15 +118,13 @@ async def settled_at(ctx: FSContext, parent: int, name: bytes) -> None:
 class HandedRemoval:
     """
     An unlink or rmdir the mount already applied: C{node}, named C{name} in
-    C{folder} (the server's C{path}), is gone from its picture; C{resend}
-    sends the request again.
+    C{folder} (the server's C{path}), is gone from its picture.
     """
 
     folder: Node
     name: str
     node: Node
     path: str
-    resend: Callable[[], Deferred[int | None]]
 
 
 def settle_unlink(
@@ -178,9 +150,9 @@ def settle_unlink(
     flight.
     """
     if unanswered(answer):
-        hand_offs.failed()  # nothing more hands off while the server is asked
+        hand_offs.failed()  # nothing more hands off until it is settled
         assert isinstance(answer, Failure)
-        hand_offs.look_into(lambda turn: removal_outcome(ctx, removal, answer, turn)).addBoth(
+        Deferred.fromCoroutine(removal_outcome(ctx, removal, answer)).addBoth(
             lambda outcome: _settle_removal(ctx, hand_offs, removal, line, settle, outcome)
         )
         return
@@ -217,8 +189,7 @@ class HandedRename:
     A rename the mount already applied to its picture: C{moved}, named
     C{name} in C{source_dir} (the server's C{path}), is now C{new_name} in
     C{target_dir} (C{to_path}), replacing a known target if C{replaced},
-    whose server inode was C{replaced_inode}; C{resend} sends the request
-    again.
+    whose server inode was C{replaced_inode}.
     """
 
     source_dir: Node
@@ -230,7 +201,6 @@ class HandedRename:
     path: str
     to_path: str
     replaced_inode: int | None
-    resend: Callable[[], Deferred[RenameResult]]
 
 
 def settle_rename(
@@ -260,9 +230,9 @@ def settle_rename(
     sent again on the next one).
     """
     if unanswered(answer) or never_created(answer, rename):
-        hand_offs.failed()  # nothing more hands off while the server is asked
+        hand_offs.failed()  # nothing more hands off until it is settled
         assert isinstance(answer, Failure)
-        hand_offs.look_into(lambda turn: rename_outcome(ctx, rename, answer, turn)).addBoth(
+        Deferred.fromCoroutine(rename_outcome(ctx, rename, answer)).addBoth(
             lambda outcome: _settle_rename(ctx, hand_offs, rename, line, settle, outcome)
         )
         return

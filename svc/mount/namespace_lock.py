@@ -263,6 +263,10 @@ class NamespaceLock:
         """Fires once no commit is in flight (at once when none is)."""
         return self._commits.settled()
 
+    def commits_answered(self) -> Deferred[None]:
+        """Fires once no commit is in flight (at once when none is); waiters fire in order."""
+        return self._commits.settled()
+
     def commit_sent(self) -> Callable[[], None]:
         """
         Count one more commit in flight; the returned callable (idempotent)

@@ -4,7 +4,7 @@ C{mknod} (and L{NodeCreation.make_node}, which a C{create} uses in a
 directory not listed whole), C{link}, and the creation on the data plane of
 a pending file an operation needs there (L{NodeCreation.materialize}). Each
 translates one kernel request into at most a few data-plane requests, whose
-lost answers are settled (L{svc.mount.unanswered.send_creation}), keeps the
+lost answers are settled (L{svc.mount.unanswered.send_change}), keeps the
 inode table in step, and writes its audit line
 (``docs/specifications/mount-fs.md``). A new node's owner and mode follow
 the directory's set-group-ID bit, as on a local disk (L{new_owner},
@@ -32,7 +32,7 @@ from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace_hand_off import settled_at
 from svc.mount.outbox.recorded import settle_empty
-from svc.mount.unanswered import send_creation
+from svc.mount.unanswered import send_change
 
 
 def new_owner(caller: CallerProcess, directory: Node) -> tuple[int, int]:
@@ -84,8 +84,7 @@ class NodeCreation:
                 bits = new_mode(mode, directory, FileKind.DIR)
                 path = ctx.server_path(rel)
                 created = await ctx.await_write(
-                    send_creation(
-                        ctx,
+                    send_change(
                         "mkdir",
                         path,
                         lambda: ctx.remote.dir_create(
@@ -94,9 +93,6 @@ class NodeCreation:
                             uid=uid,
                             gid=gid,
                             session_id=ctx.write_session(),
-                        ),
-                        lambda found: (
-                            found.kind is FileKind.DIR and (found.uid, found.gid) == (uid, gid)
                         ),
                     )
                 )
@@ -125,15 +121,11 @@ class NodeCreation:
                 uid, gid = new_owner(caller, directory)
                 path = ctx.server_path(rel)
                 created = await ctx.await_write(
-                    send_creation(
-                        ctx,
+                    send_change(
                         "symlink",
                         path,
                         lambda: ctx.remote.symlink(
                             path, text, uid=uid, gid=gid, session_id=ctx.write_session()
-                        ),
-                        lambda found: (
-                            found.kind is FileKind.SYMLINK and (found.uid, found.gid) == (uid, gid)
                         ),
                     )
                 )
@@ -234,15 +226,10 @@ class NodeCreation:
                     await self.materialize(node)
                 path, to_path = ctx.server_path(rel), ctx.server_path(to_rel)
                 linked = await ctx.await_write(
-                    send_creation(
-                        ctx,
+                    send_change(
                         "link",
                         to_path,
                         lambda: ctx.remote.link(path, to_path, session_id=ctx.write_session()),
-                        lambda found: (
-                            bool(node.attributes.server_inode)
-                            and found.server_inode == node.attributes.server_inode
-                        ),
                     )
                 )
                 node = ctx.table.learn(target_dir, decoded, linked)
@@ -297,8 +284,7 @@ class NodeCreation:
         ctx = self._ctx
         path = ctx.server_path(rel)
         return await ctx.await_write(
-            send_creation(
-                ctx,
+            send_change(
                 "mknod",
                 path,
                 lambda: ctx.remote.mknod(
@@ -310,7 +296,6 @@ class NodeCreation:
                     gid=gid,
                     session_id=ctx.write_session(),
                 ),
-                lambda found: _made_node(found, kind, uid, gid),
             )
         )
 
@@ -322,12 +307,3 @@ class NodeCreation:
         child = self._ctx.table.child(directory, name)
         if child is not None and child.pending:
             raise FSError(errno.EEXIST, f"{rel!r} exists")
-
-
-def _made_node(found: Attributes, kind: FileKind, uid: int, gid: int) -> bool:
-    """Whether C{found} is what a mknod of C{kind} by C{uid}/C{gid} makes (an empty file)."""
-    return (
-        found.kind is kind
-        and (found.uid, found.gid) == (uid, gid)
-        and (kind is not FileKind.FILE or found.size == 0)
-    )

@@ -23,7 +23,6 @@ from typing import Any, Protocol, TypeVar
 from twisted.internet.defer import Deferred, fail
 from twisted.python.failure import Failure
 
-from svc.dataplane_client.client import Reply
 from svc.mount.attributes import AttributeChanges, Attributes, FileKind, type_bits
 from svc.mount.errors import RemoteFailure
 from svc.mount.outbox.entries import (
@@ -48,7 +47,7 @@ from svc.wire.ops import Op
 T = TypeVar("T")
 E = TypeVar("E", bound=Entry)
 
-__all__ = ["ChangeRecorder", "NamespaceChanges"]
+__all__ = ["ChangeRecorder", "LostAnswer", "NamespaceChanges"]
 
 
 class ChangeRecorder(Protocol):
@@ -74,13 +73,51 @@ def _request_of(entry: Entry, tag: OutboxTag | None, session_id: str | None) -> 
         raise RemoteFailure(errno.EINVAL, f"{entry.op.value}: {error.message}") from None
 
 
-def _dir_ctime(answer: RemoveReply, reply: Reply) -> int | None:
+def _dir_ctime(answer: RemoveReply) -> int | None:
     """A removal's answer: the parent's new mtime and ctime, if the server says."""
     return answer.dir_ctime_ns
 
 
-def _attributes(answer: FileAttributes, reply: Reply) -> Attributes:
+def _attributes(answer: FileAttributes) -> Attributes:
     return attributes_of(answer)
+
+
+class LostAnswer(RemoteFailure):
+    """
+    A recorded change whose request was sent and whose answer never came
+    (the connection was lost, the call timed out): it may have run. Its
+    outbox entry (L{entry}) is not settled, so the data plane keeps the
+    answer of a run, until L{again} is answered or refused, the entry is
+    handed to the outbox's sender (L{svc.mount.outbox.outbox.Outbox.send_again},
+    which settles it), or L{drop} is called.
+    """
+
+    def __init__(
+        self,
+        lost: RemoteFailure,
+        entry: Entry,
+        *,
+        again: Callable[[], Deferred[Any]],
+        drop: Callable[[], None],
+        parse: Callable[[Any], Any],
+    ) -> None:
+        super().__init__(lost.errno, lost.message, None, lost.details, unknown=True)
+        self.entry = entry
+        self._again = again
+        self._drop = drop
+        self._parse = parse
+
+    def again(self) -> Deferred[Any]:
+        """Send the same request again, with the same tag: its answer (parsed), or a failure."""
+        return self._again()
+
+    def drop(self) -> None:
+        """Nobody will send it again: settle its entry (a later mount will not send it)."""
+        self._drop()
+
+    def parse(self, answer: Any) -> Any:
+        """The result the change's method returns, from C{answer}, its decoded answer message."""
+        return self._parse(answer)
 
 
 class NamespaceChanges(RemoteCalls):
@@ -116,7 +153,7 @@ class NamespaceChanges(RemoteCalls):
     def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
         """Move C{path} to C{to_path} (C{manifest_rename})."""
 
-        def parse(answer: RenameReply, reply: Reply) -> RenameResult:
+        def parse(answer: RenameReply) -> RenameResult:
             return RenameResult(answer.moved, answer.replaced, answer.dir_ctime_ns)
 
         return self._change(lambda seq: Rename(seq, path, to_path), session_id, parse)
@@ -182,13 +219,16 @@ class NamespaceChanges(RemoteCalls):
         self,
         make: Callable[[int], Entry],
         session_id: str | None,
-        parse: Callable[[Any, Reply], T],
+        parse: Callable[[Any], T],
     ) -> Deferred[T]:
         """
         Send the change C{make(seq)} builds, recorded first in the outbox
         when there is one (L{ChangeRecorder}): tagged with its entry, which
-        settles once the request is answered, refused or lost (a lost one's
-        resend is a change of its own, L{svc.mount.unanswered}).
+        settles once the request is answered or refused. A request whose
+        answer never came fails L{LostAnswer}, its entry left unsettled for
+        the caller to send again under the same tag (the data plane answers
+        a run's answer, or runs it now) or to drop
+        (``mount-consistency.md`` section 2.6, "An answer that never came").
         """
         recorder = self._recorder
         if recorder is None:
@@ -196,7 +236,7 @@ class NamespaceChanges(RemoteCalls):
                 op, request = _request_of(make(0), None, session_id)
             except RemoteFailure as error:
                 return fail(error)
-            return self._call(op, request, parse)
+            return self._call(op, request, lambda answer, _: parse(answer))
         try:
             entry = recorder.append(make, send=False)
         except OSError as error:  # the cache disk (full, gone) or a stopped outbox
@@ -211,12 +251,33 @@ class NamespaceChanges(RemoteCalls):
         except RemoteFailure as error:
             recorder.done(entry)
             return fail(error)
+        settled = False
 
-        def settle(result: T | Failure) -> T | Failure:
-            recorder.done(entry)
-            return result
+        def settle() -> None:
+            nonlocal settled
+            if not settled:
+                settled = True
+                recorder.done(entry)
 
-        return self._call(op, request, parse).addBoth(settle)
+        def attempt(sent_before: bool) -> Deferred[T]:
+            def ended(result: T | Failure) -> T | Failure:
+                if isinstance(result, Failure) and isinstance(result.value, RemoteFailure):
+                    failure = result.value
+                    # No answer, and it may have run (now, or when sent before).
+                    if failure.wire is None and (failure.unknown or sent_before):
+                        raise LostAnswer(
+                            failure,
+                            entry,
+                            again=lambda: attempt(True),
+                            drop=settle,
+                            parse=parse,
+                        )
+                settle()
+                return result
+
+            return self._call(op, request, lambda answer, _: parse(answer)).addBoth(ended)
+
+        return attempt(False)
 
     def change(self, op: Op, request: object) -> Deferred[Any]:
         """

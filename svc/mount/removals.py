@@ -34,7 +34,7 @@ from svc.mount.namespace_hand_off import (
     settled_at,
 )
 from svc.mount.outbox.recorded import settle_empty
-from svc.mount.unanswered import send_removal
+from svc.mount.unanswered import send_change
 
 
 class Removals:
@@ -86,7 +86,7 @@ class Removals:
                     if self._save_to_replay_dropped(child):
                         # The file the save was to replace is still there.
                         changed = await ctx.await_write(
-                            send_removal(ctx, path, 0, lambda: remove(path, session_id=session))
+                            send_change("removal", path, lambda: remove(path, session_id=session))
                         )
                         folder.entry_removed(changed, directory=False)
                     return
@@ -101,9 +101,7 @@ class Removals:
                     )
                 ):
                     answer = remove(path, session_id=session)
-                    removal = HandedRemoval(
-                        folder, decoded, child, path, lambda: remove(path, session_id=session)
-                    )
+                    removal = HandedRemoval(folder, decoded, child, path)
                     ctx.table.unlink(folder, decoded)
                     # Its link count and times now, as the server will; the
                     # answer brings the server's times.
@@ -116,9 +114,8 @@ class Removals:
                         )
                     )
                     return
-                removed = 0 if child is None else child.attributes.server_inode
                 changed = await ctx.await_write(
-                    send_removal(ctx, path, removed, lambda: remove(path, session_id=session))
+                    send_change("removal", path, lambda: remove(path, session_id=session))
                 )
                 self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)

@@ -40,7 +40,7 @@ from svc.mount.namespace_hand_off import (
 )
 from svc.mount.node_creation import NodeCreation
 from svc.mount.remote_values import RenameResult
-from svc.mount.unanswered import send_rename
+from svc.mount.unanswered import send_change
 
 
 class Renames:
@@ -104,12 +104,8 @@ class Renames:
                     if node is not None:
                         await self._creation.materialize(node)
                 renamed = await ctx.await_write(
-                    send_rename(
-                        ctx,
-                        ctx.server_path(plan.rel),
-                        ctx.server_path(plan.to_rel),
-                        0 if source is None else source.attributes.server_inode,
-                        lambda: self._send_rename(plan),
+                    send_change(
+                        "rename", ctx.server_path(plan.rel), lambda: self._send_rename(plan)
                     )
                 )
                 self._hand_offs.succeeded()
@@ -232,7 +228,6 @@ class Renames:
             path=ctx.server_path(plan.rel),
             to_path=ctx.server_path(plan.to_rel),
             replaced_inode=None if target is None else target.attributes.server_inode,
-            resend=lambda: self._send_rename(plan),
         )
         moved_was_stale = source.stale
         ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)

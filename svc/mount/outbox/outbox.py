@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 
 from svc.chunking import chunk_hash
 from svc.mount.errors import RemoteFailure
@@ -84,6 +84,9 @@ class Outbox:
         self._sender: OutboxSender | None = None
         self._early: list[Entry] = []  # appended before start
         self._waiters: list[tuple[int, Deferred[None]]] = []
+        self._outcomes: dict[int, Deferred[Any]] = {}  # entries sent again for a caller
+        self._on_held: Callable[[str], Callable[[], None]] | None = None
+        self._unhold: Callable[[], None] | None = None
 
     @classmethod
     def open(
@@ -129,6 +132,61 @@ class Outbox:
         if self._sender is not None:
             self._sender.stop()
         self._log.close()
+        self.give_up_resends("the outbox is stopped")
+
+    # Reactor thread: changes a caller sent whose answers were lost.
+
+    def send_again(self, entry: Entry) -> Deferred[Any]:
+        """
+        Hand C{entry} -- appended without C{send} and sent by its caller,
+        its answer lost -- to the sender, which sends it again with its tag
+        after the entries before it, holding it through an outage
+        (``mount-outbox.md`` section 6): fires with its decoded answer
+        message, or fails with its refusal (L{RemoteFailure}); it settles
+        as any entry the sender sends. Fails at once (C{EIO}, the entry
+        left unsettled for the next mount) after L{give_up_resends}.
+        """
+        if self._stopped or self._sender is None:
+            return fail(RemoteFailure(errno.EIO, "the outbox is stopped", unknown=True))
+        outcome: Deferred[Any] = Deferred()
+        self._outcomes[entry.seq] = outcome
+        self._sender.append(entry)
+        return outcome
+
+    def on_held(self, stall: Callable[[str], Callable[[], None]]) -> None:
+        """
+        C{stall(reason)} is called when entries sent again for a caller
+        (L{send_again}) come back without an answer once more (the data
+        plane out of reach); the callable it returns, once they are all
+        answered or refused.
+        """
+        self._on_held = stall
+
+    def reconnected(self) -> None:
+        """A new data-plane connection: entries waiting out a pause go now."""
+        if self._sender is not None:
+            self._sender.now()
+
+    def give_up_resends(self, why: str) -> None:
+        """
+        Shutdown: the callers of L{send_again} stop waiting (their entries
+        fail C{EIO}, unknown, and stay unsettled for the next mount on the
+        cache unless the sender gets their answers first).
+        """
+        outcomes, self._outcomes = self._outcomes, {}
+        for outcome in outcomes.values():
+            outcome.errback(RemoteFailure(errno.EIO, why, unknown=True))
+        self._unheld()
+
+    def held_back(self, failure: RemoteFailure) -> None:
+        """The sender's: entries came back without an answer and wait for a pause."""
+        if self._outcomes and self._unhold is None and self._on_held is not None:
+            self._unhold = self._on_held(str(failure))
+
+    def _unheld(self) -> None:
+        if not self._outcomes and self._unhold is not None:
+            unhold, self._unhold = self._unhold, None
+            unhold()
 
     # Any thread.
 
@@ -219,10 +277,18 @@ class Outbox:
             return self._held.read(name)
 
     def answered(self, entry: Entry, answer: Any) -> None:
-        """The sender's: C{entry} was applied (reconciled, then settled)."""
-        self._reconciler.answered(entry, answer)
+        """
+        The sender's: C{entry} was applied (reconciled, or given to the
+        caller of L{send_again}, then settled).
+        """
+        outcome = self._outcomes.pop(entry.seq, None)
+        if outcome is None:
+            self._reconciler.answered(entry, answer)
         self._settle(entry, refused=False)
         self._wake()
+        if outcome is not None:
+            self._unheld()
+            outcome.callback(answer)
 
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
         """
@@ -230,9 +296,14 @@ class Outbox:
         settles, so the reconciler may still read its held chunks (and
         append an entry holding them: a conflict copy).
         """
-        self._reconciler.refused(entry, failure)
+        outcome = self._outcomes.pop(entry.seq, None)
+        if outcome is None:
+            self._reconciler.refused(entry, failure)
         self._settle(entry, refused=True)
         self._wake()
+        if outcome is not None:
+            self._unheld()
+            outcome.errback(failure)
 
     def held_chunks_of(self, entry: Entry) -> dict[str, bytes] | None:
         """

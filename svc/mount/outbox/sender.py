@@ -73,6 +73,9 @@ class SenderSource(Protocol):
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
         """C{entry} was refused (it applied nothing)."""
 
+    def held_back(self, failure: RemoteFailure) -> None:
+        """Entries came back without an answer (C{failure}): they are sent again after a pause."""
+
 
 class Unsendable(RemoteFailure):
     """An entry refused here, before anything was sent (it cannot be sent as it is)."""
@@ -134,6 +137,13 @@ class OutboxSender:
         waiter: Deferred[None] = Deferred()
         self._drained.append(waiter)
         return waiter
+
+    def now(self) -> None:
+        """A new connection: what waits for the pause after a failure is sent at once."""
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+            self._retry = None
+            self._pump()
 
     def stop(self) -> None:
         """Send nothing more (what is unanswered stays in the log for the next mount)."""
@@ -222,6 +232,7 @@ class OutboxSender:
         self._again = []
         if not self._stopped:
             self._retry = self._clock.callLater(delay, self._retry_now)
+        self._source.held_back(failure)
 
     def _retry_now(self) -> None:
         self._retry = None

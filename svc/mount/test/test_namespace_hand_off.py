@@ -10,17 +10,17 @@ from __future__ import annotations
 import errno
 import os
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount import unanswered
 from svc.mount.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.fs import ROOT_INODE
 from svc.mount.fs_context import FSSettings
-from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX, NamespaceHandOffs
+from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
 from svc.mount.op_ticket import OpTicket, run_with_ticket
+from svc.mount.outbox.sender import DEFAULT_BACKOFF
+from svc.mount.test.test_fs_outbox import kill
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
-from svc.mount.unanswered import Turn
 from svc.policy import PathPolicy
 
 NAMES = [f"f{index}" for index in range(3)]
@@ -600,43 +600,45 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
         self.assert_hands_off_again()
 
-    def test_unlink_whose_outcome_cannot_be_asked_yet_is_asked_again(self) -> None:
+    def test_unlink_whose_resend_gets_no_answer_is_sent_again_after_a_pause(self) -> None:
         """
-        The answer to an unlink that ran was lost, and the server cannot be
-        asked at once either: the name stays gone (the program was told so),
-        and once the server answers the unlink is settled as done.
+        The answer to an unlink that ran was lost, and the outbox's sender
+        gets no answer to its first resend either: the name stays gone (the
+        program was told so); after the sender's pause the resend is
+        answered as the first run was, and the unlink is settled as done.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete")
         self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
-        self.mount.answers.lose("head_file", ran=False)
+        self.mount.answers.lose("manifest_delete", ran=False)
         self.mount.answers.release(lost=True)
         self.assertEqual(self.lines("unlink"), [])
         self.assertEqual(self.mount.names("d"), ["final"])
-        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
+        self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(1))
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
         self.assertEqual(self.fixture.mount().names("d"), ["final"])
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
         self.assert_hands_off_again()
 
     def lose_an_unlink_and_the_server_with_it(self) -> None:
         """
-        A handed-off unlink of C{d/gone} whose answer is lost, and the first
-        question about it unanswered too: meanwhile a C{mkdir} fails EIO.
+        A handed-off unlink of C{d/gone} whose answer is lost, and the
+        sender's first resend unanswered too: meanwhile a C{mkdir} fails EIO.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete")
         self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
-        self.mount.answers.lose("head_file", ran=False)
+        self.mount.answers.lose("manifest_delete", ran=False)
         self.mount.answers.release(lost=True)
         self.assertEqual(
             self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
         )
 
-    def test_new_connection_asks_about_a_lost_unlink_at_once(self) -> None:
+    def test_new_connection_sends_a_lost_unlink_again_at_once(self) -> None:
         """
-        While the server cannot be asked about a lost unlink, changes fail;
-        a new connection ends the pause before the next question, so they go
-        through at once rather than up to a pause later.
+        While a lost unlink's resend gets no answer, changes fail; a new
+        connection ends the sender's pause, so they go through at once
+        rather than up to a pause later.
         """
         self.lose_an_unlink_and_the_server_with_it()
         self.mount.fs.reconnected()
@@ -665,16 +667,16 @@ class UnansweredHandOffTests(SynchronousTestCase):
             self.assertEqual(mount.names("d"), ["final"])
         self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
 
-    def test_changes_fail_at_once_while_an_unlink_cannot_be_asked_about(self) -> None:
+    def test_changes_fail_at_once_while_a_lost_unlink_gets_no_answer(self) -> None:
         """
-        The server cannot be asked what became of a handed-off unlink: a
+        A handed-off unlink's answer was lost and its resend gets none: a
         namespace change, which would wait for that unlink to settle, fails
         EIO at once (it would need the server anyway) instead of holding a
-        FUSE worker until its timeout; once the server answers, changes go
-        through again.
+        FUSE worker until its timeout; once the resend is answered, changes
+        go through again.
         """
         self.lose_an_unlink_and_the_server_with_it()
-        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
+        self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(1))
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
         self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
         self.assertEqual(sorted(self.fixture.mount().names("d")), ["final", "sub"])
@@ -774,9 +776,9 @@ class UnansweredHandOffTests(SynchronousTestCase):
     def test_file_moved_out_then_its_directory_removed_both_lost(self) -> None:
         """
         A file moved out of a directory, then the emptied directory removed,
-        both handed off and lost on their way: both are sent again, the
-        rename first (L{NamespaceHandOffs.look_into}), so the rmdir finds
-        the directory empty.
+        both handed off and lost on their way: both are sent again by the
+        outbox's sender, in the order they were first sent, so the rmdir
+        finds the directory empty.
         """
         fs = self.mount.fs
         self.mount.ok(fs.mkdir(self.folder, b"sub", 0o755, CALLER))
@@ -944,8 +946,14 @@ class UnansweredHandOffTests(SynchronousTestCase):
         """
         self.link_final()  # so the save is replayed through its temporary name
         released = self.save("manifest_put", "manifest_rename")
-        self.mount.answers.lose("manifest_rename", ran=False)  # the replay's
-        self.mount.answers.release(lost=True)
+        self.mount.answers.lose("manifest_put", ran=False)  # the commit's resend
+        # The rename, sent again once the commit failed, finds no file: the
+        # file's write-back replays the save (its commit's answer held
+        # here), whose rename then gets no answer, nor does its resend.
+        self.mount.answers.release("manifest_put", lost=True)
+        self.assertEqual(self.mount.answers.held, 1)
+        self.mount.answers.lose("manifest_rename", ran=False, times=2)
+        self.mount.answers.release()
         self.mount.ok(released)
         self.assertEqual(
             self.lines("rename"),
@@ -973,46 +981,48 @@ class UnansweredHandOffTests(SynchronousTestCase):
             self.assertEqual(mount.read_file("d/final"), b"old")
         self.assert_hands_off_again()
 
-    def test_server_that_cannot_be_asked_is_asked_again(self) -> None:
+    def test_a_resend_without_answer_is_sent_again_until_answered(self) -> None:
         """
-        The rename's answer never came, nor the server's answer about the
-        names (no connection): the program was told the rename succeeded, so
-        the mount asks again after a pause until the server answers, and then
-        settles it (here: it had not run; sent again, it is done).
+        The rename's answer never came, nor the answers to the sender's
+        first two resends (no connection): the program was told the rename
+        succeeded, so the sender sends it again after each pause until the
+        data plane answers, and then it is settled (here: it had not run;
+        sent again, it is done).
         """
         self.mount.write_file("d/final.tmp", b"new")
-        self.mount.answers.lose("manifest_rename", ran=False)
-        self.mount.answers.lose("head_file", ran=False, times=2)
+        self.mount.answers.lose("manifest_rename", ran=False, times=3)
         self.mount.ok(self.rename())
         self.assertEqual(self.lines("rename"), [], "not settled yet")
-        self.fixture.service.clock.advance(unanswered.LOOK_PAUSE_INITIAL)
-        self.assertEqual(self.lines("rename"), [], "asked again: still no answer")
-        self.fixture.service.clock.advance(2 * unanswered.LOOK_PAUSE_INITIAL)
+        self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(1))
+        self.assertEqual(self.lines("rename"), [], "sent again: still no answer")
+        self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(2))
         self.assert_saved()
 
-    def test_server_that_cannot_be_asked_before_shutdown(self) -> None:
+    def test_a_resend_without_answer_at_shutdown_is_left_to_the_next_mount(self) -> None:
         """
-        Still no answer about the names when shutdown begins: the mount stops
-        asking and handles the rename as refused (the old names are shown
-        again, as the server has them: the rename had not run).
+        Still no answer when shutdown begins: the mount stops waiting and
+        handles the rename as refused (the old names are shown again); its
+        outbox entry stays, so the next mount on the same cache sends it,
+        and the save the program was told of is done.
         """
         self.mount.write_file("d/final.tmp", b"new")
-        self.mount.answers.lose("manifest_rename", ran=False)
-        self.mount.answers.lose("head_file", ran=False, times=2)
+        self.mount.answers.lose("manifest_rename", ran=False, times=2)
         self.mount.ok(self.rename())
         self.mount.fs.stopping()
         self.assertEqual(self.lines("rename"), [("/d/final.tmp", "/d/final", False)])
-        for mount in (self.mount, self.fixture.mount()):
-            self.assertEqual(sorted(mount.names("d")), ["final", "final.tmp"])
-            self.assertEqual(mount.read_file("d/final"), b"old")
-            self.assertEqual(mount.read_file("d/final.tmp"), b"new")
+        self.assertEqual(sorted(self.mount.names("d")), ["final", "final.tmp"])
+        kill(self.mount)
+        after = self.fixture.mount(outbox_dir=self.mount.outbox_dir, epoch=2)
+        self.assertEqual(after.names("d"), ["final"])
+        self.assertEqual(after.read_file("d/final"), b"new")
 
 
 class UnansweredWaitedChangeTests(SynchronousTestCase):
     """
     Unlinks and renames the caller waits for (here: with C{durable_close},
-    and a directory's rename), whose answers never came: settled by what
-    the server has, rather than failing C{EIO} for a change that ran.
+    and a directory's rename), whose answers never came: sent once more
+    with their outbox tags, so a change that ran is answered as it was,
+    rather than failing C{EIO}.
     """
 
     def setUp(self) -> None:
@@ -1039,10 +1049,15 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
         self.mount.ok(self.rename_sub())
         self.assertEqual(sorted(self.fixture.mount().names("")), ["d", "moved"])
 
-    def test_rename_whose_server_cannot_be_asked_fails(self) -> None:
-        """Nobody can tell whether it ran: C{EIO}, as before."""
-        self.mount.answers.lose("manifest_rename", "head_file", ran=False)
+    def test_rename_whose_resend_gets_no_answer_fails(self) -> None:
+        """
+        Nobody can tell whether it ran: C{EIO}, as before, and its outbox
+        entry is dropped (a later mount must not make a change its program
+        was told failed).
+        """
+        self.mount.answers.lose("manifest_rename", ran=False, times=2)
         self.assertEqual(self.mount.errno(self.rename_sub()), errno.EIO)
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
 
     def test_unlink_that_ran_succeeds(self) -> None:
         """The unlink ran: the call succeeds, and the name is gone for both mounts."""
@@ -1104,58 +1119,3 @@ class UnansweredWaitedChangeTests(SynchronousTestCase):
             self.assertEqual(self.mount.answers.losses_left, 0)
             found = self.fixture.mount().lookup_path("d/f").attributes.mode
             self.assertEqual(found & 0o777, mode)
-
-
-class LookIntoTests(SynchronousTestCase):
-    """
-    L{NamespaceHandOffs.look_into}: lost changes are looked into at once,
-    and sent again in the order they were first sent.
-    """
-
-    def test_asked_at_once_sent_again_in_order(self) -> None:
-        """
-        The second change is looked into while the first still waits for
-        the server, but it is sent again only after the first was.
-        """
-        hand_offs = NamespaceHandOffs(durable=False)
-        asking: Deferred[None] = Deferred()
-        seen: list[str] = []
-
-        def sending(name: str) -> Deferred[str]:
-            seen.append(f"{name} sent")
-            return succeed(name)
-
-        async def first(turn: Turn) -> str:
-            seen.append("first asks")
-            await asking
-            return await turn.send(lambda: sending("first"))
-
-        async def second(turn: Turn) -> str:
-            seen.append("second asks")
-            return await turn.send(lambda: sending("second"))
-
-        one = hand_offs.look_into(first)
-        two = hand_offs.look_into(second)
-        self.assertEqual(seen, ["first asks", "second asks"])
-        self.assertNoResult(two)
-        asking.callback(None)
-        self.assertEqual(seen, ["first asks", "second asks", "first sent", "second sent"])
-        self.assertEqual(self.successResultOf(one), "first")
-        self.assertEqual(self.successResultOf(two), "second")
-
-    def test_a_change_not_sent_again_lets_the_next_go(self) -> None:
-        """A change settled without sending (or failing) ends its turn."""
-        hand_offs = NamespaceHandOffs(durable=False)
-
-        async def fails(turn: Turn) -> str:
-            raise RuntimeError("the server could not be asked")
-
-        async def settles(turn: Turn) -> str:
-            return "it ran"
-
-        async def sends(turn: Turn) -> str:
-            return await turn.send(lambda: succeed("sent again"))
-
-        self.failureResultOf(hand_offs.look_into(fails), RuntimeError)
-        self.assertEqual(self.successResultOf(hand_offs.look_into(settles)), "it ran")
-        self.assertEqual(self.successResultOf(hand_offs.look_into(sends)), "sent again")

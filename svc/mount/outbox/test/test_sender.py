@@ -62,6 +62,7 @@ class LogSource:
         self.held, _ = HeldChunks.open(root / "chunks", {})
         self.answers: list[tuple[int, Any]] = []
         self.refusals: list[tuple[int, RemoteFailure]] = []
+        self.holds: list[RemoteFailure] = []
 
     @property
     def outbox_id(self) -> bytes:
@@ -80,6 +81,9 @@ class LogSource:
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
         self.refusals.append((entry.seq, failure))
         self.settle(entry)
+
+    def held_back(self, failure: RemoteFailure) -> None:
+        self.holds.append(failure)
 
     def settle(self, entry: Entry) -> None:
         self.log.settle(entry.seq)
