@@ -16,8 +16,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.control_client import LeaseLost, Revoked
+from svc.mount.service import MountService
 from svc.mount.settings import MountSettings
-from svc.mount.tap import MountService
 
 
 @attrs.frozen
