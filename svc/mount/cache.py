@@ -20,20 +20,15 @@ worker applies the disk steps in the same order, so the table, the files
 and the index agree without locks. Lookups that miss never touch the worker.
 
 Writes: L{ChunkCache.put} writes one chunk per disk step, for a caller
-that waits (a fetched chunk is returned once it is verified and stored).
+that waits (a fetched chunk is returned once it is verified and stored);
 L{ChunkCache.put_soon}, for the chunks the mount uploads, which nobody
-waits for, gathers them into one disk step per batch (at most
-L{BATCH_DELAY_SECONDS} later), so closing many small files costs one worker
-call and one index transaction per batch instead of per file. Every other
-disk step writes the waiting batch first, so disk steps still follow the
-table's order.
+waits for, gathers them into one disk step per batch. The disk steps, in
+the table's order, and those batches are L{svc.mount.cache_steps}.
 
 Recency: a hit moves the chunk to the most-recently-used end of the table
 at once; the index row's C{last_used_ms} is written later, in one batch,
 C{recency_flush_seconds} after the first unflushed hit (and at
-L{ChunkCache.close}), so a read-heavy workload does not write SQLite per
-hit. Losing unflushed recency (a crash) only makes eviction order after the
-restart slightly stale.
+L{ChunkCache.close}): L{svc.mount.cache_recency}.
 
 The format, eviction policy and audit lines are specified in
 C{docs/specifications/chunk-cache.md}.
@@ -43,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -68,6 +63,8 @@ from svc.mount.cache_policy import (
     cache_root_from_environ,
     check_chunk_hash,
 )
+from svc.mount.cache_recency import RecencyLog
+from svc.mount.cache_steps import CacheClock, DiskSteps
 from svc.worker import IWorker
 
 __all__ = [
@@ -83,44 +80,8 @@ __all__ = [
     "cache_root_from_environ",
 ]
 
-T = TypeVar("T")
-
 RECENCY_FLUSH_SECONDS: Final = 30.0
 """Default delay between the first unflushed hit and the batch that records it."""
-
-BATCH_DELAY_SECONDS: Final = 0.05
-"""How long a chunk given to L{ChunkCache.put_soon} waits for others to share its disk step."""
-
-BATCH_MAX_CHUNKS: Final = 64
-"""A batch of L{ChunkCache.put_soon} chunks is written at once when it holds this many..."""
-
-BATCH_MAX_BYTES: Final = 1 << 20
-"""... or this many bytes."""
-
-
-class TimerCall(Protocol):
-    """The part of C{IDelayedCall} the cache uses."""
-
-    def active(self) -> bool:
-        """Whether the call is still pending."""
-
-    def cancel(self) -> None:
-        """Stop the pending call."""
-
-
-class CacheClock(Protocol):
-    """
-    The part of C{IReactorTime} the cache uses (a reactor or a
-    L{twisted.internet.task.Clock}).
-    """
-
-    def seconds(self) -> float:
-        """Now, in seconds since the epoch: audit timestamps and recency."""
-
-    def callLater(
-        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
-    ) -> Any:
-        """Schedule the recency flush; returns a L{TimerCall}."""
 
 
 class CacheClosed(RuntimeError):
@@ -167,21 +128,15 @@ class ChunkCache:
         recency_flush_seconds: float,
     ) -> None:
         self._disk = disk
-        self._worker = worker
         self._clock = clock
         self._limits = limits
         self._emit = emit
-        self._flush_delay = recency_flush_seconds
         self._table = LruTable()
         for name, size, last_used_ms in rows_lru_first:
             self._table.add(CacheSlot(name, size, last_used_ms, ready=True))
-        self._put_waiters: dict[CacheSlot, list[Deferred[bytes | None]]] = {}
+        self._steps = DiskSteps(disk, worker, clock, self._table, self.log)
+        self._recency = RecencyLog(clock, recency_flush_seconds, self._table, self._record_use)
         self._fetches: dict[str, list[Deferred[bytes]]] = {}
-        self._used: set[str] = set()
-        self._flush_call: TimerCall | None = None
-        self._batch: list[tuple[CacheSlot, bytes | memoryview]] = []
-        self._batch_bytes = 0
-        self._batch_call: TimerCall | None = None
         self._closed = False
 
     @classmethod
@@ -258,22 +213,19 @@ class ChunkCache:
         if slot is None:
             return succeed(None)
         if not slot.ready:
-            waiter: Deferred[bytes | None] = Deferred()
-            self._put_waiters.setdefault(slot, []).append(waiter)
-            self._write_batch()  # it may be waiting there: written now
-            return waiter
-        reading = self._submit(lambda: self._disk.read(name, slot.size))
+            return self._steps.written(slot)
+        reading = self._steps.submit(lambda: self._disk.read(name, slot.size))
         return reading.addCallback(self._read_done, slot)
 
     def _read_done(self, result: ReadResult, slot: CacheSlot) -> bytes | None:
         if isinstance(result, bytes):
             if self._table.touch(slot, _ms(self._clock.seconds())):
-                self._note_use(slot.hash)
+                self._recency.note(slot.hash)
             return result
         # The worker already removed the file and row; forget the slot
         # unless something replaced it since.
         self._table.remove(slot)
-        self._used.discard(slot.hash)
+        self._recency.forget(slot.hash)
         if isinstance(result, CorruptChunk):
             self.log.warn("Cached chunk {hash} failed BLAKE3 verification; dropped", hash=slot.hash)
             self._emit(
@@ -350,31 +302,15 @@ class ChunkCache:
             return fail()
         size = len(data)
         if name in self._table or not self._limits.admits(size):
-            return self._submit(lambda: self._disk.verify(name, data))
-        slot = self._new_slot(name, size)
-        now_ms = slot.last_used_ms
-        writing = self._submit(lambda: self._disk.write(name, data, now_ms))
-
-        def written(stored: bool) -> None:
-            slot.ready = True
-            if not stored:
-                self._table.remove(slot)
-            self._wake_put_waiters(slot, data)
-
-        def refused(failure: Failure) -> Failure:
-            self._table.remove(slot)
-            self._wake_put_waiters(slot, None)
-            return failure
-
-        return writing.addCallbacks(written, refused)
+            return self._steps.submit(lambda: self._disk.verify(name, data))
+        return self._steps.write(self._new_slot(name, size), data)
 
     def put_soon(self, chunk_hash: str, data: bytes | memoryview) -> None:
         """
         Cache C{data} as chunk C{chunk_hash} as L{put} does, for a chunk
         nobody waits for (one the mount just uploaded), sharing one disk
         step (one worker call, one index transaction) with the others put
-        this way within L{BATCH_DELAY_SECONDS}, or fewer once
-        L{BATCH_MAX_CHUNKS} or L{BATCH_MAX_BYTES} wait. Meanwhile the chunk
+        this way (L{DiskSteps.batch}). Meanwhile the chunk
         counts as held; a L{get} of it, and any other disk step, writes the
         batch at once. Failures (a mismatch, a bad name included) are
         logged; a chunk already held, or larger than the budget, is skipped,
@@ -394,13 +330,7 @@ class ChunkCache:
         size = len(data)
         if name in self._table or not self._limits.admits(size):
             return
-        slot = self._new_slot(name, size)
-        self._batch.append((slot, data))
-        self._batch_bytes += size
-        if len(self._batch) >= BATCH_MAX_CHUNKS or self._batch_bytes >= BATCH_MAX_BYTES:
-            self._write_batch()
-        elif self._batch_call is None:
-            self._batch_call = self._clock.callLater(BATCH_DELAY_SECONDS, self._write_batch)
+        self._steps.batch(self._new_slot(name, size), data)
 
     def _new_slot(self, name: str, size: int) -> CacheSlot:
         """A slot for a chunk about to be written, room made for it first."""
@@ -410,48 +340,6 @@ class ChunkCache:
         slot = CacheSlot(name, size, _ms(self._clock.seconds()), ready=False)
         self._table.add(slot)
         return slot
-
-    def _submit(self, step: Callable[[], T]) -> Deferred[T]:
-        """
-        Submit a disk step, after the waiting batch's, so disk steps keep
-        the order in which the table changed.
-        """
-        self._write_batch()
-        return self._worker.submit(step)
-
-    def _write_batch(self) -> None:
-        """Submit the disk step that writes the chunks L{put_soon} left waiting."""
-        if self._batch_call is not None and self._batch_call.active():
-            self._batch_call.cancel()
-        self._batch_call = None
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
-        if not batch:
-            return
-        chunks = [(slot.hash, data, slot.last_used_ms) for slot, data in batch]
-
-        def written(stored: list[bool]) -> None:
-            for (slot, data), ok in zip(batch, stored, strict=True):
-                slot.ready = True
-                if not ok:
-                    self._table.remove(slot)
-                self._wake_put_waiters(slot, data if ok else None)
-
-        def failed(failure: Failure) -> None:
-            self.log.failure("Chunk cache could not write a batch", failure)
-            for slot, _data in batch:
-                self._table.remove(slot)
-                self._wake_put_waiters(slot, None)
-
-        self._worker.submit(lambda: self._disk.write_many(chunks)).addCallbacks(written, failed)
-
-    def _wake_put_waiters(self, slot: CacheSlot, data: bytes | memoryview | None) -> None:
-        waiters = self._put_waiters.pop(slot, [])
-        if not waiters:
-            return
-        # Readers get bytes.
-        value = bytes(data) if isinstance(data, memoryview) else data
-        for waiter in waiters:
-            waiter.callback(value)
 
     def discard(self, chunk_hash: str) -> Deferred[None]:
         """Remove the chunk from the cache if it is there."""
@@ -464,8 +352,8 @@ class ChunkCache:
         if slot is None:
             return succeed(None)
         self._table.remove(slot)
-        self._used.discard(name)
-        return self._submit(lambda: self._disk.delete([name]))
+        self._recency.forget(name)
+        return self._steps.submit(lambda: self._disk.delete([name]))
 
     # Eviction ----------------------------------------------------------------
 
@@ -491,7 +379,7 @@ class ChunkCache:
             return succeed(EvictionRun(reason, 0, 0))
         for slot in victims:
             self._table.remove(slot)
-            self._used.discard(slot.hash)
+            self._recency.forget(slot.hash)
         run = EvictionRun(reason, sum(slot.size for slot in victims), len(victims))
         names = [slot.hash for slot in victims]
 
@@ -512,31 +400,15 @@ class ChunkCache:
             )
             return run
 
-        return self._submit(lambda: self._disk.delete(names)).addCallback(deleted)
+        return self._steps.submit(lambda: self._disk.delete(names)).addCallback(deleted)
 
     # Recency and lifetime ----------------------------------------------------
 
-    def _note_use(self, name: str) -> None:
-        self._used.add(name)
-        if self._flush_call is None:
-            self._flush_call = self._clock.callLater(self._flush_delay, self._flush_recency)
-
-    def _recent_uses(self) -> list[tuple[str, int]]:
-        uses = []
-        for name in sorted(self._used):
-            slot = self._table.get(name)
-            if slot is not None:
-                uses.append((name, slot.last_used_ms))
-        self._used.clear()
-        return uses
-
-    def _flush_recency(self) -> None:
-        self._flush_call = None
-        uses = self._recent_uses()
-        if uses:
-            self._submit(lambda: self._disk.record_use(uses)).addErrback(
-                lambda failure: self.log.failure("Chunk cache recency flush failed", failure)
-            )
+    def _record_use(self, uses: list[tuple[str, int]]) -> None:
+        """Write the recency L{RecencyLog} flushes."""
+        self._steps.submit(lambda: self._disk.record_use(uses)).addErrback(
+            lambda failure: self.log.failure("Chunk cache recency flush failed", failure)
+        )
 
     def close(self) -> Deferred[None]:
         """
@@ -546,10 +418,7 @@ class ChunkCache:
         if self._closed:
             return succeed(None)
         self._closed = True
-        if self._flush_call is not None and self._flush_call.active():
-            self._flush_call.cancel()
-        self._flush_call = None
-        uses = self._recent_uses()
+        uses = self._recency.stop()
 
         def closing() -> None:
             try:
@@ -558,7 +427,7 @@ class ChunkCache:
             finally:
                 self._disk.close()
 
-        return self._submit(closing)
+        return self._steps.submit(closing)
 
     def _check_open(self) -> None:
         if self._closed:
