@@ -79,6 +79,14 @@ def problems_in(path: Path) -> list[str]:
     return found
 
 
+def stack_logs(root: Path) -> list[Path]:
+    """
+    The logs of the quickstart stack's processes under C{root}
+    (L{svc.quickstart.Stack.spawn} writes C{<name>.log}).
+    """
+    return [root / f"{name}.log" for name in ("control", "dataplane", "mount")]
+
+
 def check_json_log(paths: Iterable[Path]) -> None:
     """
     Check every log in C{paths} that exists (L{problems_in}).

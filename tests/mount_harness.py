@@ -34,7 +34,7 @@ from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
 from svc.quickstart import DEMO_AGENT, Stack, http, run_quickstart, start_dataplane
-from tests.json_logs import JSON_LOGS, check_json_log
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -220,8 +220,7 @@ class MountStackCase(TestCase):
 
     def check_logs(self) -> None:
         """Cleanup: the stack's three processes and every mount logged JSON lines."""
-        stack_logs = [self.stack / f"{name}.log" for name in ("control", "dataplane", "mount")]
-        check_json_log([*stack_logs, *sorted(self.tmp.glob("mount-*.log"))])
+        check_json_log([*stack_logs(self.stack), *sorted(self.tmp.glob("mount-*.log"))])
 
     def _stop_stack(self) -> None:
         self.quickstart("stop")

@@ -174,6 +174,19 @@ BAD: dict[tuple[str, str], Bad] = {
         {"SVC_CACHE_DIR": None, "XDG_CACHE_HOME": "relative", "HOME": None},
         names="HOME",
     ),
+    # The secrets' file variants (one process that reads each).
+    ("secrets", "SVC_CONTROL_PLANE_TOKEN_FILE"): dp(
+        SVC_CONTROL_PLANE_TOKEN=None, SVC_CONTROL_PLANE_TOKEN_FILE="{tmp}/no-token"
+    ),
+    ("secrets", "SVC_CA_KEK_FILE"): Bad(
+        "control", {"SVC_CA_KEK": None, "SVC_CA_KEK_FILE": "{tmp}/a-file"}, base="control-ca"
+    ),
+    ("secrets", "DATABASE_URL_FILE"): Bad(
+        "control", {"DATABASE_URL": None, "DATABASE_URL_FILE": "{tmp}/no-url"}, base="control-ca"
+    ),
+    ("secrets", "SVC_ENROLL_TOKEN_FILE"): mt(
+        SVC_ENROLL_TOKEN=None, SVC_ENROLL_TOKEN_FILE="{tmp}/no-token"
+    ),
     # Logging, the same in all three.
     ("logging", "SVC_LOG_FORMAT"): cp(SVC_LOG_FORMAT="xml"),
     ("logging", "SVC_LOG_LEVEL"): cp(SVC_LOG_LEVEL="verbose"),
@@ -195,7 +208,11 @@ _NUMERIC = re.compile(r"_(SECONDS|MIB|BYTES|THREADS|CONNECTIONS|AGENT|ADDRESS)\Z
 
 
 def table_rows() -> list[tuple[str, str]]:
-    """(section, first name) of every variable and option row of the tables."""
+    """
+    (section, first name) of every variable and option row of the tables;
+    for the secrets' table, the file variant (the secret itself is a row of
+    its process's table).
+    """
     rows: list[tuple[str, str]] = []
     section = ""
     kind = None
@@ -210,12 +227,16 @@ def table_rows() -> list[tuple[str, str]]:
         elif line.startswith("| `") and kind in ("variable", "option", "also read"):
             names = re.findall(r"`([^`]+)`", line.split("|")[1])
             rows.append((section, names[0]))
+        elif line.startswith("| `") and kind == "secret":
+            [file_variant] = re.findall(r"`([^`]+)`", line.split("|")[2])
+            rows.append((section, file_variant))
     return rows
 
 
 def _section(heading: str) -> str:
     lowered = heading.lower()
     for key, section in (
+        ("secrets as files", "secrets"),
         ("set-up", "setup"),
         ("data plane", "dataplane"),
         ("control plane", "control"),

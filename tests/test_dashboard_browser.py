@@ -63,6 +63,7 @@ from svc.quickstart import (
     wait_until,
 )
 from svc.wire.errno import WireErrno
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 try:
     from selenium import webdriver
@@ -267,11 +268,13 @@ class DashboardBrowserTests(TestCase):
     def _start_stack(self) -> tuple[str, dict[str, Any], dict[str, str]]:
         self.stack = stack = Stack(self.work / "stack")
         stack.root.mkdir(parents=True)
+        self.addCleanup(check_json_log, stack_logs(stack.root))
         self.addCleanup(stack.stop)
         state = stack.first_time_state()
         stack.save_state(state)
         environ = {
             **stack.control_environ(state),
+            **JSON_LOGS,
             # The lease taken at enrollment must outlive the test.
             "SVC_MOUNT_LEASE_TTL_SECONDS": "3600",
             "SVC_CONTROL_FQDN": "localhost",
@@ -284,7 +287,7 @@ class DashboardBrowserTests(TestCase):
         self.browser_url = f"https://localhost:{self.tls_port}"
         try:
             control_url = self._start_control(stack, state, environ)
-            start_dataplane(stack, state)
+            start_dataplane(stack, state, JSON_LOGS)
             enroll_and_mount(stack, state, control_url)
         except SystemExit as stop:  # the quickstart's way of failing
             self.fail(f"{stop}; logs in {stack.root}")

@@ -36,6 +36,7 @@ from tests.dataplane_harness import (
     serial_of,
     standard_server,
 )
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 from tests.mount_harness import connect_enrolled
 
 _reactor: Any = reactor
@@ -105,7 +106,12 @@ class PulledDenyListTests(TestCase):
 
     def setUp(self) -> None:
         self.state_dir = Path(self.mktemp()).resolve()
-        environ = {**os.environ, "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": "60"}
+        environ = {
+            **os.environ,
+            **JSON_LOGS,
+            "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": "60",
+        }
+        self.addCleanup(check_json_log, stack_logs(self.state_dir))
         started = subprocess.run(
             [sys.executable, "-m", "svc.quickstart", "start", "--dir", str(self.state_dir)],
             cwd=REPO,

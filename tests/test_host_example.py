@@ -22,6 +22,7 @@ from svc.mount.mount_point import FSTYPE, fstypes_at
 from svc.quickstart import Stack
 from svc.sdk import Client
 from tests.dataplane_harness import free_ports
+from tests.json_logs import JSON_LOGS, check_json_log
 from tests.mount_harness import BIN, ROOT, MountStackCase
 
 GUIDE = ROOT / "docs" / "guides" / "host-integration.md"
@@ -63,7 +64,7 @@ class HostExampleTests(MountStackCase):
                 "--tls-listen",
                 f"tcp:{tls_port}:interface=127.0.0.1",
             ],
-            stack.control_environ(state),
+            {**stack.control_environ(state), **JSON_LOGS},
         )
         self.https_url = f"https://localhost:{tls_port}"
         context = ssl.create_default_context(cafile=str(self.org_root))
@@ -128,7 +129,10 @@ class HostExampleTests(MountStackCase):
             mount_point = self.stack / "mnt" / "agents" / agent
             self.assertFalse(os.path.ismount(mount_point))
             self.assertNotIn(FSTYPE, fstypes_at(mount_point))
-            self.assertTrue((self.tmp / "cache" / agent / "mount.log").exists())
+            mount_log = self.tmp / "cache" / agent / "mount.log"
+            self.assertTrue(mount_log.exists())
+            # The example's mount logs to a file: JSON lines by twist's default.
+            check_json_log([mount_log])
         self.assertNotEqual(agents[0], agents[1])
         # Both runs' agents are retired and erased; svc lists them so, over HTTPS.
         listed = self.svc("agents", "list", "--owner", "acme", "--json")

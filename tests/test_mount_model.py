@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from twisted.trial.unittest import SkipTest, TestCase
 
 from svc.quickstart import DEMO_AGENT, http, run_quickstart
-from tests.json_logs import JSON_LOGS, check_json_log
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -360,8 +360,7 @@ class StackTestCase(TestCase):
 
     def check_logs(self) -> None:
         """Cleanup: the stack's processes and the test's mounts logged JSON lines."""
-        stack_logs = [self.stack / f"{name}.log" for name in ("control", "dataplane", "mount")]
-        check_json_log([*stack_logs, *sorted(self.tmp.glob("mount-*.log"))])
+        check_json_log([*stack_logs(self.stack), *sorted(self.tmp.glob("mount-*.log"))])
 
     def unmount_leftover(self) -> None:
         for directory in (self.tmp / "stack" / "mnt", self.tmp):

@@ -19,6 +19,7 @@ from twisted.trial.unittest import TestCase
 
 from svc.quickstart import DEMO_AGENT, DEMO_GRANT, fuse_available
 from svc.quickstart import http as json_request
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,6 +53,7 @@ class QuickstartTests(TestCase):
         return subprocess.run(
             [sys.executable, "-m", "svc.quickstart", *args, "--dir", str(self.state)],
             cwd=REPO,
+            env={**os.environ, **JSON_LOGS},
             capture_output=True,
             text=True,
             timeout=240,
@@ -60,6 +62,7 @@ class QuickstartTests(TestCase):
 
     def setUp(self) -> None:
         self.state = Path(self.mktemp()).resolve()
+        self.addCleanup(check_json_log, stack_logs(self.state))
         self.addCleanup(self.quickstart, "stop")
 
     def assert_sign_in_link_works(self, output: str) -> None:

@@ -24,6 +24,7 @@ from svc.dataplane_client.client import DataPlaneClient
 from svc.dataplane_client.errors import RemoteError
 from svc.quickstart import Stack, http, sdk_client, start_processes, wait_until
 from svc.wire.errno import WireErrno
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 from tests.mount_harness import connect_enrolled
 
 OWNER = "budget-owner"
@@ -69,7 +70,7 @@ class BudgetBeforePlacementTests(TestCase):
         self.stack.root.mkdir(parents=True)
         self.state = self.stack.first_time_state()
         self.stack.save_state(self.state)
-        environ = self.stack.control_environ(self.state)
+        environ = {**self.stack.control_environ(self.state), **JSON_LOGS}
         (self.stack.root / "secrets").mkdir(mode=0o700)
         subprocess.run(
             [self.stack._bin("svc"), "ca", "init"],
@@ -79,6 +80,7 @@ class BudgetBeforePlacementTests(TestCase):
             capture_output=True,
             timeout=60,
         )
+        self.addCleanup(check_json_log, stack_logs(self.stack.root))
         self.addCleanup(stop_stack, self.stack)
         self.control_url = start_processes(self.stack, self.state, environ)
 
@@ -137,7 +139,7 @@ class BudgetBeforePlacementTests(TestCase):
         # Both processes restart: the control plane's memory is gone, the
         # data plane must keep the budget from its own files.
         stop_stack(self.stack)
-        environ = self.stack.control_environ(self.state)
+        environ = {**self.stack.control_environ(self.state), **JSON_LOGS}
         self.control_url = start_processes(self.stack, self.state, environ)
         wait_until("the data plane", lambda: port_open(self.state["dataplane_port"]))
         self.assertTrue(await self.refused_within(enrollment, 0.1))

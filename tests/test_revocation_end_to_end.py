@@ -27,6 +27,7 @@ from svc.dataplane_client.client import DataPlaneClient
 from svc.dataplane_client.errors import AdmissionFailed
 from svc.pki.pem import cert_from_pem, key_from_pem
 from svc.quickstart import http
+from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 from tests.mount_harness import connect_enrolled
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +41,12 @@ class RevocationPushTests(TestCase):
 
     def setUp(self) -> None:
         self.state_dir = Path(self.mktemp()).resolve()
-        environ = {**os.environ, "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": str(PUSH_INTERVAL)}
+        environ = {
+            **os.environ,
+            **JSON_LOGS,
+            "SVC_REVOCATION_PUSH_INTERVAL_SECONDS": str(PUSH_INTERVAL),
+        }
+        self.addCleanup(check_json_log, stack_logs(self.state_dir))
         started = subprocess.run(
             [sys.executable, "-m", "svc.quickstart", "start", "--dir", str(self.state_dir)],
             cwd=REPO,

@@ -96,6 +96,23 @@ class StartFailureTests(TestCase):
         )
         self.assertOneLine(run, 1, "SVC_CA_KEK")
 
+    def test_unreachable_database(self) -> None:
+        """
+        svc-control whose PostgreSQL does not answer (nothing listens on the
+        port): one line naming DATABASE_URL, status 1, without waiting for it.
+        """
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+        run = self.twist(
+            ["svc-control", "--listen=tcp:0:interface=127.0.0.1"],
+            {
+                "DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/svc",
+                "SVC_CONTROL_PLANE_TOKEN": TOKEN,
+            },
+        )
+        self.assertOneLine(run, 1, "DATABASE_URL")
+
     def test_unusable_jwt_key_without_database(self) -> None:
         """
         svc-control with an unreadable SVC_IDENTITY_PUBLIC_KEY_FILE and no

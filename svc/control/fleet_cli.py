@@ -123,14 +123,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         listing = verbs.add_parser("list", help=f"list {help_text}")
         listing.add_argument("--state", choices=STATES, help="only this state")
         listing.add_argument("--owner", metavar="ID", help="only this owner's")
-        _json_flag(listing)
+        json_flag(listing)
         listing.set_defaults(run=_run, fleet_command=command)
 
     usage = subparsers.add_parser("usage", help="an owner's storage use")
     usage_verbs = usage.add_subparsers(dest="usage_command", required=True)
     show = usage_verbs.add_parser("show", help="the owner's use on every data-plane server")
     show.add_argument("owner", metavar="OWNER")
-    _json_flag(show)
+    json_flag(show)
     show.set_defaults(run=_run, fleet_command=show_usage)
 
     gc = subparsers.add_parser("gc", help="garbage collection on the data-plane servers")
@@ -143,7 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FQDN",
         help="only this server (repeatable; default: every registered one)",
     )
-    _json_flag(sweep)
+    json_flag(sweep)
     sweep.set_defaults(run=_run, fleet_command=gc_sweep)
 
     purge = subparsers.add_parser("purge", help="erase revoked allocations' data")
@@ -151,11 +151,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     purge_sweep_parser = purge_verbs.add_parser(
         "sweep", help="purge every revoked allocation, one after the other"
     )
-    _json_flag(purge_sweep_parser)
+    json_flag(purge_sweep_parser)
     purge_sweep_parser.set_defaults(run=_run, fleet_command=purge_sweep)
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    """Give C{parser} the C{--json} option (L{print_json} then prints the result)."""
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -239,7 +240,7 @@ def list_allocations(args: argparse.Namespace, context: FleetContext) -> int:
     """C{svc allocations list}."""
     allocations = _selected(args, context)
     if args.json:
-        _print_json(context.stdout, {"allocations": allocations})
+        print_json(context.stdout, {"allocations": allocations})
         return 0
     rows = [
         [
@@ -262,7 +263,7 @@ def list_agents(args: argparse.Namespace, context: FleetContext) -> int:
     """C{svc agents list}: the agent-scoped allocations."""
     agents = [a for a in _selected(args, context) if a.get("agent_id")]
     if args.json:
-        _print_json(context.stdout, {"agents": agents})
+        print_json(context.stdout, {"agents": agents})
         return 0
     rows = [
         [a["agent_id"], a["owner"], a["tenant"], a["state"], human_bytes(a["grant_bytes"])]
@@ -277,7 +278,7 @@ def show_usage(args: argparse.Namespace, context: FleetContext) -> int:
     path = f"/v1/tenants/{encode_segment(args.owner)}/usage"
     usage = context.caller(TIMEOUT).request("usage", "GET", path).json_object()
     if args.json:
-        _print_json(context.stdout, usage)
+        print_json(context.stdout, usage)
         return 0
     budget = usage.get("budget_bytes")
     out = context.stdout
@@ -335,7 +336,7 @@ def gc_sweep(args: argparse.Namespace, context: FleetContext) -> int:
         "bytes_freed": sum(int(r.get("bytes_freed", 0)) for r in results),
     }
     if args.json:
-        _print_json(context.stdout, summary)
+        print_json(context.stdout, summary)
     else:
         context.stdout.write(
             f"collected {summary['count']} chunks, {human_bytes(summary['bytes_freed'])}"
@@ -372,7 +373,7 @@ def purge_sweep(args: argparse.Namespace, context: FleetContext) -> int:
             f" {human_bytes(result.get('bytes_freed', 0))} freed\n"
         )
     if args.json:
-        _print_json(context.stdout, {"purged": purged, "failed": failed})
+        print_json(context.stdout, {"purged": purged, "failed": failed})
     else:
         freed = sum(int(r.get("bytes_freed", 0)) for r in purged)
         context.stdout.write(
@@ -396,7 +397,8 @@ def human_bytes(value: object) -> str:
     raise AssertionError("not reached")
 
 
-def _print_json(out: TextIO, document: object) -> None:
+def print_json(out: TextIO, document: object) -> None:
+    """A command's result as one JSON document (indented, keys sorted) on C{out}."""
     out.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 

@@ -16,8 +16,12 @@ C{docs/operator-commands.md}):
   - C{svc token revoke --id TOKEN_ID}: revoke one unspent enroll token.
 
 Secrets go to stdout alone, one per line, so C{TOKEN=$(svc token issue
-...)} works; everything else goes to stderr. Exit status 0 on success, 1
-when refused or misconfigured, 2 on bad usage.
+...)} works; everything else goes to stderr. With C{--json} (every command)
+stdout has instead one JSON document, the result's facts (secret included)
+under the keys C{docs/operator-commands.md} lists, printed as the fleet
+commands print theirs (L{svc.control.fleet_cli.print_json}); stderr is
+unchanged. Exit status 0 on success, 1 when refused or misconfigured, 2 on
+bad usage.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from twisted.internet.task import react
 from svc.config import ConfigError
 from svc.control.ca import certificate_fingerprint, init_org_root
 from svc.control.enrollment import format_timestamp, hash_token, new_secret_token
+from svc.control.fleet_cli import json_flag, print_json
 from svc.control.owner_auth import hash_link_secret
+from svc.control.routes_access import revoked_token_body, tenant_body
+from svc.control.routes_entities import EntityRoutes, minted_token_body
 from svc.control.settings import ControlSettings, SecretsBackend
 from svc.control.store.errors import ControlStoreError, NotFound
 from svc.control.store.interface import ControlStore
@@ -96,11 +103,12 @@ def _ttl(text: str) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add C{svc ca init}, C{svc token issue} and C{svc user seed} to C{svc}."""
+    """Add these commands to C{svc}."""
     ca = subparsers.add_parser("ca", help="the agent certificate authority")
     ca_commands = ca.add_subparsers(dest="ca_command", required=True)
     init = ca_commands.add_parser("init", help="create the org root CA")
     init.add_argument("--org", metavar="NAME", help="organisation name (default $SVC_ORG_NAME)")
+    json_flag(init)
     init.set_defaults(run=_run, operator_command=ca_init)
 
     token = subparsers.add_parser("token", help="enroll tokens")
@@ -113,6 +121,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="lifetime (default $SVC_ENROLL_TOKEN_TTL_SECONDS)",
     )
+    json_flag(issue)
     issue.set_defaults(run=_run, operator_command=token_issue)
 
     user = subparsers.add_parser("user", help="dashboard users")
@@ -127,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help=f"session lifetime (default {DEFAULT_SESSION_TTL_SECONDS})",
     )
+    json_flag(seed)
     seed.set_defaults(run=_run, operator_command=user_seed)
     _register_access(subparsers, token_commands, user_commands)
 
@@ -146,6 +156,7 @@ def _register_access(
     ):
         parser = user_commands.add_parser(verb, help=text)
         parser.add_argument("--user", required=True, metavar="ID", help="user (owner) id")
+        json_flag(parser)
         parser.set_defaults(run=_run, operator_command=command)
     tenant = subparsers.add_parser("tenant", help="tenants")
     tenant_commands = tenant.add_subparsers(dest="tenant_command", required=True)
@@ -155,11 +166,13 @@ def _register_access(
     ):
         parser = tenant_commands.add_parser(verb, help=text)
         parser.add_argument("--tenant", required=True, metavar="ID", help="tenant id")
+        json_flag(parser)
         parser.set_defaults(run=_run, operator_command=command)
     revoke = token_commands.add_parser("revoke", help="revoke one unspent enroll token")
     revoke.add_argument(
         "--id", required=True, metavar="TOKEN_ID", help="the token's id (printed when minted)"
     )
+    json_flag(revoke)
     revoke.set_defaults(run=_run, operator_command=token_revoke)
 
 
@@ -274,17 +287,27 @@ async def ca_init(args: argparse.Namespace, context: OperatorContext) -> None:
 
     async def create(store: ControlStore | None) -> None:
         root = await init_org_root(settings, store, now, context.worker)
-        where = (
-            "the database"
-            if settings.secrets_backend is SecretsBackend.POSTGRES
-            else str(settings.secrets_dir)
-        )
-        out = context.stdout
-        out.write(f"org root created in {where}\n")
-        out.write(f"subject: {root.cert.subject.rfc4514_string()}\n")
-        out.write(f"serial: {names.format_serial(root.cert.serial_number)}\n")
-        out.write(f"not_after: {format_timestamp(root.cert.not_valid_after_utc)}\n")
-        out.write(f"sha256: {certificate_fingerprint(root.cert)}\n")
+        in_database = settings.secrets_backend is SecretsBackend.POSTGRES
+        facts = {
+            "subject": root.cert.subject.rfc4514_string(),
+            "serial": names.format_serial(root.cert.serial_number),
+            "not_after": format_timestamp(root.cert.not_valid_after_utc),
+            "sha256": certificate_fingerprint(root.cert),
+        }
+        if args.json:
+            print_json(
+                context.stdout,
+                {
+                    "backend": settings.secrets_backend.value,
+                    "secrets_dir": None if in_database else str(settings.secrets_dir),
+                    "key_encrypted": settings.ca_kek is not None,
+                    **facts,
+                },
+            )
+        else:
+            where = "the database" if in_database else str(settings.secrets_dir)
+            context.stdout.write(f"org root created in {where}\n")
+            context.stdout.writelines(f"{key}: {value}\n" for key, value in facts.items())
         if settings.ca_kek is None:
             context.stderr.write("warning: no SVC_CA_KEK: the root key is NOT encrypted\n")
 
@@ -308,7 +331,11 @@ async def token_issue(args: argparse.Namespace, context: OperatorContext) -> Non
         minted = await store.create_enroll_token(
             allocation.allocation_id, hash_token(token), now, now + ttl
         )
-        context.stdout.write(token + "\n")
+        if args.json:
+            body = minted_token_body(token, minted, allocation)
+            print_json(context.stdout, {**body, "tenant": allocation.tenant_id})
+        else:
+            context.stdout.write(token + "\n")
         context.stderr.write(
             f"enroll token {minted.token_id} for agent {args.agent}"
             f" (tenant {allocation.tenant_id}, allocation {allocation.allocation_id})"
@@ -329,7 +356,18 @@ async def user_seed(args: argparse.Namespace, context: OperatorContext) -> None:
         session = await store.create_admin_session(
             user.user_id, hash_link_secret(token), now, now + timedelta(seconds=args.ttl)
         )
-        context.stdout.write(token + "\n")
+        if args.json:
+            print_json(
+                context.stdout,
+                {
+                    "token": token,
+                    "user_id": user.user_id,
+                    "display_name": user.display_name,
+                    "expires_at": format_timestamp(session.expires_at),
+                },
+            )
+        else:
+            context.stdout.write(token + "\n")
         context.stderr.write(
             f"admin session for user {user.user_id} ({user.display_name}) expires at"
             f" {format_timestamp(session.expires_at)}; open"
@@ -353,6 +391,10 @@ async def _set_user_suspended(
 
     async def change(store: ControlStore) -> None:
         user = await store.set_user_suspended(user_id, suspended)
+        if args.json:
+            allocations = await store.list_allocations(user.user_id)
+            print_json(context.stdout, EntityRoutes.account_entity(user, allocations))
+            return
         state = "suspended" if user.suspended else "reinstated (not suspended)"
         context.stdout.write(f"user {user.user_id} {state}\n")
 
@@ -376,6 +418,9 @@ async def _set_tenant_suspended(
 
     async def change(store: ControlStore) -> None:
         tenant = await store.set_tenant_suspended(tenant_id, suspended)
+        if args.json:
+            print_json(context.stdout, tenant_body(tenant))
+            return
         state = "suspended" if tenant.suspended else "reinstated (not suspended)"
         context.stdout.write(f"tenant {tenant.tenant_id} (owner {tenant.owner_id}) {state}\n")
 
@@ -407,6 +452,10 @@ async def token_revoke(args: argparse.Namespace, context: OperatorContext) -> No
                 " nothing revoked (revoke the agent to end its enrollment)"
             )
         assert token.revoked_at is not None
+        if args.json:
+            allocation = await store.get_allocation(token.allocation_id)
+            print_json(context.stdout, revoked_token_body(token, allocation.agent_id))
+            return
         context.stdout.write(
             f"enroll token {token_id} revoked at {format_timestamp(token.revoked_at)}\n"
         )

@@ -68,6 +68,20 @@ def enroll_token_state(token: EnrollToken) -> str:
     return "consumed" if token.consumed_at is not None else "revoked"
 
 
+def revoked_token_body(token: EnrollToken, agent_id: str | None) -> dict[str, JsonValue]:
+    """The JSON of an enroll token once revoked (C{agent_id}: its allocation's agent)."""
+    return {
+        "token_id": token.token_id,
+        "agent_id": agent_id,
+        "allocation_id": token.allocation_id,
+        "state": enroll_token_state(token),
+        "created_at": rfc3339(token.created_at),
+        "expires_at": rfc3339(token.expires_at),
+        "consumed_at": None if token.consumed_at is None else rfc3339(token.consumed_at),
+        "revoked_at": None if token.revoked_at is None else rfc3339(token.revoked_at),
+    }
+
+
 class AccessRoutes:
     """The handlers; L{routes} declares them."""
 
@@ -131,16 +145,7 @@ class AccessRoutes:
             agent_id=allocation.agent_id,
             state=state,
         )
-        return {
-            "token_id": token.token_id,
-            "agent_id": allocation.agent_id,
-            "allocation_id": token.allocation_id,
-            "state": state,
-            "created_at": rfc3339(token.created_at),
-            "expires_at": rfc3339(token.expires_at),
-            "consumed_at": None if token.consumed_at is None else rfc3339(token.consumed_at),
-            "revoked_at": None if token.revoked_at is None else rfc3339(token.revoked_at),
-        }
+        return revoked_token_body(token, allocation.agent_id)
 
     async def _set_account(self, call: Call, *, suspended: bool) -> HandlerResult:
         owner = check_path_id(call.params["owner"], "owner")

@@ -43,7 +43,7 @@ from svc.control.routing import AuthKind, Feature, HandlerResult, Reply, Route
 from svc.control.settings import ControlSettings
 from svc.control.store import errors as store_errors
 from svc.control.store.interface import ControlStore
-from svc.control.store.values import Allocation, AllocationState, Server, User
+from svc.control.store.values import Allocation, AllocationState, EnrollToken, Server, User
 from svc.pki import names
 from svc.pki.errors import InvalidName
 from svc.web import errors as api
@@ -136,6 +136,19 @@ def new_enroll_token(random_bytes: Callable[[int], bytes]) -> tuple[str, str]:
     """
     token = base64.urlsafe_b64encode(random_bytes(ENROLL_TOKEN_BYTES)).rstrip(b"=").decode()
     return token, hashlib.sha256(token.encode("ascii")).hexdigest()
+
+
+def minted_token_body(
+    token: str, stored: EnrollToken, allocation: Allocation
+) -> dict[str, JsonValue]:
+    """The JSON of an enroll token just minted for C{allocation}: the secret shown once."""
+    return {
+        "token": token,
+        "token_id": stored.token_id,
+        "agent_id": allocation.agent_id,
+        "allocation_id": allocation.allocation_id,
+        "expires_at": rfc3339(stored.expires_at),
+    }
 
 
 @attrs.frozen
@@ -354,13 +367,7 @@ class EntityRoutes:
             token_id=stored.token_id,
             agent_id=agent_id,
         )
-        return {
-            "token": token,
-            "token_id": stored.token_id,
-            "agent_id": agent_id,
-            "allocation_id": allocation.allocation_id,
-            "expires_at": rfc3339(stored.expires_at),
-        }
+        return minted_token_body(token, stored, allocation)
 
     async def purge_sweep(self, call: Call) -> HandlerResult:
         """C{POST /v1/admin/purge-sweep}: erase revoked allocations' data."""

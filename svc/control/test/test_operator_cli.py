@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control import operator_cli
-from svc.control.enrollment import hash_token
+from svc.control.ca import certificate_fingerprint
+from svc.control.enrollment import format_timestamp, hash_token
 from svc.control.operator_cli import OperatorContext, operator_main
 from svc.control.owner_auth import hash_link_secret
 from svc.control.store.interface import ControlStore
@@ -294,6 +296,138 @@ class AccessCommandTests(OperatorCase):
         self.assertIn("not found", self.stderr.getvalue())
         self.assertEqual(self.run_command("token", "revoke", "--id", "xyz"), 1)
         self.assertIn("--id", self.stderr.getvalue())
+
+
+class JsonOutputTests(OperatorCase):
+    """With C{--json} each command prints one JSON document on stdout."""
+
+    def run_json(self, *argv: str) -> Any:
+        """Run C{argv} with C{--json}: exit 0, stdout one JSON document (parsed)."""
+        self.assertEqual(self.run_command(*argv, "--json"), 0, self.stderr.getvalue())
+        out = self.stdout.getvalue()
+        self.assertEqual(out, json.dumps(json.loads(out), indent=2, sort_keys=True) + "\n")
+        return json.loads(out)
+
+    def issue(self) -> dict[str, Any]:
+        self.provision()
+        issued: dict[str, Any] = self.run_json("token", "issue", "--agent", "agent-1")
+        return issued
+
+    def test_ca_init(self) -> None:
+        """ca init --json: where the root went, its subject, serial, expiry and fingerprint."""
+        document = self.run_json("ca", "init")
+        cert = cert_from_pem((self.secrets / "ca" / "root" / "cert.pem").read_bytes())
+        self.assertEqual(
+            document,
+            {
+                "backend": "filesystem",
+                "secrets_dir": str(self.secrets),
+                "key_encrypted": True,
+                "subject": "CN=Acme Root CA",
+                "serial": names.format_serial(cert.serial_number),
+                "not_after": format_timestamp(cert.not_valid_after_utc),
+                "sha256": certificate_fingerprint(cert),
+            },
+        )
+
+    def test_token_issue(self) -> None:
+        """token issue --json: the token with its id, agent, allocation, tenant and expiry."""
+        document = self.issue()
+        grant = self.successResultOf(
+            self.store().peek_enroll_token(hash_token(document["token"]), NOW)
+        )
+        assert isinstance(grant, EnrollGrant)
+        self.assertEqual(
+            document,
+            {
+                "token": document["token"],
+                "token_id": grant.token_id,
+                "agent_id": "agent-1",
+                "allocation_id": grant.allocation.allocation_id,
+                "tenant": "acme",
+                "expires_at": format_timestamp(NOW + timedelta(hours=1)),
+            },
+        )
+        self.assertNotIn(document["token"], self.stderr.getvalue())
+
+    def test_token_revoke(self) -> None:
+        """token revoke --json: the token's state, as POST /v1/enroll-tokens/{id}/revoke."""
+        issued = self.issue()
+        document = self.run_json("token", "revoke", "--id", issued["token_id"])
+        self.assertEqual(
+            document,
+            {
+                "token_id": issued["token_id"],
+                "agent_id": "agent-1",
+                "allocation_id": issued["allocation_id"],
+                "state": "revoked",
+                "created_at": format_timestamp(NOW),
+                "expires_at": issued["expires_at"],
+                "consumed_at": None,
+                "revoked_at": format_timestamp(NOW),
+            },
+        )
+
+    def test_user_seed(self) -> None:
+        """user seed --json: the sign-in link secret, the user and the session's expiry."""
+        document = self.run_json("user", "seed", "--user", "alice", "--name", "Alice")
+        self.assertEqual(
+            document,
+            {
+                "token": document["token"],
+                "user_id": "alice",
+                "display_name": "Alice",
+                "expires_at": format_timestamp(NOW + timedelta(hours=12)),
+            },
+        )
+        found = self.successResultOf(
+            self.store().authenticate_admin_session(hash_link_secret(document["token"]), NOW)
+        )
+        self.assertIsNotNone(found)
+
+    def test_user_suspend(self) -> None:
+        """user suspend --json: the account entity, suspended."""
+        self.provision()
+        document = self.run_json("user", "suspend", "--user", "alice")
+        self.assertEqual(
+            (document["type"], document["id"], document["suspended"]), ("account", "alice", True)
+        )
+        self.assertEqual([a["agent_id"] for a in document["allocations"]], ["agent-1"])
+
+    def test_user_reinstate(self) -> None:
+        """user reinstate --json: the account entity, not suspended."""
+        self.provision()
+        self.run_json("user", "suspend", "--user", "alice")
+        document = self.run_json("user", "reinstate", "--user", "alice")
+        self.assertEqual(
+            (document["type"], document["id"], document["suspended"]), ("account", "alice", False)
+        )
+
+    def test_tenant_suspend(self) -> None:
+        """tenant suspend --json: the tenant, its owner, suspended."""
+        self.provision()
+        self.assertEqual(
+            self.run_json("tenant", "suspend", "--tenant", "acme"),
+            {
+                "tenant": "acme",
+                "owner": "alice",
+                "suspended": True,
+                "created_at": format_timestamp(NOW),
+            },
+        )
+
+    def test_tenant_reinstate(self) -> None:
+        """tenant reinstate --json: the tenant, not suspended."""
+        self.provision()
+        self.run_json("tenant", "suspend", "--tenant", "acme")
+        document = self.run_json("tenant", "reinstate", "--tenant", "acme")
+        self.assertEqual((document["tenant"], document["suspended"]), ("acme", False))
+
+    def test_refusal(self) -> None:
+        """A refused command with --json still exits 1, says why on stderr, prints nothing."""
+        self.assertEqual(self.run_command("token", "revoke", "--id", "0" * 32, "--json"), 1)
+        self.assertEqual(self.stdout.getvalue(), "")
+        self.assertIn("svc: token revoke: not found", self.stderr.getvalue())
 
 
 class RegistrationTests(SynchronousTestCase):
