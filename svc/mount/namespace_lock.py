@@ -260,12 +260,23 @@ class NamespaceLock:
         return self._handed_off.count
 
     def commits_settled(self) -> Deferred[None]:
-        """Fires once no commit is in flight (at once when none is)."""
-        return self._commits.settled()
+        """
+        Fires once no commit is in flight (at once when none is; waiters in
+        order). Commits not yet sent hold off meanwhile, as for an operation
+        waiting for the lock (L{sending_commit}), so a stream of closes
+        cannot keep it waiting: a handed-off rename whose answer was lost is
+        sent again behind its file's commit this way (L{svc.mount.unanswered}).
+        """
+        if not self._commits.count:
+            return succeed(None)
+        self._exclusive_waiting.add()
 
-    def commits_answered(self) -> Deferred[None]:
-        """Fires once no commit is in flight (at once when none is); waiters fire in order."""
-        return self._commits.settled()
+        def over(result: object) -> None:
+            self._exclusive_waiting.done()
+
+        settled = self._commits.settled()
+        settled.addBoth(over)
+        return settled
 
     def commit_sent(self) -> Callable[[], None]:
         """

@@ -141,7 +141,7 @@ async def rename_outcome(
     """
     failure = answer.value
     if isinstance(failure, LostAnswer):
-        await ctx.namespace_lock.commits_answered()
+        await ctx.namespace_lock.commits_settled()
         try:
             result: RenameResult = await _sent_again(ctx, "rename", rename.path, failure)
         except RemoteFailure as error:

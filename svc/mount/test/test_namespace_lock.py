@@ -112,6 +112,25 @@ class NamespaceLockTests(SynchronousTestCase):
         settle()
         self.successResultOf(settled)
 
+    def test_commits_not_sent_hold_off_while_commits_settle_is_awaited(self) -> None:
+        """
+        While something waits for the commits in flight, a commit about to
+        be sent waits too (a stream of closes cannot keep it waiting), and
+        goes once they are answered.
+        """
+        lock = NamespaceLock()
+        settle = lock.commit_sent()
+        settled = lock.commits_settled()
+        sending = Deferred.fromCoroutine(self._send_commit(lock))
+        self.assertNoResult(sending)
+        settle()
+        self.successResultOf(settled)
+        self.successResultOf(sending)
+
+    async def _send_commit(self, lock: NamespaceLock) -> None:
+        async with lock.sending_commit():
+            pass
+
     def test_sending_does_not_wait_for_commits_in_flight(self) -> None:
         """Sending a commit needs only the lock, commits in flight or not."""
         lock = NamespaceLock()
