@@ -8,6 +8,7 @@ requests ran and their answers were lost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,60 @@ class OutboxTests(SynchronousTestCase):
         self.assertTrue(outbox.backlog().refused)
         outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/ok", DIR))
         self.assertFalse(outbox.backlog().refused)
+
+    def test_an_entry_sent_again_for_its_caller_answers_the_caller(self) -> None:
+        """
+        An entry its caller sent, whose answer was lost, handed to the
+        sender: the caller gets the answer (not the reconciler), and the
+        entry settles; a refusal fails the caller's Deferred.
+        """
+        outbox, recorder, _, _ = self.mount()
+        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
+        answer = self.successResultOf(outbox.send_again(made))
+        self.assertEqual(answer.kind, "dir")
+        refused = outbox.append(lambda seq: self.commit(seq, "f", 3, b""), send=False)
+        failure = self.failureResultOf(outbox.send_again(refused), RemoteFailure)
+        self.assertEqual(failure.value.wire, WireErrno.ESTALE)
+        self.assertEqual((recorder.answered, recorder.refused), ([], []))
+        self.assertEqual(outbox.backlog().entries, 0)
+
+    def test_a_caller_held_through_an_outage_stalls_until_answered(self) -> None:
+        """
+        The sender holds an entry sent again for a caller (no connection):
+        the stall callable is called once, and ended once it is answered.
+        """
+        outbox, _, answers, _ = self.mount()
+        stalls: list[str] = []
+
+        def stall(why: str) -> Callable[[], None]:
+            stalls.append(why)
+            return lambda: stalls.append("ended")
+
+        outbox.on_held(stall)
+        answers.down = True
+        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
+        outcome = outbox.send_again(made)
+        self.assertNoResult(outcome)
+        self.assertEqual(len(stalls), 1)
+        answers.down = False
+        outbox.reconnected()
+        self.successResultOf(outcome)
+        self.assertEqual(stalls[1:], ["ended"])
+
+    def test_giving_up_leaves_the_entry_for_the_next_mount(self) -> None:
+        """
+        Shutdown gives up on an entry sent again for a caller: the caller's
+        Deferred fails (unknown outcome), the entry stays unsettled, and the
+        next mount on the cache sends it.
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.down = True
+        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
+        outcome = outbox.send_again(made)
+        outbox.give_up_resends("the mount is stopping")
+        self.assertTrue(self.failureResultOf(outcome, RemoteFailure).value.unknown)
+        outbox.stop()
+        second, _, _, replay = self.mount()
+        self.assertEqual([entry.seq for entry in replay.unsettled], [made.seq])
+        self.successResultOf(second.settled(made.seq))
+        self.assertEqual(self.check.ok("head_file", path=f"{ROOT}/d")["kind"], "dir")
