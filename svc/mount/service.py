@@ -307,11 +307,18 @@ class MountService(Service):
         write fails EROFS from now on, and no call waits for a connection
         it would never admit (``mount-runtime.md`` section 6).
         """
+        if self._stopping:
+            # The mount released its own lease: the revocation is its own doing.
+            _log.info(
+                "the data plane closed this mount's connection after its lease was released"
+                " (certificate serial {serial})",
+                serial=serial,
+            )
         reason = (
             f"the data plane revoked this mount's certificate (serial {serial}): its mount"
             " lease was released or taken over, or its allocation revoked"
         )
-        if self._fs is not None:
+        if self._fs is not None and not self._stopping:
             self._fs.set_read_only(reason)
         if self._dataplane is not None:
             self._dataplane.close(reason)

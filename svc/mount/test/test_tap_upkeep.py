@@ -66,10 +66,14 @@ class FakeLink:
 
     def __init__(self) -> None:
         self.switches = 0
+        self.closed: list[str] = []
 
     def switch(self) -> Deferred[bool]:
         self.switches += 1
         return succeed(True)
+
+    def close(self, reason: str) -> None:
+        self.closed.append(reason)
 
 
 def service(control: object, link: FakeLink, clock: Clock) -> MountService:
@@ -144,6 +148,21 @@ class LeaseRefreshTests(SynchronousTestCase):
         self.assertEqual(len(fs.read_only), 1)
         self.assertIn("allocation revoked", fs.read_only[0])
         self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_revocation_after_its_own_lease_release_is_no_warning(self) -> None:
+        """
+        Stopping, the mount released its own lease, and the data plane then
+        revokes its certificate: no "read-only" warning (its own doing);
+        while running, the same push turns the mount read-only.
+        """
+        for stopping, expected in ((True, 0), (False, 1)):
+            mount = service(RefreshingControl(ValueError()), FakeLink(), Clock())
+            fs = FakeFS()
+            internals: Any = mount
+            internals._fs = fs
+            internals._stopping = stopping
+            internals._credentials_revoked("1e")
+            self.assertEqual(len(fs.read_only), expected)
 
     def test_other_failure_is_retried(self) -> None:
         """Any other failure keeps the mount writable and refreshes again later."""
