@@ -135,7 +135,10 @@ class ControlProcess:
         ]
         if self.tls:
             command.append(f"--tls-listen=tcp:{self.tls_port}:interface=127.0.0.1")
-        self.process = subprocess.Popen(command, env={**self.environ, **JSON_LOGS}, cwd=REPO)
+        # PYTHONFAULTHANDLER: a process that will not stop is made to print
+        # every thread's stack (SIGABRT, L{kill}) into the test's output.
+        environ = {**self.environ, **JSON_LOGS, "PYTHONFAULTHANDLER": "1"}
+        self.process = subprocess.Popen(command, env=environ, cwd=REPO)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -149,10 +152,23 @@ class ControlProcess:
         raise AssertionError(f"svc-control did not start: {log.read_text()}")
 
     def kill(self, sig: int = signal.SIGKILL) -> int:
+        """
+        Send C{sig}; its exit status. One that has not ended 30 s later is
+        made to print its threads' stacks (SIGABRT, the fault handler) and
+        the test fails saying so.
+        """
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout=30)
+        try:
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(timeout=30)
+            raise AssertionError(
+                f"svc-control did not end within 30 s of signal {sig}; its threads' stacks"
+                " are on standard error above"
+            ) from None
 
     def stop(self) -> None:
         """SIGTERM it; then every line it logged must be JSON (L{check_json_log})."""
