@@ -1,6 +1,6 @@
 """
 The largest file the mount lets a program make: what one commit can name.
-Checked by a write (L{svc.mount.files.FileOps.start_write} and
+Checked by a write (L{svc.mount.file_writes.FileWrites.start_write} and
 L{svc.mount.spill_writes.WriteGrant.accepts}) and by a truncate
 (L{svc.mount.attribute_updates.AttributeUpdates.setattr}).
 """

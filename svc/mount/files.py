@@ -1,8 +1,9 @@
 """
 The file operations of the filesystem core up to the close: create, open,
-read, write and truncate (``docs/specifications/mount-consistency.md``).
-Closing and releasing is L{svc.mount.file_closes}; the write-back that
-commits an open file's changes, L{svc.mount.file_write_back}.
+read and truncate (``docs/specifications/mount-consistency.md``). Writes
+are L{svc.mount.file_writes}; closing and releasing, L{svc.mount.file_closes};
+the write-back that commits an open file's changes,
+L{svc.mount.file_write_back}.
 
 A file created in a complete directory is I{pending} (known to this mount
 only) until its first write-back commits it with C{expected_version} 0, or
@@ -15,30 +16,25 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from functools import partial
 
-from twisted.internet.defer import Deferred, fail, succeed
 from twisted.logger import Logger
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
-from svc.chunking import MAX_CHUNK_SIZE
 from svc.mount.attributes import AttributeChanges, Attributes, Entry, FileKind, OpenResult
 from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.extents import chunk_layout
 from svc.mount.file_closes import FileCloses
-from svc.mount.file_size_limit import MAX_FILE_BYTES
 from svc.mount.file_state import FileState
 from svc.mount.file_write_back import WriteBack
+from svc.mount.file_writes import FileWrites
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
 from svc.mount.namespace_hand_off import settled_at
 from svc.mount.namespace_reads import NamespaceReads
 from svc.mount.node_creation import NodeCreation, new_mode, new_owner
 from svc.mount.open_files import Handle
-from svc.mount.spill_writes import SpillWrite, WriteGrant
 from svc.mount.unanswered import send_change
-from svc.mount.write_behind import WriteBehind
 
 _log = Logger()
 
@@ -57,12 +53,14 @@ class FileOps:
         creation: NodeCreation,
         write_back: WriteBack,
         closes: FileCloses,
+        writes: FileWrites,
     ) -> None:
         self._ctx = context
         self._reads = reads
         self._creation = creation
         self._write_back = write_back
         self._closes = closes
+        self._writes = writes
 
     async def create(
         self, parent: int, name: bytes, mode: int, flags: int, caller: CallerProcess
@@ -115,25 +113,8 @@ class FileOps:
         node.kernel_version = state.version
         ctx.table.looked_up(node)
         if handle.writable:
-            self._offer_first_grant(state)
+            self._writes.offer_first_grant(state)
         return OpenResult(handle.fh, keep_cache=False), Entry(node.ino, ctx.attributes(node))
-
-    def _offer_first_grant(self, state: FileState) -> None:
-        """
-        Leave a new file's first write a L{WriteGrant} into an in-memory
-        spill, so it skips the reactor as later writes do (when the memory
-        budget allows; otherwise the first write starts on the reactor).
-        """
-        if self._ctx.read_only_reason is not None or state.lock.locked:
-            return
-        if not state.ensure_memory_spill():
-            return
-        state.lock.acquire()  # free: taken at once
-        grant = state.write_grant(self._ctx.table.generation, partial(self._after_write, state))
-        if grant is None:
-            state.lock.release()
-            return
-        state.offer_grant(grant)
 
     def _new_file(self, mode: int, caller: CallerProcess, directory: Node) -> Attributes:
         """The attributes of a pending file until its first commit."""
@@ -314,172 +295,6 @@ class FileOps:
                 raise FSError(errno.EIO, f"reading {rel!r} failed") from None
             line.size = len(data)
             return data
-
-    async def write(self, fh: int, offset: int, data: bytes, caller: CallerProcess) -> int:
-        """
-        Write C{data} at C{offset} into the spill file; how many bytes.
-        Not audited itself: the write-back's C{flush} line is.
-        """
-        started: int | SpillWrite = await self.start_write(fh, offset, data, caller)
-        if isinstance(started, int):
-            return started
-        try:
-            await self._ctx.spill_worker.submit(started.store)
-        except BaseException:
-            started.finish(False)
-            raise
-        started.finish(True)
-        return len(data)
-
-    def start_write(
-        self, fh: int, offset: int, data: bytes, caller: CallerProcess
-    ) -> Deferred[int | SpillWrite]:
-        """
-        L{write}, left for the caller to finish when the bytes go to a
-        spill file: the returned L{SpillWrite} holds the file's lock until
-        its C{finish} (on the reactor thread), and its C{store} may run on
-        the caller's own thread (the FUSE thread that would otherwise wait
-        for two more thread hand-offs). Bytes kept in memory are written at
-        once: the count is returned.
-
-        The common case (the lock free, the spill file already on disk)
-        is answered synchronously, without a coroutine: this runs on the
-        reactor thread for every 128 KiB the kernel sends.
-        """
-        try:
-            state = self._writable_state(fh)
-            if offset + len(data) > MAX_FILE_BYTES:
-                raise FSError(errno.EFBIG, f"a file may hold at most {MAX_FILE_BYTES} bytes")
-            if not state.fits_quota(offset, len(data)):
-                return Deferred.fromCoroutine(self._start_write_near_quota(state, offset, data))
-            if not state.lock.locked:
-                pending = state.begin_spill_write(offset, data)
-                if pending is not None:
-                    state.lock.acquire()  # free: taken at once
-                    return succeed(self._locked_write(state, pending))
-        except FSError:
-            return fail()
-        return Deferred.fromCoroutine(self._start_write_waiting(state, offset, data))
-
-    async def _start_write_near_quota(
-        self, state: FileState, offset: int, data: bytes
-    ) -> int | SpillWrite:
-        """
-        L{start_write} of a write the quota estimate has no room for: a
-        fresh look at the server's usage first (C{EDQUOT} if it has none
-        either; L{svc.mount.quota_room}), before taking the file's lock.
-        """
-        await self._ctx.quota_room.check(state.growth_of(offset, len(data)))
-        return await self._start_write_waiting(state, offset, data)
-
-    async def _start_write_waiting(
-        self, state: FileState, offset: int, data: bytes
-    ) -> int | SpillWrite:
-        await state.lock.acquire()
-        try:
-            pending = await state.begin_write(offset, data)
-        except BaseException:
-            state.lock.release()
-            raise
-        if pending is None:  # stored in memory
-            self._after_write(state, True)
-            return len(data)
-        return self._locked_write(state, pending)
-
-    def _writable_state(self, fh: int) -> FileState:
-        """The state of C{fh}, if a write to it is allowed now (else L{FSError})."""
-        ctx = self._ctx
-        handle = self._handle(fh)
-        if not handle.writable:
-            raise FSError(errno.EBADF, f"file {fh} is not open for writing")
-        if ctx.read_only_reason is not None:
-            raise FSError(errno.EROFS, f"read-only: {ctx.read_only_reason}")
-        rel = self._rel(handle)
-        if rel is not None:
-            ctx.check_write(rel)
-        return handle.state
-
-    def _locked_write(self, state: FileState, pending: SpillWrite) -> SpillWrite:
-        """C{pending}, whose finish also ends C{state}'s lock (held by the caller)."""
-
-        def finish(stored: bool) -> None:
-            try:
-                pending.finish(stored)
-            except BaseException:
-                state.lock.release()
-                raise
-            self._after_write(state, stored)
-
-        return SpillWrite(pending.store, finish)
-
-    def _after_write(self, state: FileState, stored: bool) -> None:
-        """
-        On the reactor, holding C{state}'s lock, a write just ended: leave
-        the lock to the file's next write as a L{WriteGrant} when it can
-        take one (the write was stored, nobody waits for the lock, the
-        mount is writable, the bytes are in a spill file), else release it.
-        """
-        if stored:
-            self._write_behind(state)
-            if not state.lock.waiting and self._ctx.read_only_reason is None:
-                after = partial(self._after_write, state)
-                grant = state.write_grant(self._ctx.table.generation, after)
-                if grant is not None:
-                    state.offer_grant(grant)
-                    return
-        state.lock.release()
-
-    def take_write_grant(self, fh: int) -> WriteGrant | None:
-        """
-        Any thread: the grant left for the next write of C{fh}'s file, if
-        any. Its C{usable} says whether this write may use it: C{fh} is open
-        for writing, the mount is not read-only, and no path changed since
-        the grant was made (the policy was checked for the file's path
-        then). A grant taken must be used or given back on the reactor.
-        """
-        handle = self._ctx.files.handle(fh)
-        if handle is None:
-            return None
-        grant = handle.state.take_grant()
-        if grant is not None:
-            grant.usable = (
-                handle.writable
-                and self._ctx.read_only_reason is None
-                and grant.generation == self._ctx.table.generation
-            )
-        return grant
-
-    def _write_behind(self, state: FileState) -> None:
-        """
-        Start or poke the write-behind of a file whose new bytes (a new
-        file, or an append) reach past its first cut; see
-        L{svc.mount.write_behind}.
-        """
-        ctx = self._ctx
-        settings = ctx.settings
-        if settings.write_behind_files <= 0 or ctx.read_only_reason is not None:
-            return
-        behind = state.write_behind
-        if behind is None:
-            layout, lead = state.layout, settings.write_behind_lead_bytes
-            # The first cut starts at most one chunk before the clean limit.
-            if state.size < layout.clean_limit + lead:
-                return
-            origin = layout.first_cut()
-            if state.size < origin + MAX_CHUNK_SIZE + lead or layout.unchanged_beyond(origin):
-                return  # not due yet, or an edit inside the file: unchanged bytes follow
-            uploader = self._write_back.uploader(ctx.write_session())
-            behind = state.write_behind = WriteBehind(
-                state.read,
-                lambda: state.size,
-                ctx.worker,
-                uploader,
-                ctx.write_behind_slots,
-                lead=lead,
-                origin=origin,
-                cut=state.release_pages,
-            )
-        behind.poke()
 
     async def truncate(self, node: Node, size: int, caller: CallerProcess) -> None:
         """

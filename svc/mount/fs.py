@@ -42,6 +42,7 @@ from svc.mount.close_hand_off import HandOffs
 from svc.mount.directories import DEFAULT_READDIR_PAGE, DirectoryReader
 from svc.mount.file_closes import FileCloses
 from svc.mount.file_write_back import WriteBack
+from svc.mount.file_writes import FileWrites
 from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
@@ -164,7 +165,10 @@ class MountFS:
         )
         write_back = WriteBack(self._ctx, hand_offs)
         self._closes = FileCloses(self._ctx, self._creation, hand_offs, write_back)
-        self._files = FileOps(self._ctx, self._reads, self._creation, write_back, self._closes)
+        self._writes = FileWrites(self._ctx, write_back)
+        self._files = FileOps(
+            self._ctx, self._reads, self._creation, write_back, self._closes, self._writes
+        )
         self._directories = DirectoryReader(self._ctx)
         if quota is not None:
             self._ctx.quota_room = QuotaRoom(
@@ -391,23 +395,23 @@ class MountFS:
 
     def write(self, fh: int, offset: int, data: bytes, caller: CallerProcess) -> Deferred[int]:
         """Write to an open file (kept locally until write-back)."""
-        return Deferred.fromCoroutine(self._files.write(fh, offset, data, caller))
+        return Deferred.fromCoroutine(self._writes.write(fh, offset, data, caller))
 
     def start_write(
         self, fh: int, offset: int, data: bytes, caller: CallerProcess
     ) -> Deferred[int | SpillWrite]:
         """
         L{write}, with the C{pwrite} into a spill file left to the caller
-        (L{svc.mount.files.FileOps.start_write}).
+        (L{svc.mount.file_writes.FileWrites.start_write}).
         """
-        return self._files.start_write(fh, offset, data, caller)
+        return self._writes.start_write(fh, offset, data, caller)
 
     def take_write_grant(self, fh: int) -> WriteGrant | None:
         """
         Any thread: a grant to store the next write of C{fh} without the
-        reactor (L{svc.mount.files.FileOps.take_write_grant}).
+        reactor (L{svc.mount.file_writes.FileWrites.take_write_grant}).
         """
-        return self._files.take_write_grant(fh)
+        return self._writes.take_write_grant(fh)
 
     def nothing_to_flush(self, fh: int) -> bool:
         """

@@ -70,7 +70,7 @@ class WriteGrant:
     the lock gives an unused grant back (L{FileLock}). Taking it is the
     only step off the reactor thread
     (L{svc.mount.file_state.FileState.take_grant}); C{usable}
-    is set by the taker (L{svc.mount.files.FileOps.take_write_grant}).
+    is set by the taker (L{svc.mount.file_writes.FileWrites.take_write_grant}).
 
     A taken grant must end in exactly one of L{finish} (after L{store})
     or L{give_back}, both on the reactor thread.
