@@ -4,9 +4,13 @@ cache of one mount. Pure: no I/O.
 
 FUSE inode numbers are assigned here, stable for the life of the mount: the
 mount root (the agent's disk C{/<agent_id>}) is L{ROOT_INODE} (1, llfuse's
-C{ROOT_INODE}); any other inode gets the next number the first time the
-data plane reports its inode number, and keeps it across renames. Hard links
-share the data plane's inode number and so share one FUSE inode.
+C{ROOT_INODE}); any other inode the data plane reports is numbered with the
+data plane's own inode number (never reused there), so every mount, on any
+machine, shows a file with the same C{st_ino} (git compares it); a file this
+mount creates, before the data plane has it, takes a number of its own from
+L{LOCAL_NUMBERS} down, kept for as long as the kernel knows the node. A
+number keeps across renames; hard links share the data plane's inode
+number and so share one FUSE inode.
 
 Names are a tree of C{(parent inode, name)} links, so renaming a directory
 is one update and the paths below it follow. A directory whose whole listing
@@ -152,6 +156,12 @@ class Node:
         self.stale = False
 
 
+LOCAL_NUMBERS = (1 << 32) - 1
+"""The first FUSE inode number given to a node the data plane has not
+numbered (a pending file), counting down; below 2^32, so a program built
+without large-file support can still C{stat} it."""
+
+
 class InodeTable:
     """The inode, name and attribute caches of one mount."""
 
@@ -165,7 +175,7 @@ class InodeTable:
         """
         self._nodes: dict[int, Node] = {}
         self._by_server: dict[int, int] = {}
-        self._numbers = itertools.count(ROOT_INODE + 1)
+        self._local_numbers = itertools.count(LOCAL_NUMBERS, -1)
         self._pinned = pinned
         self.generation = 0
         """
@@ -251,7 +261,7 @@ class InodeTable:
             ino = self._by_server.get(attributes.server_inode)
             node = self._nodes.get(ino) if ino is not None else None
         if node is None:
-            node = Node(next(self._numbers), attributes)
+            node = Node(self._number_for(attributes.server_inode), attributes)
             self._nodes[node.ino] = node
             self._by_server[attributes.server_inode] = node.ino
         else:
@@ -274,11 +284,28 @@ class InodeTable:
         (L{Node.pending}): a fresh FUSE inode number, no data-plane inode
         (C{attributes.server_inode} is ignored until L{bind}).
         """
-        node = Node(next(self._numbers), attributes, pending=True)
+        node = Node(self._local_number(), attributes, pending=True)
         self._nodes[node.ino] = node
         node.names.add((parent.ino, name))
         parent.children[name] = node.ino
         return node
+
+    def _number_for(self, server_inode: int) -> int:
+        """
+        The FUSE number of a node the data plane numbers C{server_inode}:
+        that number, unless it is not one (the root's, 0 from a server that
+        does not say) or a live node has it (a pending file's own number).
+        """
+        if server_inode > ROOT_INODE and server_inode not in self._nodes:
+            return server_inode
+        return self._local_number()
+
+    def _local_number(self) -> int:
+        """The next FUSE number of this mount's own, not held by a live node."""
+        while True:
+            number = next(self._local_numbers)
+            if number not in self._nodes and number > ROOT_INODE:
+                return number
 
     def bind(self, node: Node, attributes: Attributes) -> None:
         """

@@ -10,7 +10,7 @@ from types import TracebackType
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import Attributes, FileKind
-from svc.mount.inodes import InodeTable, Node
+from svc.mount.inodes import LOCAL_NUMBERS, InodeTable, Node
 
 
 def attributes(server_inode: int, kind: FileKind = FileKind.FILE) -> Attributes:
@@ -148,3 +148,51 @@ class GenerationTests(SynchronousTestCase):
             before = table.generation
             change()
             self.assertGreater(table.generation, before)
+
+
+class NumberTests(SynchronousTestCase):
+    """FUSE inode numbers: the data plane's, so every mount shows the same C{st_ino}."""
+
+    def setUp(self) -> None:
+        self.table = InodeTable(attributes(7, FileKind.DIR))
+
+    def test_a_node_the_data_plane_numbers_takes_its_number(self) -> None:
+        """A learnt node is numbered as the data plane numbers it, and so is a hard link."""
+        table = self.table
+        directory = table.learn(table.root, "d", attributes(12, FileKind.DIR))
+        file = table.learn(directory, "f", attributes(40))
+        self.assertEqual((table.root.ino, directory.ino, file.ino), (1, 12, 40))
+        self.assertIs(table.learn(table.root, "link", attributes(40)), file)
+
+    def test_the_same_number_on_another_mount_and_after_a_forget(self) -> None:
+        """A fresh table, or the node forgotten and learnt again: the same number."""
+        file = self.table.learn(self.table.root, "f", attributes(40))
+        self.table.unlink(self.table.root, "f")
+        self.table.forget(file.ino, 0)
+        again = self.table.learn(self.table.root, "f", attributes(40))
+        fresh = InodeTable(attributes(7, FileKind.DIR))
+        other = fresh.learn(fresh.root, "f", attributes(40))
+        self.assertEqual((again.ino, other.ino), (40, 40))
+
+    def test_a_pending_file_numbers_itself_below_2_to_the_32(self) -> None:
+        """
+        A file the data plane has not numbered takes a number of the mount's
+        own, counting down from 2^32 - 1, kept once the data plane numbers it.
+        """
+        table = self.table
+        first = table.add_pending(table.root, "p", attributes(0))
+        second = table.add_pending(table.root, "q", attributes(0))
+        self.assertEqual((first.ino, second.ino), (LOCAL_NUMBERS, LOCAL_NUMBERS - 1))
+        table.bind(first, attributes(41))
+        self.assertEqual(first.ino, LOCAL_NUMBERS)
+        self.assertIs(table.learn(table.root, "p", attributes(41)), first)
+
+    def test_a_number_a_live_node_holds_is_not_given_twice(self) -> None:
+        """A data-plane number a pending file already holds: the next number of the mount's own."""
+        table = self.table
+        pending = table.add_pending(table.root, "p", attributes(0))
+        clash = table.learn(table.root, "f", attributes(pending.ino))
+        self.assertNotEqual(clash.ino, pending.ino)
+        self.assertEqual(clash.ino, LOCAL_NUMBERS - 1)
+        zero = table.learn(table.root, "z", attributes(0))
+        self.assertNotIn(zero.ino, (0, 1, pending.ino, clash.ino))
