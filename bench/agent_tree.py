@@ -131,7 +131,8 @@ def agent_tree(directory: Path, tree: Tree, cold: Callable[[], None]) -> dict[st
     """
     The steps in C{directory}: unpack, commit, warm C{grep -r} (the first
     run untimed), C{cold} (a fresh client), C{grep -r} and C{git status}
-    again, C{cold} once more and C{git status} first, remove. Seconds per step; the git steps L{None} without git.
+    again, C{cold} once more and C{git status} first, remove. Seconds per
+    step; the git steps L{None} without git.
     """
     git = shutil.which("git")
     extracted, root = tree_extract(tree.tarball, directory)
