@@ -27,7 +27,6 @@ as it did, and runs one that did not (L{svc.mount.unanswered}).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -42,8 +41,6 @@ from svc.mount.remote_values import RenameResult
 from svc.mount.unanswered import never_created, removal_outcome, rename_outcome, unanswered
 
 _log = Logger()
-
-T = TypeVar("T")
 
 NAMESPACE_HAND_OFF_MAX = 64
 """Most handed-off changes unanswered at once: a change beyond waits for its own."""

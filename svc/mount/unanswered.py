@@ -63,11 +63,9 @@ def unanswered(answer: object) -> bool:
 def never_created(answer: object, rename: HandedRename) -> bool:
     """Whether C{answer} says the source of C{rename}, a new file, is not on the server."""
     return (
-        rename.moved.pending
-        and isinstance(answer, Failure)
+        isinstance(answer, Failure)
         and isinstance(answer.value, RemoteFailure)
-        and answer.value.wire is not None
-        and answer.value.errno == errno.ENOENT
+        and _source_missing(answer.value, rename)
     )
 
 
@@ -192,10 +190,7 @@ def _source_missing(failure: RemoteFailure, rename: HandedRename) -> bool:
 
 
 def _failure(error: RemoteFailure) -> Failure:
-    try:
-        raise error
-    except RemoteFailure:
-        return Failure()  # type: ignore[no-untyped-call]
+    return Failure(error)  # type: ignore[no-untyped-call]
 
 
 def _replay_save(ctx: FSContext, rename: HandedRename, replaced: Attributes | None) -> bool:
