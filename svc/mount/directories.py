@@ -1,7 +1,7 @@
 """
 Reading directories: C{opendir} takes a snapshot of a directory's names
-(listing it in full with C{list} pages unless the names cache already holds
-all of it), C{readdir} returns pages of that snapshot by offset: C{.} and
+(listing it whole, L{svc.mount.listings}, unless the names cache already
+holds all of it), C{readdir} returns pages of that snapshot by offset: C{.} and
 C{..} first (offsets 1 and 2, not audited: they name the directory and its
 parent, not entries), then each name audited as C{readdir_entry}.
 """
@@ -16,10 +16,11 @@ import attrs
 
 from svc.audit.events import CallerProcess
 from svc.audit.names import EventName
-from svc.mount.attributes import Attributes, DirEntry, Entry, FileKind
+from svc.mount.attributes import DirEntry, Entry, FileKind
 from svc.mount.errors import FSError
 from svc.mount.fs_context import FSContext, join
-from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.inodes import ROOT_INODE
+from svc.mount.listings import Listings
 
 DEFAULT_READDIR_PAGE = 256
 """Entries returned by one C{readdir} call unless told otherwise."""
@@ -38,8 +39,9 @@ class _DirHandle:
 class DirectoryReader:
     """Open directory handles; see the module docstring."""
 
-    def __init__(self, context: FSContext) -> None:
+    def __init__(self, context: FSContext, listings: Listings) -> None:
         self._ctx = context
+        self._listings = listings
         self._dirs: dict[int, _DirHandle] = {}
         self._dir_numbers = itertools.count(1)
 
@@ -51,29 +53,13 @@ class DirectoryReader:
         with ctx.audit.line(EventName.OPENDIR, rel, caller):
             ctx.check_read(rel, directory=True)
             if not node.complete:
-                await self._list_all(node)
+                await self._listings.list_whole(node)
             names = sorted(node.children.items(), key=lambda item: item[0].encode("utf-8"))
             parent = min((link[0] for link in node.names), default=ROOT_INODE)
             names[:0] = [(".", node.ino), ("..", parent)]
             fh = next(self._dir_numbers)
             self._dirs[fh] = _DirHandle(node.ino, rel, names)
             return fh
-
-    async def _list_all(self, node: Node) -> None:
-        ctx = self._ctx
-        # Under the namespace lock: a name created while the pages arrive
-        # must not be dropped by the listing that did not see it.
-        async with ctx.namespace_lock:
-            rel = ctx.rel_of(node)
-            entries: list[tuple[str, Attributes]] = []
-            after: str | None = None
-            while True:
-                page = await ctx.remote.list_dir(ctx.server_path(rel), after=after)
-                entries.extend((entry.name, entry.attributes) for entry in page.entries)
-                if page.next_after is None:
-                    break
-                after = page.next_after
-            ctx.table.set_listing(node, entries)
 
     def readdir(
         self, fh: int, offset: int, caller: CallerProcess, limit: int = DEFAULT_READDIR_PAGE

@@ -46,6 +46,7 @@ from svc.mount.file_writes import FileWrites
 from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.listings import Listings
 from svc.mount.namespace_hand_off import NamespaceHandOffs
 from svc.mount.namespace_reads import NamespaceReads
 from svc.mount.node_creation import NodeCreation
@@ -149,7 +150,8 @@ class MountFS:
             # While changes it sends again for lost answers get none, those
             # waiting for them fail at once (L{NamespaceLock.stalled}).
             outbox.on_held(self._ctx.namespace_lock.stalled)
-        self._reads = NamespaceReads(self._ctx)
+        listings = Listings(self._ctx)
+        self._reads = NamespaceReads(self._ctx, listings)
         self._creation = NodeCreation(self._ctx)
         self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
         # Unlinks, rmdirs and renames that return once sent: one bound for all.
@@ -169,7 +171,7 @@ class MountFS:
         self._files = FileOps(
             self._ctx, self._reads, self._creation, write_back, self._closes, self._writes
         )
-        self._directories = DirectoryReader(self._ctx)
+        self._directories = DirectoryReader(self._ctx, listings)
         if quota is not None:
             self._ctx.quota_room = QuotaRoom(
                 lambda: remote.statfs().addCallback(quota_report), self.write_backs_settled

@@ -20,13 +20,15 @@ from svc.mount.attributes import Attributes, Entry, FileKind
 from svc.mount.errors import FSError
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import ROOT_INODE
+from svc.mount.listings import Listings
 
 
 class NamespaceReads:
     """See the module docstring."""
 
-    def __init__(self, context: FSContext) -> None:
+    def __init__(self, context: FSContext, listings: Listings) -> None:
         self._ctx = context
+        self._listings = listings
 
     async def lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry:
         """The child C{name} of directory C{parent} (one more kernel lookup)."""
@@ -52,10 +54,13 @@ class NamespaceReads:
             ctx.check_read(rel, directory=True)
             child = ctx.table.child(directory, decoded)
             if child is None:
-                if directory.complete:
-                    raise FSError(errno.ENOENT, f"no {rel!r}")
-                found = await ctx.remote.head_file(ctx.server_path(rel))
-                child = ctx.table.learn(directory, decoded, found)
+                if await self._listings.list_for_lookup(directory):
+                    child = ctx.table.child(directory, decoded)
+                    if child is None:
+                        raise FSError(errno.ENOENT, f"no {rel!r}")
+                else:
+                    found = await ctx.remote.head_file(ctx.server_path(rel))
+                    child = ctx.table.learn(directory, decoded, found)
             if child.kind is not FileKind.DIR:
                 ctx.check_read(rel, directory=False)
             attributes = await ctx.fresh(child)

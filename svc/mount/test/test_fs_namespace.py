@@ -15,8 +15,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.mount.attributes import AttributeChanges, FileKind, QuotaReport
 from svc.mount.fs import ROOT_INODE
+from svc.mount.listings import LOOKUP_PAGES
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture
-from svc.wire.messages import MAX_PATH_BYTES
+from svc.wire.messages import MAX_LIST_LIMIT, MAX_PATH_BYTES
 
 DEEP_NAME = b"d" * 250
 """A directory name; each level adds 251 bytes to a data-plane path."""
@@ -60,6 +61,46 @@ class LookupTests(SynchronousTestCase):
         self.assertEqual(fresh.errno(fresh.fs.lookup(ROOT_INODE, b"g", CALLER)), errno.ENOENT)
         fresh.ok(fresh.fs.lookup(ROOT_INODE, b"f", CALLER))
         self.assertEqual(fresh.count("head_file"), heads)
+
+    def test_a_lookup_in_an_unlisted_directory_lists_it_once(self) -> None:
+        """
+        On a fresh mount, looking up names in a directory it has not listed
+        costs one C{list} for the directory and no C{head_file}: every other
+        name, present or missing, is answered from that listing.
+        """
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
+        for name in ("a", "b", "c"):
+            self.mount.write_file(f"d/{name}", name.encode())
+        fresh = self.fixture.mount()
+        directory = fresh.lookup_path("d")
+        lists, heads = fresh.count("list"), fresh.count("head_file")
+        for name in (b"a", b"b", b"c"):
+            entry = fresh.ok(fresh.fs.lookup(directory.ino, name, CALLER))
+            self.assertEqual(entry.attributes.size, 1)
+        self.assertEqual(fresh.errno(fresh.fs.lookup(directory.ino, b"z", CALLER)), errno.ENOENT)
+        self.assertEqual((fresh.count("list") - lists, fresh.count("head_file")), (1, heads))
+        self.assertEqual(
+            [e.path for e in fresh.events("lookup")][-4:], ["/d/a", "/d/b", "/d/c", "/d/z"]
+        )
+
+    def test_a_directory_too_large_to_list_for_a_lookup_is_asked_name_by_name(self) -> None:
+        """
+        A directory longer than the pages a lookup reads is not listed for
+        lookups: each name is asked for with C{head_file}, and the listing
+        is not tried again.
+        """
+        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"many", 0o755, CALLER))
+        directory = self.mount.lookup_path("many")
+        for index in range(LOOKUP_PAGES * MAX_LIST_LIMIT + 1):
+            self.mount.ok(self.mount.fs.mknod(directory.ino, b"n%04d" % index, 0o100644, 0, CALLER))
+        fresh = self.fixture.mount()
+        many = fresh.lookup_path("many")
+        lists, heads = fresh.count("list"), fresh.count("head_file")
+        fresh.ok(fresh.fs.lookup(many.ino, b"n0001", CALLER))
+        fresh.ok(fresh.fs.lookup(many.ino, b"n0002", CALLER))
+        self.assertEqual(fresh.errno(fresh.fs.lookup(many.ino, b"none", CALLER)), errno.ENOENT)
+        self.assertEqual(fresh.count("list") - lists, LOOKUP_PAGES)
+        self.assertEqual(fresh.count("head_file") - heads, 3)
 
     def test_bad_names(self) -> None:
         """Names too long are ENAMETOOLONG; non-UTF-8 names EINVAL."""
@@ -127,10 +168,11 @@ class DirectoryTests(SynchronousTestCase):
         for index in range(1005):
             self.mount.ok(self.mount.fs.mknod(directory.ino, b"n%04d" % index, 0o100644, 0, CALLER))
         fresh = self.fixture.mount()
+        entry = fresh.lookup_path("many")
+        lists = fresh.count("list")
         names = fresh.names("many")
         self.assertEqual(len(names), 1005)
-        self.assertEqual(fresh.count("list"), 2)
-        entry = fresh.lookup_path("many")
+        self.assertEqual(fresh.count("list") - lists, 2)
         fh = fresh.ok(fresh.fs.opendir(entry.ino, CALLER))
         page = fresh.fs.readdir(fh, 1002, CALLER, limit=3)  # after . and ..
         self.assertEqual([e.name for e in page], [b"n1000", b"n1001", b"n1002"])
