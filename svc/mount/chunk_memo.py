@@ -107,6 +107,10 @@ class ChunkMemo:
         """Whether C{chunk_hash} is held here or in the source (no fetch needed, most likely)."""
         return chunk_hash in self._chunks or self.source.holds(chunk_hash)
 
+    def remembers(self, chunk_hash: str) -> bool:
+        """Any thread: whether C{chunk_hash}'s bytes are held in memory here."""
+        return chunk_hash in self._chunks
+
     def remember(self, chunk_hash: str, data: bytes | memoryview) -> None:
         """
         Keep C{data} (also offered to the source, e.g. after an upload). A

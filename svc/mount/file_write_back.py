@@ -28,7 +28,7 @@ from twisted.logger import Logger
 
 from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.audit.names import EventName
-from svc.chunking import ChunkRef, chunk_hash
+from svc.chunking import ChunkRef
 from svc.mount.attributes import Attributes
 from svc.mount.client_audit import AuditLine
 from svc.mount.close_hand_off import HandOffs
@@ -38,6 +38,7 @@ from svc.mount.errors import FSError, RemoteFailure
 from svc.mount.file_state import FileState
 from svc.mount.fs_context import FSContext
 from svc.mount.inodes import Node
+from svc.mount.kept_chunks import KeptChunks
 from svc.mount.outbox.entries import Commit
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes, settle_empty
@@ -51,9 +52,10 @@ _log = Logger()
 class WriteBack:
     """See the module docstring."""
 
-    def __init__(self, context: FSContext, hand_offs: HandOffs) -> None:
+    def __init__(self, context: FSContext, hand_offs: HandOffs, kept: KeptChunks) -> None:
         self._ctx = context
         self._hand_offs = hand_offs
+        self._kept = kept
         context.leases.on_yield(self.yield_file)
 
     def _wait_for_lease(self, state: FileState, path: str) -> Deferred[bool | None]:
@@ -104,7 +106,7 @@ class WriteBack:
         return ChunkUploader(
             self._ctx.remote,
             session,
-            on_uploaded=self.uploaded,
+            on_uploaded=self._kept.uploaded,
             batch_bytes=settings.batch_bytes,
             probe_min_bytes=settings.probe_min_bytes,
             inline_max_bytes=settings.inline_max_bytes if commits else 0,
@@ -358,51 +360,6 @@ class WriteBack:
             await adopt(ctx, node, state, outcome)
         line.write(allowed=False)
         raise FSError(errno.ESTALE, f"{rel!r} was changed by another writer")
-
-    def uploaded(self, chunk_hash: str, data: bytes | memoryview) -> None:
-        """
-        Keep a chunk just stored (uploaded, or read inline) for reads, and
-        cache it on disk unless it is small enough to come inline with a
-        C{manifest_get} (C{inline_read_bytes}): the next mount's first open
-        of its file asks for the chunk list anyway, and gets such a chunk
-        with it, so a disk copy would save nothing but cost every small
-        file's close a cache file and an index row (``docs/decisions.md``,
-        session 25).
-        """
-        self._ctx.memo.remember(chunk_hash, data)
-        if len(data) <= self._ctx.settings.inline_read_bytes:
-            return
-        stored = self._ctx.chunks.put(chunk_hash, data)
-        if isinstance(stored, Deferred):
-            stored.addErrback(
-                lambda failure: _log.failure(
-                    "caching chunk {chunk} failed", failure, chunk=chunk_hash
-                )
-            )
-
-    def keep_inline(self, rel: str, carried: tuple[tuple[str, bytes], ...]) -> None:
-        """
-        The chunks a C{manifest_get} carried, for the reads that follow the
-        open: each one not held already is checked here (BLAKE3 of at most
-        C{inline_read_bytes}), then kept as an uploaded chunk is. Bytes that
-        do not hash to their name are dropped with a warning: the read
-        fetches that chunk. Whether they were held decides whether later
-        opens ask (L{svc.mount.inline_reads.InlineReads}).
-        """
-        memo = self._ctx.memo
-        for name, data in carried:
-            held = memo.holds(name)
-            self._ctx.inline_reads.came(held)
-            if held:
-                continue
-            if chunk_hash(data) != name:
-                _log.warn(
-                    "chunk {chunk} of {path!r} came inline with other bytes; fetching it",
-                    chunk=name,
-                    path=rel,
-                )
-                continue
-            self.uploaded(name, data)
 
     async def _committed(
         self,

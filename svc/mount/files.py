@@ -30,6 +30,8 @@ from svc.mount.file_write_back import WriteBack
 from svc.mount.file_writes import FileWrites
 from svc.mount.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.inodes import Node
+from svc.mount.kept_chunks import KeptChunks
+from svc.mount.listings import Listings, lacks_bytes
 from svc.mount.namespace_hand_off import settled_at
 from svc.mount.namespace_reads import NamespaceReads
 from svc.mount.node_creation import NodeCreation, new_mode, new_owner
@@ -54,8 +56,12 @@ class FileOps:
         write_back: WriteBack,
         closes: FileCloses,
         writes: FileWrites,
+        kept: KeptChunks,
+        listings: Listings,
     ) -> None:
         self._ctx = context
+        self._kept = kept
+        self._listings = listings
         self._reads = reads
         self._creation = creation
         self._write_back = write_back
@@ -163,7 +169,7 @@ class FileOps:
                 ctx.check_read(rel, directory=False)
             if state is None:
                 assert rel is not None
-                state = await self._load_state(node, rel)
+                state = await self._load_state(node, rel, fetch_bytes=not writable)
             handle = ctx.files.open(state, writable)
             state = handle.state  # one opened meanwhile on a FUSE thread, perhaps
             if writable:
@@ -198,6 +204,7 @@ class FileOps:
             or node.stale
             or node.chunks is None
             or node.chunks_version != node.attributes.version
+            or lacks_bytes(node, ctx.memo, ctx.settings.inline_read_bytes)
         ):
             return None
         rel = ctx.table.path_from_any_thread(node)
@@ -239,8 +246,15 @@ class FileOps:
 
         ctx.leases.acquire(node.ino, ctx.server_path(rel)).addCallback(answered)
 
-    async def _load_state(self, node: Node, rel: str) -> FileState:
+    async def _load_state(self, node: Node, rel: str, *, fetch_bytes: bool) -> FileState:
+        """
+        The open state of C{node}: its chunk list fetched unless known (with
+        a small file's bytes); with C{fetch_bytes}, a small file's bytes
+        fetched with its neighbours' unless held (L{svc.mount.listings}).
+        """
         ctx = self._ctx
+        if fetch_bytes and lacks_bytes(node, ctx.memo, ctx.settings.inline_read_bytes):
+            await self._listings.fetch_bytes_from(node)
         if node.chunks is None or node.chunks_version != node.attributes.version:
             manifest = await ctx.remote.manifest_get(
                 ctx.server_path(rel), inline_max=ctx.inline_reads.inline_max()
@@ -251,7 +265,7 @@ class FileOps:
             except ValueError as error:
                 raise FSError(errno.EIO, f"bad chunk list for {rel!r}: {error}") from None
             node.chunks_version = manifest.attributes.version
-            self._write_back.keep_inline(rel, manifest.inline)
+            self._kept.carried(rel, manifest.inline)
         loaded = ctx.files.state(node.ino)  # another open finished first
         return loaded if loaded is not None else self._new_state(node)
 
@@ -333,7 +347,9 @@ class FileOps:
                 node.chunks = ()
                 node.chunks_version = emptied.version
             return
-        handle = ctx.files.open(await self._load_state(node, ctx.rel_of(node)), writable=True)
+        handle = ctx.files.open(
+            await self._load_state(node, ctx.rel_of(node), fetch_bytes=False), writable=True
+        )
         try:
             async with handle.state.lock:
                 await handle.state.truncate(size)

@@ -46,6 +46,7 @@ from svc.mount.file_writes import FileWrites
 from svc.mount.files import FileOps
 from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
 from svc.mount.inodes import ROOT_INODE, Node
+from svc.mount.kept_chunks import KeptChunks
 from svc.mount.listings import Listings
 from svc.mount.namespace_hand_off import NamespaceHandOffs
 from svc.mount.namespace_reads import NamespaceReads
@@ -150,7 +151,8 @@ class MountFS:
             # While changes it sends again for lost answers get none, those
             # waiting for them fail at once (L{NamespaceLock.stalled}).
             outbox.on_held(self._ctx.namespace_lock.stalled)
-        listings = Listings(self._ctx)
+        kept = KeptChunks(self._ctx)
+        listings = Listings(self._ctx, kept)
         self._reads = NamespaceReads(self._ctx, listings)
         self._creation = NodeCreation(self._ctx)
         self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
@@ -165,11 +167,18 @@ class MountFS:
         hand_offs = HandOffs(
             durable_close=self._ctx.settings.durable_close, quota=quota, connected=connected
         )
-        write_back = WriteBack(self._ctx, hand_offs)
+        write_back = WriteBack(self._ctx, hand_offs, kept)
         self._closes = FileCloses(self._ctx, self._creation, hand_offs, write_back)
         self._writes = FileWrites(self._ctx, write_back)
         self._files = FileOps(
-            self._ctx, self._reads, self._creation, write_back, self._closes, self._writes
+            self._ctx,
+            self._reads,
+            self._creation,
+            write_back,
+            self._closes,
+            self._writes,
+            kept,
+            listings,
         )
         self._directories = DirectoryReader(self._ctx, listings)
         if quota is not None:

@@ -43,6 +43,7 @@ from svc.mount.remote_values import (
     disk_usage_of,
     inline_chunks,
     lease_answer_of,
+    listed_entries,
 )
 from svc.wire.answers import ChunkHasReply, ListReply, ManifestReply, PutReply
 from svc.wire.kinds import FieldRefused, OutboxTag
@@ -130,16 +131,30 @@ class Remote(NamespaceChanges):
     # Reads
 
     def list_dir(
-        self, path: str, after: str | None = None, limit: int | None = None
+        self,
+        path: str,
+        after: str | None = None,
+        limit: int | None = None,
+        *,
+        chunks: bool = False,
+        inline_max: int = 0,
     ) -> Deferred[ListPage]:
-        """One page of directory C{path}, names after C{after}."""
-        request = ListRequest(path, after, MAX_LIST_LIMIT if limit is None else limit)
+        """
+        One page of directory C{path}, names after C{after}; with C{chunks},
+        files' entries carry their chunk lists, and with C{inline_max} too,
+        files of at most that many bytes their chunks' bytes (from a server
+        that knows them: ``dataplane-ops.md``, C{list}).
+        """
+        request = ListRequest(
+            path,
+            after,
+            MAX_LIST_LIMIT if limit is None else limit,
+            chunks=chunks,
+            inline_max=inline_max,
+        )
 
         def parse(answer: ListReply, reply: Reply) -> ListPage:
-            listed = tuple(
-                ListedEntry(entry.name, attributes_of(entry.attributes)) for entry in answer.entries
-            )
-            return ListPage(listed, answer.next_after)
+            return ListPage(listed_entries(answer.entries, bytes(reply.raw)), answer.next_after)
 
         return self._call(Op.LIST, request, parse)
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from svc.mount.attributes import Attributes, FileKind
-from svc.wire.answers import FileAttributes, LeaseReply, StatfsReply
+from svc.wire.answers import FileAttributes, LeaseReply, ListEntry, StatfsReply
 from svc.wire.kinds import ChunkEntry
 
 __all__ = ["ChunkEntry"]
@@ -44,10 +44,16 @@ class Manifest:
 
 @attrs.frozen
 class ListedEntry:
-    """One C{list} entry (no C{symlink_target})."""
+    """
+    One C{list} entry (no C{symlink_target}); a file's chunk list when the
+    answer carried it (L{None}: not carried), and the bytes of the chunks it
+    carried inline (name and bytes, not verified).
+    """
 
     name: str
     attributes: Attributes
+    chunks: tuple[ChunkEntry, ...] | None = None
+    inline: tuple[tuple[str, bytes], ...] = ()
 
 
 @attrs.frozen
@@ -184,6 +190,43 @@ def inline_chunks(
     if offset != len(raw):
         raise BadReply(f"inline chunks hold {offset} bytes, the raw segment {len(raw)}")
     return tuple(carried)
+
+
+def listed_entries(entries: tuple[ListEntry, ...], raw: bytes) -> tuple[ListedEntry, ...]:
+    """
+    A C{list} page's entries, each with the chunk list it carried and its
+    inline chunks: the raw segment holds each distinct chunk the entries'
+    C{inline} name once, in order of first naming, entry after entry
+    (``dataplane-ops.md``, C{list}).
+    """
+    listed: list[ListedEntry] = []
+    cut: dict[str, bytes] = {}
+    offset = 0
+    for entry in entries:
+        if entry.inline is not None and entry.chunks is None:
+            raise BadReply(f"{entry.name!r} carries inline chunks without its chunk list")
+        sizes = {chunk.hash: chunk.size for chunk in entry.chunks or ()}
+        carried: list[tuple[str, bytes]] = []
+        for name in entry.inline or ():
+            if name not in sizes:
+                raise BadReply(f"{entry.name!r}: inline names {name!r}, not one of its chunks")
+            if any(name == seen for seen, _ in carried):
+                raise BadReply(f"{entry.name!r}: inline repeats {name!r}")
+            data = cut.get(name)
+            if data is None:
+                end = offset + sizes[name]
+                if end > len(raw):
+                    raise BadReply(f"the raw segment ends inside chunk {name!r}")
+                data = cut[name] = raw[offset:end]
+                offset = end
+            carried.append((name, data))
+        attributes = attributes_of(entry.attributes)
+        listed.append(ListedEntry(entry.name, attributes, entry.chunks, tuple(carried)))
+    if offset != len(raw):
+        raise BadReply(
+            f"the entries' inline chunks hold {offset} bytes, the raw segment {len(raw)}"
+        )
+    return tuple(listed)
 
 
 def disk_usage_of(reply: StatfsReply) -> DiskUsage:

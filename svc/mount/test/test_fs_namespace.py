@@ -74,8 +74,8 @@ class LookupTests(SynchronousTestCase):
         fresh = self.fixture.mount()
         directory = fresh.lookup_path("d")
         lists, heads = fresh.count("list"), fresh.count("head_file")
-        for name in (b"a", b"b", b"c"):
-            entry = fresh.ok(fresh.fs.lookup(directory.ino, name, CALLER))
+        for looked_up in (b"a", b"b", b"c"):
+            entry = fresh.ok(fresh.fs.lookup(directory.ino, looked_up, CALLER))
             self.assertEqual(entry.attributes.size, 1)
         self.assertEqual(fresh.errno(fresh.fs.lookup(directory.ino, b"z", CALLER)), errno.ENOENT)
         self.assertEqual((fresh.count("list") - lists, fresh.count("head_file")), (1, heads))
