@@ -40,12 +40,12 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, cast
 
 import attrs
-from twisted.internet.defer import Deferred, DeferredLock, FirstError, gatherResults, succeed
+from twisted.internet.defer import Deferred, DeferredLock, gatherResults, succeed
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from svc.audit.events import AuditEvent, CertFields
-from svc.dataplane.answer_budget import AnswerBudgets, ConnectionBudget, Reservation
+from svc.dataplane.answer_budget import AnswerBudgets, ConnectionBudget
 from svc.dataplane.calls import Call, Outcome, inline_segments
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
@@ -59,6 +59,7 @@ from svc.dataplane.confinement import (
 from svc.dataplane.connection_audit import ConnectionAudit
 from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
+from svc.dataplane.inline_reads import released, with_inline
 from svc.dataplane.interfaces import IConnectionSink, OpReply
 from svc.dataplane.outbox_entries import AnswerOf, answered_before, position_of
 from svc.dataplane.rate_limited_log import RateLimitedLog
@@ -80,7 +81,6 @@ from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.errno import WireErrno
 from svc.wire.kinds import FieldRefused
 from svc.wire.messages import (
-    MAX_INLINE_BYTES,
     ChunkGetRequest,
     ChunkHasRequest,
     ChunkPutRequest,
@@ -465,8 +465,10 @@ class AgentConnection:
         finally:
             # After the line: a put waiting for this upload writes its own after it.
             self._end_upload(request, upload)
-        if outcome.inline:
-            return await self._with_inline(outcome.reply, outcome.inline)
+        if outcome.inline is not None:
+            return await with_inline(
+                self.answers, outcome.reply, outcome.inline, self._fetch_inline
+            )
         return outcome.reply
 
     def _store_inline(
@@ -484,44 +486,11 @@ class AgentConnection:
             stored.append(run.addCallbacks(lambda _: None, lambda failure: failure.value))
         return stored
 
-    async def _with_inline(self, reply: OpReply, hashes: tuple[str, ...]) -> OpReply:
-        """
-        A C{manifest_get} C{reply} that also carries the bytes of the chunks
-        C{hashes}: each read exactly as the C{chunk_get} it stands for (its
-        checks, audit line, metrics), then named in C{inline} and
-        concatenated in the raw segment. If one cannot be read, the reply
-        carries none (the client asks for them and meets the error itself).
-
-        The bytes are reserved once, before any is read, from the answer
-        budgets (the reads do not reserve their own): C{MAX_INLINE_BYTES},
-        the most an inline file has (its size equals its chunks' sum), then
-        only what the reply carries, until it is sent.
-        """
-        reservation = await self.answers.reserve(MAX_INLINE_BYTES)
-        fetching = [
-            Deferred.fromCoroutine(
-                self._run(Op.CHUNK_GET, ChunkGetRequest(name), _NO_RAW, answer_reserved=True)
-            )
-            for name in hashes
-        ]
-        try:
-            fetched = await gatherResults(fetching, consumeErrors=True)
-        except FirstError:
-            reservation.release()
-            for settled in fetching:
-                settled.addBoth(_released)
-            return reply
-        raw = b"".join(answer.raw for answer in fetched)
-        for answer in fetched:
-            _released(answer)
-        if len(raw) > reservation.size:
-            reservation.release()
-            return reply
-        reservation.shrink(len(raw))
-        return OpReply(
-            {**reply.payload, "inline": list(hashes)},
-            raw,
-            sent=_then_release(reply.sent, reservation),
+    def _fetch_inline(self, name: str) -> Deferred[OpReply]:
+        """One inline chunk of an answer, read as a C{chunk_get} of it (its bytes reserved)."""
+        request = ChunkGetRequest(name)
+        return Deferred.fromCoroutine(
+            self._run(Op.CHUNK_GET, request, _NO_RAW, answer_reserved=True)
         )
 
     async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
@@ -586,30 +555,11 @@ def _pass_on(result: object, answer: Deferred[OpReply]) -> None:
     already; a reply's lent chunk is given back).
     """
     if answer.called:
-        _released(result)
+        released(result)
     elif isinstance(result, Failure):
         answer.errback(result)
     else:
         answer.callback(cast(OpReply, result))
-
-
-def _then_release(sent: Callable[[], None] | None, reservation: Reservation) -> Callable[[], None]:
-    """C{sent} (if any), then give back C{reservation}."""
-
-    def both() -> None:
-        try:
-            if sent is not None:
-                sent()
-        finally:
-            reservation.release()
-
-    return both
-
-
-def _released(answer: object) -> None:
-    """Give back the chunk an inline C{chunk_get} answer lent (its bytes were copied or unused)."""
-    if isinstance(answer, OpReply) and answer.sent is not None:
-        answer.sent()
 
 
 def _named_hashes(request: object) -> list[str]:

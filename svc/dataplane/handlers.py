@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred
 
-from svc.dataplane.calls import Call, Outcome, Release, empty_outcome, payload_size
+from svc.dataplane.calls import (
+    Call,
+    Outcome,
+    Release,
+    empty_outcome,
+    inline_for,
+    inline_named,
+    payload_size,
+)
 from svc.dataplane.chunk_handlers import chunk_get, chunk_has, chunk_put
 from svc.dataplane.confinement import relative_to_disk
 from svc.dataplane.errors import (
@@ -25,13 +33,13 @@ from svc.dataplane.errors import (
     missing_chunks,
 )
 from svc.dataplane.interfaces import OpReply
+from svc.dataplane.listing import list_entries
 from svc.dataplane.replies import (
     Reply,
     attributes_map,
     journal_page_map,
     lease_denied_map,
     lease_grant_map,
-    list_map,
     manifest_map,
     put_map,
     rename_map,
@@ -43,12 +51,9 @@ from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
 from svc.store.lease_values import LeaseGrant, LeaseMode, LeaseReason
 from svc.store.manifest_names import SubtreeMoveCheck
-from svc.store.manifest_paths import child_path
 from svc.store.manifest_values import (
     CreateResult,
-    DirectoryEntry,
     FileKind,
-    Manifest,
     RemoveResult,
     SetattrResult,
 )
@@ -56,13 +61,11 @@ from svc.wire.answers import ReadlinkReply, RemoveReply
 from svc.wire.contract import answer_map
 from svc.wire.errno import WireErrno
 from svc.wire.messages import (
-    MAX_INLINE_CHUNKS,
     DirCreateRequest,
     JournalQueryRequest,
     JournalRevertRequest,
     LeaseGrantRequest,
     LeaseIdRequest,
-    ListRequest,
     ManifestGetRequest,
     ManifestPutRequest,
     MknodRequest,
@@ -78,29 +81,6 @@ if TYPE_CHECKING:
     from svc.dataplane.connection import AgentConnection
 
 
-def _readable(policy: PathPolicy, relative: str, kind: FileKind) -> bool:
-    if kind is FileKind.DIRECTORY:
-        return policy.check_traverse(relative).allowed
-    return policy.check(relative, write=False).allowed
-
-
-def _visible_entries(
-    conn: AgentConnection, directory: str, entries: tuple[DirectoryEntry, ...]
-) -> list[DirectoryEntry]:
-    policy = conn.policy()
-    if policy is None:
-        return list(entries)
-    return [
-        entry
-        for entry in entries
-        if _readable(
-            policy,
-            relative_to_disk(child_path(directory, entry.name), conn.agent_id),
-            entry.attributes.kind,
-        )
-    ]
-
-
 def _protect_root(conn: AgentConnection, *paths: str) -> None:
     if conn.root in paths:
         raise DiskRootProtected()
@@ -112,19 +92,6 @@ def _count_journal(conn: AgentConnection, journal_op: str, seq: int | None) -> N
 
 
 # Namespace reads.
-
-
-async def _list(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, ListRequest)
-    storage = await conn.storage()
-    entries = _visible_entries(conn, request.path, await storage.list_dir(request.path))
-    if request.after is not None:
-        after = request.after
-        entries = [entry for entry in entries if entry.name > after]
-    page = entries[: request.limit]
-    next_after = page[-1].name if len(entries) > request.limit else None
-    return Outcome(OpReply(list_map(page, next_after)))
 
 
 async def _head_file(
@@ -150,20 +117,8 @@ async def _head_file(
         OpReply(reply),
         size=manifest.size,
         extra={"version": manifest.version},
-        inline=_inline_for(request.inline_max, manifest),
+        inline=inline_named(inline_for(request.inline_max, manifest.attributes, manifest.chunks)),
     )
-
-
-def _inline_for(inline_max: int, manifest: Manifest) -> tuple[str, ...]:
-    """
-    The chunks a C{manifest_get} reply carries (section "Inline chunks"):
-    a regular file of 1 to C{inline_max} bytes with at most
-    C{MAX_INLINE_CHUNKS} distinct chunks, each once, in order of first use.
-    """
-    if manifest.kind is not FileKind.FILE or not 0 < manifest.size <= inline_max:
-        return ()
-    hashes = tuple(dict.fromkeys(chunk.hash for chunk in manifest.chunks))
-    return hashes if len(hashes) <= MAX_INLINE_CHUNKS else ()
 
 
 async def _readlink(
@@ -491,7 +446,7 @@ async def _close(conn: AgentConnection, call: Call, raw: memoryview, release: Re
 
 _HANDLERS: Mapping[Op, Callable[[AgentConnection, Call, memoryview, Release], Awaitable[Outcome]]]
 _HANDLERS = {
-    Op.LIST: _list,
+    Op.LIST: list_entries,
     Op.HEAD_FILE: _head_file,
     Op.MANIFEST_GET: _head_file,
     Op.MANIFEST_PUT: _manifest_put,

@@ -9,7 +9,7 @@ field. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from svc.store.journal import RevertResult
 from svc.store.journal_rows import JournalEntry, Snapshot
@@ -92,13 +92,26 @@ def manifest_map(manifest: Manifest) -> Reply:
     )
 
 
-def list_map(entries: Iterable[DirectoryEntry], next_after: str | None) -> Reply:
-    """C{list}: the entries and C{next_after} (nil when this page ends the directory)."""
+def list_map(
+    entries: Sequence[DirectoryEntry],
+    next_after: str | None,
+    chunks: Sequence[tuple[ChunkRef, ...] | None] = (),
+) -> Reply:
+    """
+    C{list}: the entries and C{next_after} (nil when this page ends the
+    directory); C{chunks}, when given, the chunk list each entry carries,
+    in entry order (L{None}: none).
+    """
+    carried = chunks or (None,) * len(entries)
     return answer_map(
         ListReply(
             tuple(
-                ListEntry(entry.name, file_attributes(entry.attributes, with_target=False))
-                for entry in entries
+                ListEntry(
+                    entry.name,
+                    file_attributes(entry.attributes, with_target=False),
+                    chunks=None if listed is None else chunk_entries(listed),
+                )
+                for entry, listed in zip(entries, carried, strict=True)
             ),
             next_after,
         )

@@ -10,9 +10,16 @@ import sqlite3
 from collections.abc import Sequence
 
 from svc.store.errors import InvalidArgument, NotADirectory
-from svc.store.manifest_paths import check_path, name_of
+from svc.store.manifest_paths import check_path, child_path, name_of
 from svc.store.manifest_rows import InodeRow, require
-from svc.store.manifest_values import DirectoryEntry, FileKind, Manifest
+from svc.store.manifest_values import (
+    CHUNK_RECORD_BYTES,
+    DirectoryEntry,
+    FileChunks,
+    FileKind,
+    Manifest,
+    decode_chunks,
+)
 
 
 def get(connection: sqlite3.Connection, path: str) -> Manifest:
@@ -46,6 +53,38 @@ def list_directory(connection: sqlite3.Connection, path: str) -> tuple[Directory
         fields[1] = FileKind(fields[1])
         entries.append(DirectoryEntry(name_of(values[0]), InodeRow(*fields).attributes()))
     return tuple(entries)
+
+
+_SELECT_CHUNK_LISTS = (
+    "SELECT n.path, i.id, i.version, i.chunks FROM names n JOIN inodes i ON i.id = n.inode"
+)
+_FILE_OF_AT_MOST = "i.kind = ? AND (? < 0 OR length(i.chunks) <= ?)"
+
+
+def chunk_lists(
+    connection: sqlite3.Connection,
+    directory: str,
+    names: Sequence[str],
+    max_chunks: int | None = None,
+) -> dict[str, FileChunks]:
+    """
+    The chunk lists of the regular files among the entries ``names`` of
+    ``directory``, by name, each with its inode and version; names that are
+    absent, not regular files, or (with ``max_chunks``) whose list has more
+    entries than that are left out. Reads the rows of those names only.
+    """
+    found: dict[str, FileChunks] = {}
+    wanted = list(dict.fromkeys(names))
+    longest = -1 if max_chunks is None else max_chunks * CHUNK_RECORD_BYTES
+    for start in range(0, len(wanted), _QUERY_BATCH):
+        batch = [child_path(directory, name) for name in wanted[start : start + _QUERY_BATCH]]
+        marks = ",".join("?" * len(batch))
+        # Built from constants and placeholders only.
+        query = f"{_SELECT_CHUNK_LISTS} WHERE n.path IN ({marks}) AND {_FILE_OF_AT_MOST}"
+        rows = connection.execute(query, (*batch, FileKind.FILE.value, longest, longest))
+        for path, inode, version, blob in rows:
+            found[name_of(path)] = FileChunks(inode, version, decode_chunks(blob))
+    return found
 
 
 def readlink(connection: sqlite3.Connection, path: str) -> str:

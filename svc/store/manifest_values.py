@@ -24,6 +24,9 @@ MAX_CHUNK_SIZE = 16 * 1024 * 1024
 #: One record of an encoded chunk list: 32-byte digest, u64 big-endian size.
 _CHUNK_RECORD = struct.Struct(">32sQ")
 
+CHUNK_RECORD_BYTES = _CHUNK_RECORD.size
+"""The bytes one chunk-list entry takes in an encoded chunk list (40)."""
+
 _HEX_HASH = re.compile(r"[0-9a-f]{64}")
 
 _MAX_ID = 2**32 - 1
@@ -196,6 +199,19 @@ class DirectoryEntry:
 
     name: str
     attributes: Attributes
+
+
+@attrs.frozen
+class FileChunks:
+    """
+    A regular file's chunk list as one read found it, with the inode and
+    version it is the content of (so a reader can tell whether it belongs
+    to attributes it read before).
+    """
+
+    inode: int
+    version: int
+    chunks: tuple[ChunkRef, ...]
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from svc.store.manifest_values import (
     ChunkRef,
     CreateResult,
     DirectoryEntry,
+    FileChunks,
     FileKind,
     Manifest,
     PurgeResult,
@@ -199,6 +200,19 @@ class ManifestStore:
         The entries of directory ``path`` with their attributes, by name.
         """
         return self._read(lambda c: manifest_reads.list_directory(c, path))
+
+    def chunk_lists(
+        self, directory: str, names: Sequence[str], *, max_chunks: int | None = None
+    ) -> Deferred[dict[str, FileChunks]]:
+        """
+        The chunk lists of the regular files among the entries ``names`` of
+        ``directory`` (of at most ``max_chunks`` entries each, if given),
+        by name, each with the inode and version it is the content of: in
+        one read, so a caller holding a listing keeps the lists whose inode
+        and version match the entries it listed.
+        """
+        wanted = list(names)
+        return self._read(lambda c: manifest_reads.chunk_lists(c, directory, wanted, max_chunks))
 
     def readlink(self, path: str) -> Deferred[str]:
         """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-from svc.wire.kinds import Bool, Choice, ChunkEntry, ListOf
+from svc.wire.kinds import Bool, Choice, ChunkEntry, ChunkList, ListOf
 from svc.wire.messages import (
     ANY_INT,
     CHUNK_LIST,
@@ -19,6 +19,7 @@ from svc.wire.messages import (
     MAX_CHUNK_HAS,
     MAX_INLINE_CHUNKS,
     MAX_JOURNAL_LIMIT,
+    MAX_LIST_ENTRY_CHUNKS,
     MAX_LIST_LIMIT,
     MAX_MANIFEST_CHUNKS,
     TEXT,
@@ -52,15 +53,27 @@ class FileAttributes:
 
 @attrs.frozen
 class ListEntry:
-    """One C{list} entry: C{name} and the attributes (no C{symlink_target})."""
+    """
+    One C{list} entry: C{name} and the attributes (no C{symlink_target});
+    for a regular file of a listing asked with C{chunks}, perhaps C{chunks}
+    (its chunk list, of the version listed) and, asked with C{inline_max}
+    too, C{inline}: the distinct chunks whose bytes the answer's raw segment
+    carries for it, in their order there (each key absent when not carried).
+    """
 
     name: str = arg(TEXT)
     attributes: FileAttributes = arg(Flat(FileAttributes))
+    chunks: tuple[ChunkEntry, ...] | None = arg(ChunkList(MAX_LIST_ENTRY_CHUNKS), default=None)
+    inline: tuple[str, ...] | None = arg(ListOf(HASH, MAX_INLINE_CHUNKS), default=None)
 
 
 @attrs.frozen
 class ListReply:
-    """C{list}: a page of entries; C{next_after} nil when the page ends the directory."""
+    """
+    C{list}: a page of entries; C{next_after} nil when the page ends the
+    directory. The raw segment holds the bytes of every entry's C{inline}
+    chunks, entry after entry, each entry's in its C{inline} order.
+    """
 
     entries: tuple[ListEntry, ...] = arg(ListOf(Nested(ListEntry), MAX_LIST_LIMIT))
     next_after: str | None = arg(TEXT, default=None, nil=True)

@@ -85,7 +85,11 @@ class Raw(enum.Enum):
     """One chunk's bytes (1 to 16 MiB)."""
 
     INLINE = "inline"
-    """The bytes of the chunks the map names in C{inline}, concatenated (at most 1 MiB)."""
+    """
+    The bytes of the chunks the map names in C{inline}, concatenated (at
+    most 1 MiB); in a C{list} answer, those its entries name in theirs,
+    entry after entry.
+    """
 
 
 RAW_LIMITS: Mapping[Raw, int] = {
@@ -249,7 +253,7 @@ _STALE = {E.ESTALE: StaleDetails}
 COMMANDS: Mapping[Op, Command] = {
     command.op: command
     for command in (
-        declare(Op.LIST, ListRequest, ListReply, _NAMESPACE, resendable=True),
+        declare(Op.LIST, ListRequest, ListReply, _NAMESPACE, raw_reply=Raw.INLINE, resendable=True),
         declare(Op.HEAD_FILE, PathRequest, FileAttributes, _NAMESPACE, resendable=True),
         declare(
             Op.MANIFEST_GET,

@@ -64,11 +64,19 @@ MAX_INLINE_CHUNKS = 64
 and the most one C{manifest_get} answer carries."""
 
 MAX_INLINE_BYTES = 1 << 20
-"""The most bytes of chunks a C{manifest_put} carries in its raw segment, and
-the largest C{inline_max} of a C{manifest_get}."""
+"""The most bytes of chunks a C{manifest_put} carries in its raw segment, the
+most a C{list} answer carries in its, and the largest C{inline_max} of a
+C{manifest_get} or C{list}."""
 
 MAX_LIST_LIMIT = 1000
 """The most entries one C{list} answer holds (also the default)."""
+
+MAX_LIST_ENTRY_CHUNKS = 64
+"""The longest chunk list a C{list} entry carries (C{chunks}): a file with
+more entries carries none, and the client asks C{manifest_get}."""
+
+MAX_LIST_CHUNKS = 4096
+"""The most chunk-list entries one C{list} answer carries in all."""
 
 MAX_JOURNAL_LIMIT = 100
 """The most rows one C{journal_query} answer holds (also the default)."""
@@ -111,11 +119,23 @@ def optional_int() -> int | None:
 
 @attrs.frozen
 class ListRequest:
-    """C{list}: one page of a directory's entries, by name after C{after}."""
+    """
+    C{list}: one page of a directory's entries, by name after C{after}.
+    With C{chunks}, regular files' entries also carry their chunk lists;
+    with C{inline_max} too (0: none; more than 0 needs C{chunks}), files of
+    at most that many bytes carry their chunks' bytes in the raw segment
+    (``dataplane-ops.md`` section 3, C{list}).
+    """
 
     path: str = arg(PATH)
     after: str | None = arg(Str(MAX_PATH_FIELD_BYTES), default=None)
     limit: int = arg(Int(1, MAX_LIST_LIMIT), default=MAX_LIST_LIMIT)
+    chunks: bool = arg(Bool(), default=False)
+    inline_max: int = arg(Int(0, MAX_INLINE_BYTES), default=0)
+
+    def __attrs_post_init__(self) -> None:
+        if self.inline_max and not self.chunks:
+            raise FieldRefused(WireErrno.EINVAL, "'inline_max' above 0 needs 'chunks'")
 
 
 @attrs.frozen

@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import attrs
 import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.wire.answers import StaleDetails
+from svc.wire.answers import FileAttributes, ListEntry, ListReply, StaleDetails
 from svc.wire.commands import BY_NAME, COMMANDS, PUSHES
 from svc.wire.contract import (
     RequestRefused,
@@ -45,7 +46,10 @@ from svc.wire.kinds import (
 )
 from svc.wire.messages import (
     MAX_CHUNK_HAS,
+    MAX_INLINE_BYTES,
+    MAX_INLINE_CHUNKS,
     MAX_JOURNAL_LIMIT,
+    MAX_LIST_ENTRY_CHUNKS,
     MAX_LIST_LIMIT,
     MAX_MANIFEST_CHUNKS,
     EmptyRequest,
@@ -279,6 +283,63 @@ class RoundTripTests(SynchronousTestCase):
         self.assertEqual(stale, {"reason": "lease_conflict"})
 
 
+class ListAnswerTests(SynchronousTestCase):
+    """The entries of a C{list} answer: C{chunks} and C{inline} only when carried."""
+
+    attributes = FileAttributes(
+        inode=2,
+        kind="file",
+        mode=0o644,
+        uid=0,
+        gid=0,
+        size=10,
+        mtime_ns=1,
+        atime_ns=1,
+        ctime_ns=1,
+        version=1,
+        nlink=1,
+    )
+
+    def carried(self, reply: ListReply) -> Any:
+        """C{reply} as a client receives it."""
+        wire = msgpack.unpackb(pack_payload(answer_map(reply)), raw=False)
+        return wire, decode_answer(COMMANDS[Op.LIST], wire)
+
+    def test_keys_absent_when_not_carried(self) -> None:
+        """An entry without a chunk list or inline chunks has neither key (not nil)."""
+        wire, decoded = self.carried(ListReply((ListEntry("f", self.attributes),), None))
+        self.assertNotIn("chunks", wire["entries"][0])
+        self.assertNotIn("inline", wire["entries"][0])
+        self.assertEqual((decoded.entries[0].chunks, decoded.entries[0].inline), (None, None))
+
+    def test_chunks_and_inline_round_trip(self) -> None:
+        """An entry's C{chunks} is a chunk list and C{inline} an array of hashes."""
+        entry = ListEntry("f", self.attributes, chunks=(ChunkEntry(H1, 10),), inline=(H1,))
+        empty = ListEntry("e", attrs.evolve(self.attributes, size=0), chunks=())
+        wire, decoded = self.carried(ListReply((entry, empty), "f"))
+        self.assertEqual(wire["entries"][0]["chunks"], [[H1, 10]])
+        self.assertEqual(wire["entries"][0]["inline"], [H1])
+        self.assertEqual(wire["entries"][1]["chunks"], [])
+        self.assertEqual(decoded, ListReply((entry, empty), "f"))
+        self.assertEqual(decoded.entries[0].chunks, (ChunkEntry(H1, 10),))
+
+    def test_entry_bounds(self) -> None:
+        """
+        An entry carries at most 64 chunk-list entries and 64 inline hashes
+        (more is EPROTO to the client).
+        """
+        wire, _ = self.carried(ListReply((ListEntry("f", self.attributes),), None))
+        entry = wire["entries"][0]
+        for key, value, limit in (
+            ("chunks", [[H1, 1]], MAX_LIST_ENTRY_CHUNKS),
+            ("inline", [H1], MAX_INLINE_CHUNKS),
+        ):
+            decode_answer(COMMANDS[Op.LIST], {"entries": [{**entry, key: value * limit}]})
+            with self.assertRaises(FieldRefused) as refused:
+                decode_answer(COMMANDS[Op.LIST], {"entries": [{**entry, key: value * (limit + 1)}]})
+            self.assertEqual(refused.exception.errno, WireErrno.EPROTO)
+
+
 class RequestSchemaTests(SynchronousTestCase):
     """Decoding requests: shape EPROTO, range EINVAL, defaults, unknown keys."""
 
@@ -318,6 +379,8 @@ class RequestSchemaTests(SynchronousTestCase):
         put = VALID[Op.MANIFEST_PUT]
         cases: list[tuple[Op, dict[str, object]]] = [
             (Op.LIST, {"path": 5}),
+            (Op.LIST, {"path": "/a", "chunks": 1}),
+            (Op.LIST, {"path": "/a", "chunks": True, "inline_max": True}),
             (Op.MANIFEST_PUT, {**put, "size": True}),
             (Op.MANIFEST_PUT, {**put, "size": 1.0}),
             (Op.MANIFEST_PUT, {**put, "chunks": {"a": 1}}),
@@ -349,6 +412,10 @@ class RequestSchemaTests(SynchronousTestCase):
             (Op.LEASE_GRANT, {"path": "/a", "mode": "exclusive"}),
             (Op.LIST, {"path": "/a", "limit": 0}),
             (Op.LIST, {"path": "/a", "limit": MAX_LIST_LIMIT + 1}),
+            (Op.LIST, {"path": "/a", "chunks": True, "inline_max": MAX_INLINE_BYTES + 1}),
+            (Op.LIST, {"path": "/a", "chunks": True, "inline_max": -1}),
+            (Op.LIST, {"path": "/a", "inline_max": 1}),
+            (Op.LIST, {"path": "/a", "chunks": False, "inline_max": 1}),
             (Op.JOURNAL_QUERY, {"limit": MAX_JOURNAL_LIMIT + 1}),
             (Op.JOURNAL_REVERT_PATH, {"path": "/a", "seq": 0}),
             (Op.SYMLINK, {"path": "/a/l", "target": ""}),
@@ -398,6 +465,26 @@ class RequestSchemaTests(SynchronousTestCase):
         assert isinstance(changes, SetattrRequest)
         self.assertEqual(changes.changes()["size"], 0)
         self.assertIsNone(changes.changes()["mode"])
+
+    def test_list_chunks_and_inline_max(self) -> None:
+        """
+        C{list} takes C{chunks} (default false) and C{inline_max} (default
+        0, at most 1 MiB, only with C{chunks}); nil counts as absent.
+        """
+        self.assertEqual(parse(Op.LIST, {"path": "/a"}), ListRequest("/a", None, MAX_LIST_LIMIT))
+        plain = parse(Op.LIST, {"path": "/a", "chunks": None, "inline_max": None})
+        self.assertEqual((plain.chunks, plain.inline_max), (False, 0))
+        asked = parse(Op.LIST, {"path": "/a", "chunks": True, "inline_max": MAX_INLINE_BYTES})
+        self.assertEqual(
+            asked, ListRequest("/a", None, MAX_LIST_LIMIT, chunks=True, inline_max=MAX_INLINE_BYTES)
+        )
+        self.assertEqual(
+            parse(Op.LIST, {"path": "/a", "chunks": False, "inline_max": 0}),
+            ListRequest("/a", None, MAX_LIST_LIMIT),
+        )
+        with self.assertRaises(FieldRefused) as refused:
+            ListRequest("/a", inline_max=1)
+        self.assertEqual(refused.exception.errno, WireErrno.EINVAL)
 
     def test_statfs_takes_no_arguments(self) -> None:
         """statfs decodes to the empty request whatever it carries: it names no agent or path."""
