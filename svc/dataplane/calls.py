@@ -45,8 +45,8 @@ class InlineChunks:
     raw segment, each read after the operation's own line as the
     C{chunk_get} it stands for (L{svc.dataplane.inline_reads}).
 
-    @ivar hashes: the chunks in raw-segment order, one read each (a chunk
-        the reply names twice is read, and carried, twice).
+    @ivar hashes: the chunks in raw-segment order, one read each (a
+        C{list} carries a chunk several entries name once).
     @ivar named: the reply's payload naming them where the operation says
         (C{inline}); used only once every read has succeeded.
     """

@@ -131,14 +131,17 @@ def page_inline(
     The chunks a C{list} answer carries in its raw segment: for each entry
     carrying its chunk list, in page order, those L{inline_for} gives (each
     distinct chunk once, in order of first use), while the bytes carried
-    total at most C{MAX_INLINE_BYTES}, none from the entry that would pass
-    that on. The hashes are in raw-segment order (a chunk two entries name
-    is carried twice); each entry names its own in C{inline}.
+    total at most C{MAX_INLINE_BYTES}, none from the entry whose new chunks
+    would pass that on. The hashes are in raw-segment order, each distinct
+    chunk once, where it is first named (an entry naming a chunk an
+    earlier entry named adds no bytes); each entry names all of its own in
+    C{inline}.
     """
     if inline_max <= 0:
         return None
     named: dict[int, tuple[str, ...]] = {}
     hashes: list[str] = []
+    seen: set[str] = set()
     total = 0
     for index, (entry, chunks) in enumerate(zip(page, carried, strict=True)):
         if chunks is None:
@@ -147,11 +150,13 @@ def page_inline(
         if not names:
             continue
         sizes = {chunk.hash: chunk.size for chunk in chunks}
-        total += sum(sizes[name] for name in names)
+        new = [name for name in names if name not in seen]
+        total += sum(sizes[name] for name in new)
         if total > MAX_INLINE_BYTES:
             break
         named[index] = names
-        hashes.extend(names)
+        hashes.extend(new)
+        seen.update(new)
     if not hashes:
         return None
     return InlineChunks(tuple(hashes), lambda payload: _with_inline_names(payload, named))

@@ -179,17 +179,19 @@ class ListInlineTests(ListCase):
     def test_inline_bytes_in_page_order(self) -> None:
         """
         Each small file's entry names its distinct chunks in C{inline}, in
-        order of first use; the raw segment is their bytes, entry after
-        entry (a chunk two entries name twice). A file over C{inline_max}
-        carries its chunk list only. Each chunk is read as a C{chunk_get}:
-        its line after the C{list_entries} line, its counter and bytes.
+        order of first use; the raw segment is the bytes of each distinct
+        chunk once, where it is first named, entry after entry (the chunk
+        two entries name is read and carried once). A file over
+        C{inline_max} carries its chunk list only. Each chunk is read as a
+        C{chunk_get}: its line after the C{list_entries} line, its counter
+        and bytes.
         """
         self.make("a", [self.first, self.second, self.first])
         self.make("b", [self.second])
         self.make("c", [self.first, self.first, self.first])
         before = len(self.fixture.audit)
         reply = self.agent.reply("list", path=ROOT, chunks=True, inline_max=6500)
-        self.assertEqual(bytes(reply.raw), self.first[1] + self.second[1] + self.second[1])
+        self.assertEqual(bytes(reply.raw), self.first[1] + self.second[1])
         entries = answered_entries(reply)
         self.assertEqual(entries["a"]["inline"], [self.first[0], self.second[0]])
         self.assertEqual(entries["b"]["inline"], [self.second[0]])
@@ -201,14 +203,13 @@ class ListInlineTests(ListCase):
             sorted(lines[1:], key=lambda fields: fields["size"]),
             [
                 expected("chunk_get", "", size=500, hash=self.second[0]),
-                expected("chunk_get", "", size=500, hash=self.second[0]),
                 expected("chunk_get", "", size=3000, hash=self.first[0]),
             ],
         )
         sample = self.fixture.sample
-        self.assertEqual(sample("svc_chunks_total", state="fetched"), 3.0)
+        self.assertEqual(sample("svc_chunks_total", state="fetched"), 2.0)
         self.assertEqual(
-            sample("svc_dataplane_bytes_total", direction="out", op="chunk_get"), 4000.0
+            sample("svc_dataplane_bytes_total", direction="out", op="chunk_get"), 3500.0
         )
         self.assertIsNone(sample("svc_dataplane_op_duration_seconds_count", op="chunk_get"))
 
@@ -290,12 +291,12 @@ class PageSelectionTests(SynchronousTestCase):
         self.assertEqual(carried_chunks(page, lists), [None, None, chunks])
 
     def test_inline_names_placed_in_their_entries(self) -> None:
-        """The raw order repeats shared chunks; each entry's C{inline} names its own."""
+        """The raw order carries a shared chunk once; each entry's C{inline} names all its own."""
         first, second = ChunkRef("ab" * 32, 10), ChunkRef("cd" * 32, 5)
         page = [file_entry("a", 1, 1, 15), file_entry("b", 2, 1, 5), file_entry("c", 3, 1, 5)]
         inline = page_inline(page, [(first, second), None, (second,)], 100)
         assert inline is not None
-        self.assertEqual(inline.hashes, (first.hash, second.hash, second.hash))
+        self.assertEqual(inline.hashes, (first.hash, second.hash))
         payload: dict[str, Any] = {
             "entries": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
             "next_after": None,
