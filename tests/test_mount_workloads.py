@@ -211,7 +211,7 @@ class SmallFileCommitTests(MountStackCase):
         """
         Twenty small files are twenty C{manifest_put}s carrying their chunks
         (each stored, no C{chunk_put} request), and read back intact after a
-        fresh-cache remount.
+        fresh-cache remount, in two C{list} requests.
         """
         first = self.mount()
         puts, uploads = self.requests("manifest_put"), self.requests("chunk_put")
@@ -227,10 +227,14 @@ class SmallFileCommitTests(MountStackCase):
         self.unmount(first)
         self.mount()
         gets, fetches = self.requests("manifest_get"), self.requests("chunk_get")
+        lists = self.requests("list")
         for name, content in contents.items():
             self.assertEqual((self.mount_point / name).read_bytes(), content)
-        # On the fresh cache each file's bytes came with its chunk list.
-        self.assertEqual(self.requests("manifest_get") - gets, len(contents))
+        # On the fresh cache the first lookup listed the directory with the
+        # files' chunk lists, and the first open fetched every file's bytes
+        # in one more list page.
+        self.assertEqual(self.requests("list") - lists, 2)
+        self.assertEqual(self.requests("manifest_get") - gets, 0)
         self.assertEqual(self.requests("chunk_get") - fetches, 0)
 
 
