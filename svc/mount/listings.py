@@ -48,9 +48,25 @@ from svc.mount.fs_context import FSContext, join
 from svc.mount.inodes import Node
 from svc.mount.kept_chunks import KeptChunks
 from svc.mount.remote_values import ListedEntry, ListPage
+from svc.wire.messages import MAX_INLINE_BYTES, MAX_LIST_LIMIT
 
 LOOKUP_PAGES = 2
 """The most C{list} pages (of 1,000 names) a lookup reads to list a directory."""
+
+
+FETCH_ENTRIES = (32, MAX_LIST_LIMIT)
+"""The fewest and the most entries a fetch of small files' bytes asks for."""
+
+
+def fetch_limit(size: int) -> int:
+    """
+    The entries a fetch of bytes starting at a file of C{size} bytes asks
+    for: as many files of that size as one page's bytes (1 MiB) hold, within
+    L{FETCH_ENTRIES}; neighbours are most often of a size alike, and every
+    entry a page brings costs decoding even when its bytes do not come.
+    """
+    fewest, most = FETCH_ENTRIES
+    return max(fewest, min(most, MAX_INLINE_BYTES // max(size, 1)))
 
 
 def lacks_bytes(node: Node, memo: ChunkMemo, most: int) -> bool:
@@ -144,7 +160,11 @@ class Listings:
         before = bisect.bisect_left(names, _utf8(name), key=_utf8)
         after = names[before - 1] if before else None
         page = ctx.remote.list_dir(
-            ctx.server_path(rel), after=after, chunks=True, inline_max=inline_max
+            ctx.server_path(rel),
+            after=after,
+            limit=fetch_limit(node.attributes.size),
+            chunks=True,
+            inline_max=inline_max,
         )
         self._fetching[directory.ino] = (name, page)
         try:

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane_client.client import Reply
 from svc.mount.inodes import ROOT_INODE
+from svc.mount.listings import fetch_limit
 from svc.mount.remote import Remote
 from svc.mount.remote_values import ListPage
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random
@@ -221,3 +222,14 @@ class ListReplyShapeTests(SynchronousTestCase):
         for entries, raw in shapes:
             failure = self.failureResultOf(self.page(entries, raw))
             self.assertEqual(failure.value.errno, 5, (entries, raw))
+
+
+class FetchLimitTests(SynchronousTestCase):
+    """How many entries a fetch of small files' bytes asks for."""
+
+    def test_as_many_files_of_the_opened_size_as_a_page_of_bytes_holds(self) -> None:
+        """4 KiB files: 256 (1 MiB); tiny files: 1,000 at most; 64 KiB files: 32 at least."""
+        self.assertEqual(fetch_limit(4096), 256)
+        self.assertEqual(fetch_limit(1), 1000)
+        self.assertEqual(fetch_limit(0), 1000)
+        self.assertEqual(fetch_limit(65536), 32)
