@@ -254,7 +254,11 @@ class FileOps:
         """
         ctx = self._ctx
         if fetch_bytes and lacks_bytes(node, ctx.memo, ctx.settings.inline_read_bytes):
-            await self._listings.fetch_bytes_from(node)
+            try:
+                await self._listings.fetch_bytes_from(node)
+            except RemoteFailure as failure:
+                # Only a prefetch: the read asks for the chunk and meets the error itself.
+                _log.debug("fetching {path}'s bytes failed: {why}", path=rel, why=failure.message)
         if node.chunks is None or node.chunks_version != node.attributes.version:
             manifest = await ctx.remote.manifest_get(
                 ctx.server_path(rel), inline_max=ctx.inline_reads.inline_max()

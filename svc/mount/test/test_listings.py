@@ -128,6 +128,17 @@ class ListedManifestTests(SynchronousTestCase):
         self.assertEqual(self.served_chunks() - served, 1)
         self.assertEqual(reader.count("chunk_get"), 0)
 
+    def test_a_failed_fetch_leaves_the_read_to_fetch_its_chunk(self) -> None:
+        """
+        A fetch of bytes whose answer is lost does not fail the open: the
+        read asks for the file's chunk and returns its bytes.
+        """
+        reader = self.fixture.mount()
+        reader.lookup_path("dir/c")
+        reader.answers.lose("list", ran=True)
+        self.assertEqual(reader.read_file("dir/c"), self.contents["c"])
+        self.assertEqual(reader.count("chunk_get"), 1)
+
     def test_an_open_for_writing_fetches_no_bytes(self) -> None:
         """A small file opened to be written asks for nobody's bytes."""
         reader = self.fixture.mount()
