@@ -11,7 +11,7 @@ retried: the caller's C{retryable} says which are.
 
 Users: the data-plane server's certificate requests
 (L{svc.dataplane.servercert}), the mount's start-up calls to the control
-plane (L{svc.mount.start_retry}) and its data-plane connections
+plane (L{svc.mount.control.start_retry}) and its data-plane connections
 (L{svc.dataplane_client.reconnecting}). The client SDK keeps its own
 (C{svc.sdk.retry}: stdlib only, a public formula; C{docs/decisions.md}).
 """

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from svc.mount.mount_point import mount_point_problem, release_dead_mount
+from svc.mount.runtime.mount_point import mount_point_problem, release_dead_mount
 from svc.sdk import AgentEntity, Client, EnrollToken, SvcError
 
 TRUST_DOMAIN = "svc.local"

@@ -35,7 +35,7 @@ from twisted.trial.unittest import TestCase
 from svc import logs
 from svc.control.tap import ControlPlaneService
 from svc.dataplane.tap import DataPlaneServer
-from svc.mount.service import MountService
+from svc.mount.runtime.service import MountService
 from svc.pki.filesystem import FilesystemCA
 from svc.startup import USAGE_STATUS, failure_line
 from tests.dataplane_harness import DiskPKI

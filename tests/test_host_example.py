@@ -18,7 +18,7 @@ import time
 import urllib.request
 from typing import Any
 
-from svc.mount.mount_point import FSTYPE, fstypes_at
+from svc.mount.runtime.mount_point import FSTYPE, fstypes_at
 from svc.quickstart import Stack
 from svc.sdk import Client
 from tests.dataplane_harness import free_ports

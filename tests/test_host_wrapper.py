@@ -11,7 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from svc.mount.mount_point import FSTYPE, fstypes_at
+from svc.mount.runtime.mount_point import FSTYPE, fstypes_at
 from tests.mount_harness import BIN, ROOT, MountStackCase
 
 GUIDE = ROOT / "docs" / "guides" / "host-integration.md"

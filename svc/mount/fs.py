@@ -4,18 +4,18 @@ The mount client's filesystem core: everything the FUSE bridge calls.
 L{MountFS} runs on the reactor thread; every operation returns a
 L{Deferred} (the bridge calls it from a FUSE thread with
 C{blockingCallFromThread} and a timeout) and fails only with
-L{svc.mount.errors.FSError}, whose C{errno} (local numbering) the bridge
+L{svc.mount.core.errors.FSError}, whose C{errno} (local numbering) the bridge
 raises as C{FUSEError}. Nothing here imports llfuse: inode numbers, modes
 and flags are plain integers, names and symlink targets bytes.
 
-The work is split by job: L{svc.mount.namespace_reads} (lookups, attributes,
-symlink targets), L{svc.mount.attribute_updates} (C{setattr}),
-L{svc.mount.node_creation} (mkdir, symlink, mknod, link),
-L{svc.mount.removals} (unlink, rmdir), L{svc.mount.renames},
-L{svc.mount.files} (open files, reads, writes), L{svc.mount.file_closes}
-(closes, releases), L{svc.mount.file_write_back} (the commit of a file's changes),
-L{svc.mount.directories} (directory listings), over shared
-state in L{svc.mount.fs_context}. Design: ``docs/specifications/mount-fs.md``
+The work is split by job: L{svc.mount.ops.namespace_reads} (lookups, attributes,
+symlink targets), L{svc.mount.ops.attribute_updates} (C{setattr}),
+L{svc.mount.ops.node_creation} (mkdir, symlink, mknod, link),
+L{svc.mount.ops.removals} (unlink, rmdir), L{svc.mount.ops.renames},
+L{svc.mount.ops.files} (open files, reads, writes), L{svc.mount.ops.file_closes}
+(closes, releases), L{svc.mount.writeback.file_write_back} (the commit of a file's changes),
+L{svc.mount.ops.directories} (directory listings), over shared
+state in L{svc.mount.core.fs_context}. Design: ``docs/specifications/mount-fs.md``
 and ``docs/specifications/mount-consistency.md``.
 """
 
@@ -28,8 +28,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.audit.events import AuditEvent, CallerProcess
-from svc.mount.attribute_updates import AttributeUpdates
-from svc.mount.attributes import (
+from svc.mount.core.attributes import (
     AttributeChanges,
     Attributes,
     DirEntry,
@@ -38,27 +37,28 @@ from svc.mount.attributes import (
     OpenResult,
     QuotaReport,
 )
-from svc.mount.close_hand_off import HandOffs
-from svc.mount.directories import DEFAULT_READDIR_PAGE, DirectoryReader
-from svc.mount.file_closes import FileCloses
-from svc.mount.file_write_back import WriteBack
-from svc.mount.file_writes import FileWrites
-from svc.mount.files import FileOps
-from svc.mount.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
-from svc.mount.inodes import ROOT_INODE, Node
-from svc.mount.kept_chunks import KeptChunks
-from svc.mount.listings import Listings
-from svc.mount.namespace_hand_off import NamespaceHandOffs
-from svc.mount.namespace_reads import NamespaceReads
-from svc.mount.node_creation import NodeCreation
+from svc.mount.core.fs_context import DEFAULT_SETTINGS, FSContext, FSSettings
+from svc.mount.core.inodes import ROOT_INODE, Node
+from svc.mount.core.spill_writes import SpillWrite, WriteGrant
+from svc.mount.ops.attribute_updates import AttributeUpdates
+from svc.mount.ops.directories import DEFAULT_READDIR_PAGE, DirectoryReader
+from svc.mount.ops.file_closes import FileCloses
+from svc.mount.ops.file_writes import FileWrites
+from svc.mount.ops.files import FileOps
+from svc.mount.ops.listings import Listings
+from svc.mount.ops.namespace_reads import NamespaceReads
+from svc.mount.ops.node_creation import NodeCreation
+from svc.mount.ops.removals import Removals
+from svc.mount.ops.renames import Renames
 from svc.mount.outbox.outbox import Outbox
-from svc.mount.outside_changes import apply_outside_changes
-from svc.mount.quota_room import QuotaRoom
-from svc.mount.quota_source import quota_report
-from svc.mount.remote import IChunkSource, Remote
-from svc.mount.removals import Removals
-from svc.mount.renames import Renames
-from svc.mount.spill_writes import SpillWrite, WriteGrant
+from svc.mount.remote.data_plane import IChunkSource, Remote
+from svc.mount.remote.namespace_hand_off import NamespaceHandOffs
+from svc.mount.remote.outside_changes import apply_outside_changes
+from svc.mount.remote.quota_room import QuotaRoom
+from svc.mount.remote.quota_source import quota_report
+from svc.mount.writeback.close_hand_off import HandOffs
+from svc.mount.writeback.file_write_back import WriteBack
+from svc.mount.writeback.kept_chunks import KeptChunks
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.timers import TimerClock
 from svc.worker import IWorker
@@ -99,7 +99,7 @@ class MountFS:
         outbox: Outbox | None = None,
     ) -> None:
         """
-        @param remote: the data-plane operations (L{svc.mount.remote.Remote}).
+        @param remote: the data-plane operations (L{svc.mount.remote.data_plane.Remote}).
         @param chunks: where chunk bytes come from (the chunk cache).
         @param agent_id: the disk is C{/<agent_id>} on the data plane.
         @param session_id: the mount lease's session id, sent with every write.
@@ -222,7 +222,7 @@ class MountFS:
     def outside_changed(self, paths: Sequence[str], session_id: str | None) -> int:
         """
         Someone else changed C{paths} (server paths) on the data plane: drop
-        what is cached for them (L{svc.mount.outside_changes}); how many
+        what is cached for them (L{svc.mount.remote.outside_changes}); how many
         touched the cache.
         """
         return apply_outside_changes(self._ctx, paths, session_id)
@@ -230,18 +230,18 @@ class MountFS:
     def lease_revoked(self, lease_id: str) -> None:
         """
         The data plane asks a file's write lease back: its changes are
-        written back, then the lease is released (L{svc.mount.write_leases}).
+        written back, then the lease is released (L{svc.mount.remote.write_leases}).
         """
         self._ctx.leases.revoked(lease_id)
 
     def reconnected(self) -> None:
         """
         A new data-plane connection replaced a lost one: the write leases
-        are asked for again on it at once (L{svc.mount.write_leases}), the
+        are asked for again on it at once (L{svc.mount.remote.write_leases}), the
         changes whose answers were lost are sent again at once (the
-        outbox's sender, L{svc.mount.unanswered}), and the files kept
+        outbox's sender, L{svc.mount.remote.unanswered}), and the files kept
         through the outage are written back right after the calls that
-        waited for the connection are sent (L{svc.mount.kept_write_backs}).
+        waited for the connection are sent (L{svc.mount.writeback.kept_write_backs}).
         """
         self._ctx.leases.reconnected()
         if self._ctx.outbox is not None:
@@ -253,7 +253,7 @@ class MountFS:
         Shutdown begins: handed-off changes whose answers were lost stop
         waiting for the data plane to answer them again (their outbox
         entries stay for the next mount on the cache, unless answered
-        first: L{svc.mount.unanswered}), so L{write_backs_settled} is not
+        first: L{svc.mount.remote.unanswered}), so L{write_backs_settled} is not
         held up by an outage.
         """
         if self._ctx.outbox is not None:
@@ -290,21 +290,21 @@ class MountFS:
     def known_lookup(self, parent: int, name: bytes, caller: CallerProcess) -> Entry | None:
         """
         Any thread: C{lookup}'s answer when it can be given without the
-        reactor (L{svc.mount.namespace_reads.NamespaceReads.known_lookup}).
+        reactor (L{svc.mount.ops.namespace_reads.NamespaceReads.known_lookup}).
         """
         return self._reads.known_lookup(parent, name, caller)
 
     def known_open(self, ino: int, flags: int, caller: CallerProcess) -> OpenResult | None:
         """
         Any thread: C{open}'s answer when it can be given without the
-        reactor (L{svc.mount.files.FileOps.known_open}).
+        reactor (L{svc.mount.ops.files.FileOps.known_open}).
         """
         return self._files.known_open(ino, flags, caller)
 
     def known_attributes(self, ino: int) -> Attributes | None:
         """
         Any thread: C{ino}'s attributes when they can be answered without
-        the reactor (L{svc.mount.namespace_reads.NamespaceReads.known_attributes}).
+        the reactor (L{svc.mount.ops.namespace_reads.NamespaceReads.known_attributes}).
         """
         return self._reads.known_attributes(ino)
 
@@ -413,21 +413,21 @@ class MountFS:
     ) -> Deferred[int | SpillWrite]:
         """
         L{write}, with the C{pwrite} into a spill file left to the caller
-        (L{svc.mount.file_writes.FileWrites.start_write}).
+        (L{svc.mount.ops.file_writes.FileWrites.start_write}).
         """
         return self._writes.start_write(fh, offset, data, caller)
 
     def take_write_grant(self, fh: int) -> WriteGrant | None:
         """
         Any thread: a grant to store the next write of C{fh} without the
-        reactor (L{svc.mount.file_writes.FileWrites.take_write_grant}).
+        reactor (L{svc.mount.ops.file_writes.FileWrites.take_write_grant}).
         """
         return self._writes.take_write_grant(fh)
 
     def nothing_to_flush(self, fh: int) -> bool:
         """
         Any thread: a flush of C{fh} would do nothing now
-        (L{svc.mount.file_closes.FileCloses.nothing_to_flush}).
+        (L{svc.mount.ops.file_closes.FileCloses.nothing_to_flush}).
         """
         return self._closes.nothing_to_flush(fh)
 
@@ -443,7 +443,7 @@ class MountFS:
         """
         Any thread: release read-only handle C{fh} without the reactor when
         nothing must happen at once; C{True} when L{sweep_released} must be
-        posted to the reactor (L{svc.mount.file_closes.FileCloses.release_here}).
+        posted to the reactor (L{svc.mount.ops.file_closes.FileCloses.release_here}).
         """
         return self._closes.release_here(fh)
 

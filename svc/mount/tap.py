@@ -5,7 +5,7 @@ L{Options} reads each option from its C{SVC_*} variable unless given; a bad
 variable or option (the mount point and the policy file are checked then
 too, before the enrollment spends the token) refuses to start with status
 64, in one line naming the variable at fault (L{svc.startup}).
-L{makeService} builds the L{MountService} (L{svc.mount.service}: start-up,
+L{makeService} builds the L{MountService} (L{svc.mount.runtime.service}: start-up,
 upkeep and shutdown) over the global reactor.
 """
 
@@ -18,9 +18,9 @@ from twisted.application.service import IService
 from twisted.python import usage
 
 from svc.config import ConfigError, process_environ
-from svc.mount.mount_point import mount_point_problem, release_dead_mount
-from svc.mount.service import MountService
-from svc.mount.settings import MountSettings, settings_from
+from svc.mount.runtime.mount_point import mount_point_problem, release_dead_mount
+from svc.mount.runtime.service import MountService
+from svc.mount.runtime.settings import MountSettings, settings_from
 from svc.policy import PolicyError, load_policy_file
 from svc.startup import refusing
 from svc.version import exit_with_version

@@ -1,6 +1,6 @@
 """
 An in-process data-plane connection: the
-L{svc.mount.remote_calls.IDataPlaneCaller} seam driven straight into a real
+L{svc.mount.remote.remote_calls.IDataPlaneCaller} seam driven straight into a real
 L{svc.dataplane.interfaces.IConnectionHandler}, with no sockets, TLS or
 frames.
 

@@ -4,7 +4,7 @@ AMP's C{Command}): its name, its request and answer messages
 (L{svc.wire.messages}), what its raw segments carry, the errnos it may
 answer (with the C{details} each carries), whether a client may send it
 again when its outcome is unknown, and whether it writes. Both the server
-(L{svc.dataplane}) and the client (L{svc.mount.remote}) work from these;
+(L{svc.dataplane}) and the client (L{svc.mount.remote.data_plane}) work from these;
 ``docs/specifications/wire.md`` section 7 and ``dataplane-ops.md`` are
 checked against them (C{svc/wire/test/test_commands.py}).
 

@@ -34,14 +34,14 @@ import attrs
 from twisted.internet.defer import Deferred, fail, succeed
 
 from svc.chunking import chunk_hash
-from svc.mount.errors import RemoteFailure
+from svc.mount.core.errors import RemoteFailure
 from svc.mount.outbox.early import Backlog
 from svc.mount.outbox.entries import Commit, Entry, superseded
 from svc.mount.outbox.held_chunks import HeldChunks, new_chunks
 from svc.mount.outbox.log import OutboxLog, Replay
 from svc.mount.outbox.requests import tag_of
 from svc.mount.outbox.sender import OutboxSender
-from svc.mount.remote import Remote
+from svc.mount.remote.data_plane import Remote
 from svc.timers import TimerClock
 from svc.wire.kinds import OutboxTag
 

@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from svc.chunking import ChunkRef
-from svc.mount.commit import CommitRequest
-from svc.mount.errors import FSError
+from svc.mount.core.errors import FSError
 from svc.mount.outbox.entries import Commit, Owner
-from svc.mount.writeback import Reader
+from svc.mount.writeback.commit import CommitRequest
+from svc.mount.writeback.uploads import Reader
 
 if TYPE_CHECKING:
-    from svc.mount.file_state import FileState
+    from svc.mount.core.file_state import FileState
     from svc.mount.outbox.outbox import Outbox
 
 
@@ -75,7 +75,7 @@ async def new_chunk_bytes(
 def settle_empty(outbox: Outbox | None, state: FileState, entry: Commit | None) -> None:
     """
     Reactor: C{entry}, the record of C{state}'s empty close
-    (L{svc.mount.file_write_back.WriteBack.record_empty}), is no longer
+    (L{svc.mount.writeback.file_write_back.WriteBack.record_empty}), is no longer
     needed: a later commit of the file was recorded or ended, or the file
     will never reach the data plane. Nothing when C{entry} is not the
     state's record (already settled).

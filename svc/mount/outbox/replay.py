@@ -14,10 +14,10 @@ logged. A refusal keeps the content:
  - a commit refused C{ESTALE} (another writer changed the file since the
    dead mount read it) is appended again as a new file beside it, the
    conflict copy C{<name>.conflict-<session tag>-<UTC time>}
-   (L{svc.mount.commit.conflict_name}), as a live write-back would;
+   (L{svc.mount.writeback.commit.conflict_name}), as a live write-back would;
  - any other refusal of a commit (a conflict copy's included: no room under
    the quota, a name too long, a mount fenced by another) saves the content
-   under the cache's C{unsent} directory (L{svc.mount.unsent}), read from
+   under the cache's C{unsent} directory (L{svc.mount.writeback.unsent}), read from
    the held chunks and, for the chunks of its base, from the data plane;
  - a refusal of any other entry is logged: nothing of the agent's data is
    in it.
@@ -36,13 +36,13 @@ import attrs
 from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.logger import Logger
 
-from svc.mount.commit import conflict_name
-from svc.mount.errors import RemoteFailure
+from svc.mount.core.errors import RemoteFailure
 from svc.mount.outbox.entries import Commit, Entry
 from svc.mount.outbox.log import Replay
 from svc.mount.outbox.outbox import Outbox
-from svc.mount.remote import Remote
-from svc.mount.unsent import UnsentFiles
+from svc.mount.remote.data_plane import Remote
+from svc.mount.writeback.commit import conflict_name
+from svc.mount.writeback.unsent import UnsentFiles
 from svc.timers import TimerClock
 from svc.wire.errno import WireErrno
 

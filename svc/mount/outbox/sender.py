@@ -37,11 +37,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from svc.backoff import Backoff
-from svc.mount.errors import RemoteFailure
+from svc.mount.core.errors import RemoteFailure
 from svc.mount.outbox.entries import Entry
 from svc.mount.outbox.held_chunks import new_chunks
 from svc.mount.outbox.requests import request_of, tag_of
-from svc.mount.remote import Remote
+from svc.mount.remote.data_plane import Remote
 from svc.timers import Timer, TimerClock
 from svc.wire.kinds import FieldRefused
 

@@ -1,6 +1,6 @@
 """
-Tests for L{svc.mount.bridge} (with L{svc.mount.reactor_caller} and
-L{svc.mount.llfuse_values}): the translation of llfuse calls into
+Tests for L{svc.mount.runtime.bridge} (with L{svc.mount.runtime.reactor_caller} and
+L{svc.mount.runtime.llfuse_values}): the translation of llfuse calls into
 L{MountFS} calls, errors and timeouts, without mounting (the real mount is
 ``tests/test_mount_system.py``).
 """
@@ -19,7 +19,7 @@ import llfuse
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import (
+from svc.mount.core.attributes import (
     AttributeChanges,
     Attributes,
     DirEntry,
@@ -29,13 +29,13 @@ from svc.mount.attributes import (
     OpenResult,
     QuotaReport,
 )
-from svc.mount.bridge import Bridge
-from svc.mount.errors import FSError
-from svc.mount.op_ticket import OpTicket, current_ticket
-from svc.mount.reactor_caller import ReactorCaller
-from svc.mount.settings import BridgeTimeouts
-from svc.mount.spill import MemoryBudget, MemorySpill
-from svc.mount.spill_writes import SpillWrite, WriteGrant
+from svc.mount.core.errors import FSError
+from svc.mount.core.op_ticket import OpTicket, current_ticket
+from svc.mount.core.spill import MemoryBudget, MemorySpill
+from svc.mount.core.spill_writes import SpillWrite, WriteGrant
+from svc.mount.runtime.bridge import Bridge
+from svc.mount.runtime.reactor_caller import ReactorCaller
+from svc.mount.runtime.settings import BridgeTimeouts
 
 
 class ImmediateReactor:

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.settings} and the C{twist svc-mount} options.
+Tests for L{svc.mount.runtime.settings} and the C{twist svc-mount} options.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.settings import SettingsError, settings_from
+from svc.mount.runtime.settings import SettingsError, settings_from
 from svc.mount.tap import Options
 
 ENV = {

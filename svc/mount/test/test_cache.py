@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.cache.ChunkCache}: storing, verified reads, fetching
+Tests for L{svc.mount.chunks.cache.ChunkCache}: storing, verified reads, fetching
 with coalescing, and what runs in which order on the worker.
 """
 
@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.names import EventName
-from svc.mount.cache import RECENCY_FLUSH_SECONDS, CacheClosed, ChunkBytesMismatch
-from svc.mount.cache_steps import BATCH_DELAY_SECONDS, BATCH_MAX_BYTES, BATCH_MAX_CHUNKS
+from svc.mount.chunks.cache import RECENCY_FLUSH_SECONDS, CacheClosed, ChunkBytesMismatch
+from svc.mount.chunks.cache_steps import BATCH_DELAY_SECONDS, BATCH_MAX_BYTES, BATCH_MAX_CHUNKS
 from svc.mount.test.test_cache_support import chunk, open_cache
 from svc.testing.worker import ImmediateWorker, ManualWorker
 

@@ -12,8 +12,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.client_events import EvictionReason
 from svc.audit.names import EventName
-from svc.mount.cache import EvictionRun
-from svc.mount.cache_index import CHUNKS_DIR_NAME
+from svc.mount.chunks.cache import EvictionRun
+from svc.mount.chunks.cache_index import CHUNKS_DIR_NAME
 from svc.mount.test.test_cache_support import Opened, chunk, open_cache
 from svc.testing.worker import ManualWorker
 

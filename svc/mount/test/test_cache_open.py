@@ -13,8 +13,8 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.names import EventName
-from svc.mount.cache import CacheInUse, ChunkCache
-from svc.mount.cache_index import (
+from svc.mount.chunks.cache import CacheInUse, ChunkCache
+from svc.mount.chunks.cache_index import (
     CHUNKS_DIR_NAME,
     INDEX_NAME,
     TEMP_PREFIX,

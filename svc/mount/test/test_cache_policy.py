@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.cache_policy}: the cache root, limits and LRU table.
+Tests for L{svc.mount.chunks.cache_policy}: the cache root, limits and LRU table.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.config import ConfigError
-from svc.mount.cache_policy import (
+from svc.mount.chunks.cache_policy import (
     DEFAULT_BUDGET_BYTES,
     CacheLimits,
     CacheSlot,

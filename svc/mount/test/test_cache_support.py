@@ -16,8 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
 from svc.chunking import chunk_hash
-from svc.mount.cache import ChunkCache
-from svc.mount.cache_index import CHUNKS_DIR_NAME, INDEX_NAME, chunk_path
+from svc.mount.chunks.cache import ChunkCache
+from svc.mount.chunks.cache_index import CHUNKS_DIR_NAME, INDEX_NAME, chunk_path
 from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.worker import IWorker
 

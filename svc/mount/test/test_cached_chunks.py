@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.cached_chunks.CachedChunks}: the chunk cache as the
+Tests for L{svc.mount.chunks.cached_chunks.CachedChunks}: the chunk cache as the
 mount's chunk source.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.cached_chunks import CachedChunks
+from svc.mount.chunks.cached_chunks import CachedChunks
 from svc.mount.test.test_cache_support import chunk, open_cache
 
 

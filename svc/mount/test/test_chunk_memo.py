@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.chunk_memo.ChunkMemo}: recently read chunks kept in
+Tests for L{svc.mount.chunks.chunk_memo.ChunkMemo}: recently read chunks kept in
 memory within a byte budget.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.chunk_memo import ChunkMemo
+from svc.mount.chunks.chunk_memo import ChunkMemo
 from svc.mount.test.test_writeback import DictSource
 
 

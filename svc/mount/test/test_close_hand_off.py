@@ -1,4 +1,4 @@
-"""Tests for L{svc.mount.close_hand_off.HandOffs}, with stand-in write-backs."""
+"""Tests for L{svc.mount.writeback.close_hand_off.HandOffs}, with stand-in write-backs."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from collections.abc import Callable
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import QuotaReport
-from svc.mount.close_hand_off import (
+from svc.mount.core.attributes import QuotaReport
+from svc.mount.core.errors import FSError
+from svc.mount.writeback.close_hand_off import (
     HAND_OFF_HEADROOM,
     HAND_OFF_MAX_BYTES,
     HAND_OFF_MAX_FILES,
     HAND_OFF_MAX_IN_FLIGHT_BYTES,
     HandOffs,
 )
-from svc.mount.errors import FSError
 
 
 class StandIn:

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.control_client}: the mount client against the real
+Tests for L{svc.mount.control.control_client}: the mount client against the real
 control-plane enrollment and mount-lease routes (real agent-identity
 authenticator, in-memory store, filesystem CA), served in-process through
 L{StubTreq}.
@@ -23,7 +23,7 @@ from twisted.web.server import Request
 
 from svc.control.routes_mounts import MountDeps, mount_routes
 from svc.control.test.test_enrollment_support import SERVER_ADDR, SERVER_FQDN, EnrollmentWorld
-from svc.mount.control_client import (
+from svc.mount.control.control_client import (
     AlreadyMounted,
     ControlPlaneError,
     InvalidResponse,
@@ -37,7 +37,7 @@ from svc.mount.control_client import (
     Unavailable,
     Unreachable,
 )
-from svc.mount.credentials import AgentCredentials, leaf_fingerprint
+from svc.mount.control.credentials import AgentCredentials, leaf_fingerprint
 from svc.pki import names
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.credentials}: parsing an enrollment answer, and the
+Tests for L{svc.mount.control.credentials}: parsing an enrollment answer, and the
 stored credentials file.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.control.test.test_enrollment_support import EnrollmentWorld
-from svc.mount.credentials import (
+from svc.mount.control.credentials import (
     CREDENTIALS_FILE,
     AgentCredentials,
     CredentialsError,

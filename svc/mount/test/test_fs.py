@@ -12,10 +12,10 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_bytes
-from svc.mount.attributes import AttributeChanges, Attributes
-from svc.mount.file_size_limit import MAX_FILE_BYTES
-from svc.mount.fs_context import FSSettings
-from svc.mount.spill_writes import SpillWrite, WriteGrant
+from svc.mount.core.attributes import AttributeChanges, Attributes
+from svc.mount.core.file_size_limit import MAX_FILE_BYTES
+from svc.mount.core.fs_context import FSSettings
+from svc.mount.core.spill_writes import SpillWrite, WriteGrant
 from svc.mount.test.test_fs_support import CALLER, FSFixture, pseudo_random
 
 MiB = 1 << 20

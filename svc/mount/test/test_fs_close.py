@@ -14,11 +14,11 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.service import location_of
-from svc.mount import close_hand_off
-from svc.mount.attributes import AttributeChanges, OpenResult, QuotaReport
+from svc.mount.core.attributes import AttributeChanges, OpenResult, QuotaReport
+from svc.mount.core.inodes import ROOT_INODE
 from svc.mount.fs import FSSettings
-from svc.mount.inodes import ROOT_INODE
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
+from svc.mount.writeback import close_hand_off
 
 
 def create(mount: Mount, name: str, data: bytes) -> OpenResult:

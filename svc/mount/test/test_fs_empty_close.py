@@ -15,9 +15,9 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges, OpenResult
+from svc.mount.core.attributes import AttributeChanges, OpenResult
+from svc.mount.core.inodes import ROOT_INODE
 from svc.mount.fs import FSSettings
-from svc.mount.inodes import ROOT_INODE
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 
 

@@ -13,7 +13,7 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.service import location_of
-from svc.mount.attributes import AttributeChanges
+from svc.mount.core.attributes import AttributeChanges
 from svc.mount.fs import ROOT_INODE
 from svc.mount.test.test_fs_create import close, create
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture

@@ -1,7 +1,7 @@
 """
 Tests for the changes a last release keeps through a data-plane outage
 (``docs/specifications/mount-consistency.md`` section 2.5, "Changes kept
-through an outage"; L{svc.mount.kept_write_backs}).
+through an outage"; L{svc.mount.writeback.kept_write_backs}).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.kept_write_backs import PAUSE_INITIAL
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
+from svc.mount.writeback.kept_write_backs import PAUSE_INITIAL
 
 
 def spill_files(mount: Mount) -> list[str]:

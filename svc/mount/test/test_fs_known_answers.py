@@ -14,9 +14,9 @@ import attrs
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import AuditEvent
-from svc.mount import file_closes
-from svc.mount.errors import FSError
+from svc.mount.core.errors import FSError
 from svc.mount.fs import ROOT_INODE
+from svc.mount.ops import file_closes
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 from svc.policy import PathPolicy
 

@@ -13,9 +13,9 @@ import stat
 from twisted.internet.defer import succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges, FileKind, QuotaReport
+from svc.mount.core.attributes import AttributeChanges, FileKind, QuotaReport
 from svc.mount.fs import ROOT_INODE
-from svc.mount.listings import LOOKUP_PAGES
+from svc.mount.ops.listings import LOOKUP_PAGES
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture
 from svc.wire.messages import MAX_LIST_LIMIT, MAX_PATH_BYTES
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges
-from svc.mount.errors import FSError
+from svc.mount.core.attributes import AttributeChanges
+from svc.mount.core.errors import FSError
 from svc.mount.fs import ROOT_INODE
 from svc.mount.outbox.entries import Commit, Entry, Rename
 from svc.mount.outbox.log import OutboxLog

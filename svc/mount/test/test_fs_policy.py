@@ -13,7 +13,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges
+from svc.mount.core.attributes import AttributeChanges
 from svc.mount.fs import ROOT_INODE
 from svc.mount.test.test_fs_support import CALLER, FSFixture
 from svc.policy import PathPolicy

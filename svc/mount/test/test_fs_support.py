@@ -22,14 +22,14 @@ from svc.audit.events import AuditEvent, CallerProcess
 from svc.dataplane.test.test_service_support import ServiceFixture, identity
 from svc.dataplane_client.client import Reply
 from svc.dataplane_client.errors import NotExecuted, OutcomeUnknown
-from svc.mount.attributes import Entry, QuotaReport
-from svc.mount.errors import FSError, RemoteFailure
+from svc.mount.core.attributes import Entry, QuotaReport
+from svc.mount.core.errors import FSError, RemoteFailure
+from svc.mount.core.inodes import ROOT_INODE
 from svc.mount.fs import FSSettings, MountFS
-from svc.mount.inodes import ROOT_INODE
 from svc.mount.outbox.replay import open_outbox
-from svc.mount.remote import Remote
-from svc.mount.unsent import UnsentFiles
-from svc.mount.write_leases import revoke_pushes
+from svc.mount.remote.data_plane import Remote
+from svc.mount.remote.write_leases import revoke_pushes
+from svc.mount.writeback.unsent import UnsentFiles
 from svc.pki.identity import AgentIdentity
 from svc.policy import UNRESTRICTED, PathPolicy
 from svc.testing.local_connection import LocalConnection
@@ -51,7 +51,7 @@ def pseudo_random(label: str, size: int) -> bytes:
 
 class MemoryChunkSource:
     """
-    An in-memory L{svc.mount.remote.IChunkSource}: misses are fetched with
+    An in-memory L{svc.mount.remote.data_plane.IChunkSource}: misses are fetched with
     C{chunk_get} (and verified), every chunk kept; C{fetched} counts misses.
     """
 

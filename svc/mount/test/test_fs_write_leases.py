@@ -1,5 +1,5 @@
 """
-Tests for the mount's per-path write leases (L{svc.mount.write_leases},
+Tests for the mount's per-path write leases (L{svc.mount.remote.write_leases},
 ``docs/specifications/mount-consistency.md`` section 6), against the real
 data-plane service and its lease table: taken by an open for writing of a
 file on the data plane, shared by its handles, refreshed, given back at the
@@ -16,9 +16,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.test.test_service_support import LEASE_TIMINGS
 from svc.mount.fs import ROOT_INODE, FSSettings
+from svc.mount.remote.write_leases import LINGER_SECONDS, MAX_LINGERING, revoke_pushes
 from svc.mount.test.test_fs_close import create
 from svc.mount.test.test_fs_support import CALLER, FSFixture
-from svc.mount.write_leases import LINGER_SECONDS, MAX_LINGERING, revoke_pushes
 
 PATH = "/agent-1/f"
 

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.fuse_callers}: the process behind a FUSE request.
+Tests for L{svc.mount.runtime.fuse_callers}: the process behind a FUSE request.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import CallerProcess
-from svc.mount.fuse_callers import caller_of, process_name
+from svc.mount.runtime.fuse_callers import caller_of, process_name
 
 
 class Context:

@@ -1,11 +1,11 @@
-"""Tests for L{svc.mount.in_flight.InFlight}."""
+"""Tests for L{svc.mount.remote.in_flight.InFlight}."""
 
 from __future__ import annotations
 
 from twisted.internet.defer import CancelledError
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.in_flight import InFlight
+from svc.mount.remote.in_flight import InFlight
 
 
 class InFlightTests(SynchronousTestCase):

@@ -1,6 +1,6 @@
 """
 Tests for small write-backs sent in one request: L{ChunkUploader} holds a
-small last batch back (C{inline_max_bytes}) and L{svc.mount.commit.commit}
+small last batch back (C{inline_max_bytes}) and L{svc.mount.writeback.commit.commit}
 carries it in the C{manifest_put}, against a real data-plane service; and a
 server that ignores C{inline} still gets every chunk.
 """
@@ -14,12 +14,12 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane_client.client import Reply
-from svc.mount.commit import CommitRequest, Committed, Conflict, commit
-from svc.mount.extents import chunk_layout
-from svc.mount.remote import Remote
+from svc.mount.core.extents import chunk_layout
+from svc.mount.remote.data_plane import Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
 from svc.mount.test.test_writeback import ChunkServer
-from svc.mount.writeback import ChunkUploader
+from svc.mount.writeback.commit import CommitRequest, Committed, Conflict, commit
+from svc.mount.writeback.uploads import ChunkUploader
 from svc.testing.local_connection import LocalConnection
 
 

@@ -16,9 +16,9 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane_client.client import Reply
-from svc.mount.fs_context import DEFAULT_INLINE_READ_BYTES, FSSettings
-from svc.mount.remote import Remote
-from svc.mount.remote_values import Manifest
+from svc.mount.core.fs_context import DEFAULT_INLINE_READ_BYTES, FSSettings
+from svc.mount.remote.data_plane import Remote
+from svc.mount.remote.remote_values import Manifest
 from svc.mount.test.test_fs_support import FSFixture, Mount, pseudo_random
 from svc.mount.test.test_remote import Canned
 

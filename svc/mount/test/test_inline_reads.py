@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.inline_reads.InlineReads}: opens ask for a small
+Tests for L{svc.mount.chunks.inline_reads.InlineReads}: opens ask for a small
 file's bytes while the bytes that came were mostly new to the mount.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.inline_reads import PROBE_EVERY, WINDOW, InlineReads
+from svc.mount.chunks.inline_reads import PROBE_EVERY, WINDOW, InlineReads
 
 
 def asked(reads: InlineReads, opens: int) -> list[int]:

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.inodes.InodeTable}: the names guard that lets a FUSE
+Tests for L{svc.mount.core.inodes.InodeTable}: the names guard that lets a FUSE
 thread form a path while the reactor changes names.
 """
 
@@ -9,8 +9,8 @@ from types import TracebackType
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import Attributes, FileKind
-from svc.mount.inodes import LOCAL_NUMBERS, InodeTable, Node
+from svc.mount.core.attributes import Attributes, FileKind
+from svc.mount.core.inodes import LOCAL_NUMBERS, InodeTable, Node
 
 
 def attributes(server_inode: int, kind: FileKind = FileKind.FILE) -> Attributes:

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.kept_write_backs}: when the files kept through a
+Tests for L{svc.mount.writeback.kept_write_backs}: when the files kept through a
 data-plane outage are tried again, and the shutdown's last round.
 """
 
@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.kept_write_backs import KeptWriteBacks, Try
+from svc.mount.writeback.kept_write_backs import KeptWriteBacks, Try
 
 
 class Files:

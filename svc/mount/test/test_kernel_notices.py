@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.kernel_notices}: what the mount tells the kernel
+Tests for L{svc.mount.runtime.kernel_notices}: what the mount tells the kernel
 about its caches.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.kernel_notices import KernelNotices
+from svc.mount.runtime.kernel_notices import KernelNotices
 
 
 class RecordingFuse:

@@ -1,5 +1,5 @@
 """
-Tests for what a listing brings a fresh mount (L{svc.mount.listings}): the
+Tests for what a listing brings a fresh mount (L{svc.mount.ops.listings}): the
 chunk lists of the directory's files, so their opens send no
 C{manifest_get}; the bytes of a small file and of the files after it, at
 its first open, so their reads send no C{chunk_get}; and the shape a
@@ -16,10 +16,10 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane_client.client import Reply
-from svc.mount.inodes import ROOT_INODE
-from svc.mount.listings import fetch_limit
-from svc.mount.remote import Remote
-from svc.mount.remote_values import ListPage
+from svc.mount.core.inodes import ROOT_INODE
+from svc.mount.ops.listings import fetch_limit
+from svc.mount.remote.data_plane import Remote
+from svc.mount.remote.remote_values import ListPage
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random
 from svc.mount.test.test_inline_read import ATTRIBUTES
 from svc.mount.test.test_remote import Canned

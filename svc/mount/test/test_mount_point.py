@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.mount_point}: which directories can take a mount, and
+Tests for L{svc.mount.runtime.mount_point}: which directories can take a mount, and
 clearing the dead mount a killed svc mount leaves behind.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.mount_point import fstypes_at, mount_point_problem, release_dead_mount
+from svc.mount.runtime.mount_point import fstypes_at, mount_point_problem, release_dead_mount
 
 
 def _dead(path: Path) -> object:

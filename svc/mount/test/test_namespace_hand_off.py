@@ -1,5 +1,5 @@
 """
-Tests for handed-off namespace changes (L{svc.mount.namespace_hand_off}):
+Tests for handed-off namespace changes (L{svc.mount.remote.namespace_hand_off}):
 an unlink, an emptied directory's rmdir or a rename returns once its
 request is sent, so a run of them is pipelined; what waits for their
 answers, and what a refused one leaves.
@@ -13,12 +13,12 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import AttributeChanges, Entry, OpenResult
+from svc.mount.core.attributes import AttributeChanges, Entry, OpenResult
+from svc.mount.core.fs_context import FSSettings
+from svc.mount.core.op_ticket import OpTicket, run_with_ticket
 from svc.mount.fs import ROOT_INODE
-from svc.mount.fs_context import FSSettings
-from svc.mount.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
-from svc.mount.op_ticket import OpTicket, run_with_ticket
 from svc.mount.outbox.sender import DEFAULT_BACKOFF
+from svc.mount.remote.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
 from svc.mount.test.test_fs_outbox import kill
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 from svc.policy import PathPolicy

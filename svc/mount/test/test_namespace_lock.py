@@ -1,4 +1,4 @@
-"""Tests for L{svc.mount.namespace_lock.NamespaceLock}."""
+"""Tests for L{svc.mount.core.namespace_lock.NamespaceLock}."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import errno
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.errors import FSError
-from svc.mount.namespace_lock import NamespaceLock
-from svc.mount.op_ticket import OpTicket, run_with_ticket
+from svc.mount.core.errors import FSError
+from svc.mount.core.namespace_lock import NamespaceLock
+from svc.mount.core.op_ticket import OpTicket, run_with_ticket
 
 
 def hold(

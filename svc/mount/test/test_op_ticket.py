@@ -1,4 +1,4 @@
-"""Tests for L{svc.mount.op_ticket}: operations their program stopped waiting for."""
+"""Tests for L{svc.mount.core.op_ticket}: operations their program stopped waiting for."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import errno
 from twisted.internet.defer import Deferred, DeferredLock, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.errors import FSError
-from svc.mount.op_ticket import OpTicket, current_ticket, run_with_ticket, unless_abandoned
+from svc.mount.core.errors import FSError
+from svc.mount.core.op_ticket import OpTicket, current_ticket, run_with_ticket, unless_abandoned
 
 
 async def _wait(waiting: Deferred[str]) -> str:

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.open_files.OpenFiles}: one open state per inode,
+Tests for L{svc.mount.core.open_files.OpenFiles}: one open state per inode,
 whichever thread opened it first.
 """
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.chunk_memo import ChunkMemo
-from svc.mount.file_state import FileState
-from svc.mount.open_files import OpenFiles
-from svc.mount.spill import SpillDirectory
+from svc.mount.chunks.chunk_memo import ChunkMemo
+from svc.mount.core.file_state import FileState
+from svc.mount.core.open_files import OpenFiles
+from svc.mount.core.spill import SpillDirectory
 from svc.mount.test.test_writeback import DictSource
 from svc.testing.worker import ImmediateWorker
 

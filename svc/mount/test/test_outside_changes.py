@@ -11,7 +11,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.pushes import changed_pushes
+from svc.mount.remote.pushes import changed_pushes
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture
 
 

@@ -1,5 +1,5 @@
 """
-Tests for write-time C{EDQUOT} (L{svc.mount.quota_room}): the room's
+Tests for write-time C{EDQUOT} (L{svc.mount.remote.quota_room}): the room's
 estimate on its own, then through L{svc.mount.fs.MountFS} over a real
 data-plane service whose agent grant is set.
 """
@@ -13,10 +13,10 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane.service import location_of
-from svc.mount.attributes import AttributeChanges, QuotaReport
-from svc.mount.errors import FSError, RemoteFailure
-from svc.mount.inodes import ROOT_INODE
-from svc.mount.quota_room import QuotaRoom
+from svc.mount.core.attributes import AttributeChanges, QuotaReport
+from svc.mount.core.errors import FSError, RemoteFailure
+from svc.mount.core.inodes import ROOT_INODE
+from svc.mount.remote.quota_room import QuotaRoom
 from svc.mount.test.test_fs_support import AGENT, CALLER, FSFixture, Mount
 from svc.wire.errno import WireErrno
 

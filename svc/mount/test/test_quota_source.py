@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.quota_source}: the C{statfs} answer as a
+Tests for L{svc.mount.remote.quota_source}: the C{statfs} answer as a
 L{QuotaReport}, kept for a few seconds of an injected clock, failures never
 kept; and C{MountFS.statfs} over it against a real data-plane service.
 """
@@ -12,10 +12,10 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.attributes import BLOCK_SIZE, QuotaReport
-from svc.mount.errors import RemoteFailure
-from svc.mount.quota_source import QUOTA_CACHE_SECONDS, QuotaSource, quota_report
-from svc.mount.remote_values import DiskUsage
+from svc.mount.core.attributes import BLOCK_SIZE, QuotaReport
+from svc.mount.core.errors import RemoteFailure
+from svc.mount.remote.quota_source import QUOTA_CACHE_SECONDS, QuotaSource, quota_report
+from svc.mount.remote.remote_values import DiskUsage
 from svc.mount.test.test_fs_support import CALLER, FSFixture
 from svc.store.layout import TenantLocation
 from svc.wire.errno import WireErrno

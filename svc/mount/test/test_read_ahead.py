@@ -9,7 +9,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.file_reader import READ_AHEAD_BYTES
+from svc.mount.core.file_reader import READ_AHEAD_BYTES
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random
 
 PIECE = 128 * 1024

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.remote.Remote} over L{svc.testing.local_connection}
+Tests for L{svc.mount.remote.data_plane.Remote} over L{svc.testing.local_connection}
 against a real data-plane service: typed replies, errno translation by
 name, transport failures, lease pushes, and L{DirectChunkSource}.
 """
@@ -16,9 +16,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.dataplane_client.client import Reply
 from svc.dataplane_client.errors import NotExecuted, RemoteError
-from svc.mount.attributes import AttributeChanges, FileKind
-from svc.mount.errors import RemoteFailure, local_errno
-from svc.mount.remote import ChunkEntry, DirectChunkSource, DiskUsage, Remote
+from svc.mount.core.attributes import AttributeChanges, FileKind
+from svc.mount.core.errors import RemoteFailure, local_errno
+from svc.mount.remote.data_plane import ChunkEntry, DirectChunkSource, DiskUsage, Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture
 from svc.store.layout import TenantLocation
 from svc.testing.local_connection import LocalConnection

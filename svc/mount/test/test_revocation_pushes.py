@@ -1,14 +1,14 @@
 """
 Tests for the push callbacks that end a mount's right to write:
-L{svc.mount.pushes.revoked_pushes} (C{credentials_revoked}) and
-L{svc.mount.pushes.fenced_pushes} (C{session_fenced}).
+L{svc.mount.remote.pushes.revoked_pushes} (C{credentials_revoked}) and
+L{svc.mount.remote.pushes.fenced_pushes} (C{session_fenced}).
 """
 
 from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.pushes import fenced_pushes, revoked_pushes
+from svc.mount.remote.pushes import fenced_pushes, revoked_pushes
 
 
 class RevokedPushTests(SynchronousTestCase):

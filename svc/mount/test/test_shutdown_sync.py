@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.shutdown_sync}: the write-back of every open handle
+Tests for L{svc.mount.writeback.shutdown_sync}: the write-back of every open handle
 at shutdown.
 """
 
@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.audit.events import CallerProcess
-from svc.mount.errors import FSError
-from svc.mount.shutdown_sync import sync_all
+from svc.mount.core.errors import FSError
+from svc.mount.writeback.shutdown_sync import sync_all
 
 
 class ShutdownFS:

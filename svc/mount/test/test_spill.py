@@ -1,6 +1,6 @@
 """
-Tests for L{svc.mount.spill} (sparse spill files, in-memory spills) and the
-byte map of open files in L{svc.mount.extents} (L{RangeSet}, L{FileLayout}).
+Tests for L{svc.mount.core.spill} (sparse spill files, in-memory spills) and the
+byte map of open files in L{svc.mount.core.extents} (L{RangeSet}, L{FileLayout}).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef
-from svc.mount.chunk_memo import ChunkMemo
-from svc.mount.extents import FileLayout, RangeSet, Segment, Source, chunk_layout
-from svc.mount.file_state import FileState
-from svc.mount.spill import SpillDirectory
+from svc.mount.chunks.chunk_memo import ChunkMemo
+from svc.mount.core.extents import FileLayout, RangeSet, Segment, Source, chunk_layout
+from svc.mount.core.file_state import FileState
+from svc.mount.core.spill import SpillDirectory
 from svc.mount.test.test_writeback import DictSource
 from svc.testing.worker import ImmediateWorker
 

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.start_retry.until_answered}: start-up calls tried
+Tests for L{svc.mount.control.start_retry.until_answered}: start-up calls tried
 again while the control plane answers "later", for a bounded time.
 """
 
@@ -9,14 +9,14 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.control_client import (
+from svc.mount.control.control_client import (
     ControlPlaneError,
     LeaseLive,
     RateLimited,
     Unauthorized,
     Unreachable,
 )
-from svc.mount.start_retry import refused_at_start, until_answered
+from svc.mount.control.start_retry import refused_at_start, until_answered
 
 
 class Calls:

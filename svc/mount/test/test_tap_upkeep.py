@@ -15,9 +15,9 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.control_client import LeaseLost, Revoked
-from svc.mount.service import MountService
-from svc.mount.settings import MountSettings
+from svc.mount.control.control_client import LeaseLost, Revoked
+from svc.mount.runtime.service import MountService
+from svc.mount.runtime.settings import MountSettings
 
 
 @attrs.frozen

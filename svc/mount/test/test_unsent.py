@@ -1,4 +1,4 @@
-"""Tests for L{svc.mount.unsent}: changes given up are saved on the mount's disk."""
+"""Tests for L{svc.mount.writeback.unsent}: changes given up are saved on the mount's disk."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.unsent import PIECE_BYTES, UnsentFiles, copies_in
+from svc.mount.writeback.unsent import PIECE_BYTES, UnsentFiles, copies_in
 from svc.testing.worker import ImmediateWorker
 
 NOW = 1_795_000_000.0  # 2026-11-18T...Z

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.mount.write_behind}: a new file's settled prefix is cut and
+Tests for L{svc.mount.writeback.write_behind}: a new file's settled prefix is cut and
 uploaded while it is written, exactly as the write-back would cut it; any
 change to a cut chunk (or the byte after it) drops it; the write-back
 reuses what is left and the committed content is unchanged.
@@ -14,16 +14,16 @@ from twisted.internet.defer import Deferred, fail
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import MAX_CHUNK_SIZE, ChunkRef, chunk_bytes
-from svc.mount.attributes import OpenResult
-from svc.mount.chunk_memo import ChunkMemo
-from svc.mount.file_state import FileState
-from svc.mount.fs_context import FSSettings
-from svc.mount.remote import Remote
-from svc.mount.spill import SpillDirectory
+from svc.mount.chunks.chunk_memo import ChunkMemo
+from svc.mount.core.attributes import OpenResult
+from svc.mount.core.file_state import FileState
+from svc.mount.core.fs_context import FSSettings
+from svc.mount.core.spill import SpillDirectory
+from svc.mount.remote.data_plane import Remote
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount, pseudo_random
 from svc.mount.test.test_writeback import ChunkServer, DictSource
-from svc.mount.write_behind import FIRST_LOOK, Slots, WriteBehind
-from svc.mount.writeback import ChunkUploader, Reader, rechunk
+from svc.mount.writeback.uploads import ChunkUploader, Reader, rechunk
+from svc.mount.writeback.write_behind import FIRST_LOOK, Slots, WriteBehind
 from svc.testing.worker import ImmediateWorker
 
 MiB = 1 << 20

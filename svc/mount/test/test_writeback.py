@@ -1,7 +1,7 @@
 """
-Tests for write-back: L{svc.mount.writeback.rechunk} (the incremental cut
-equals a whole cut), L{svc.mount.writeback.ChunkUploader} (batched
-C{chunk_has}, only absent chunks sent) and L{svc.mount.commit} (missing
+Tests for write-back: L{svc.mount.writeback.uploads.rechunk} (the incremental cut
+equals a whole cut), L{svc.mount.writeback.uploads.ChunkUploader} (batched
+C{chunk_has}, only absent chunks sent) and L{svc.mount.writeback.commit} (missing
 chunks re-sent, conflict copy names).
 """
 
@@ -18,15 +18,15 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.chunking import chunk_bytes
 from svc.dataplane_client.client import Reply
 from svc.dataplane_client.errors import RemoteError
-from svc.mount.chunk_memo import ChunkMemo
-from svc.mount.commit import CommitRequest, Committed, Conflict, commit, conflict_name
-from svc.mount.errors import RemoteFailure
-from svc.mount.extents import chunk_layout
-from svc.mount.file_state import FileState
-from svc.mount.remote import Remote
-from svc.mount.spill import SpillDirectory
+from svc.mount.chunks.chunk_memo import ChunkMemo
+from svc.mount.core.errors import RemoteFailure
+from svc.mount.core.extents import chunk_layout
+from svc.mount.core.file_state import FileState
+from svc.mount.core.spill import SpillDirectory
+from svc.mount.remote.data_plane import Remote
 from svc.mount.test.test_fs_support import AGENT, FSFixture, pseudo_random
-from svc.mount.writeback import ChunkUploader, rechunk, zero_chunk
+from svc.mount.writeback.commit import CommitRequest, Committed, Conflict, commit, conflict_name
+from svc.mount.writeback.uploads import ChunkUploader, rechunk, zero_chunk
 from svc.testing.local_connection import LocalConnection
 from svc.testing.worker import ImmediateWorker
 from svc.wire.control import ErrorInfo
@@ -66,7 +66,7 @@ class ChunkServer:
 
 
 class DictSource:
-    """An L{svc.mount.remote.IChunkSource} over a dict; counts fetches."""
+    """An L{svc.mount.remote.data_plane.IChunkSource} over a dict; counts fetches."""
 
     def __init__(self, chunks: dict[str, bytes]) -> None:
         self.chunks = chunks

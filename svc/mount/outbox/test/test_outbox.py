@@ -16,12 +16,12 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import chunk_hash
 from svc.dataplane.test.test_service_support import ServiceFixture
-from svc.mount.errors import RemoteFailure
+from svc.mount.core.errors import RemoteFailure
 from svc.mount.outbox.entries import Commit, Entry, Mkdir, Owner
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outbox.sender import DEFAULT_BACKOFF
 from svc.mount.outbox.test.test_sender import refs
-from svc.mount.remote import Remote
+from svc.mount.remote.data_plane import Remote
 from svc.mount.test.test_fs_support import AGENT, HeldAnswers
 from svc.testing.local_connection import LocalConnection
 from svc.wire.errno import WireErrno

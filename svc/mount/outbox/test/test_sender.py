@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef, chunk_hash
 from svc.dataplane.test.test_service_support import ServiceFixture
-from svc.mount.errors import RemoteFailure
+from svc.mount.core.errors import RemoteFailure
 from svc.mount.outbox.entries import (
     Commit,
     Entry,
@@ -32,7 +32,7 @@ from svc.mount.outbox.entries import (
 from svc.mount.outbox.held_chunks import HeldChunks, new_chunks
 from svc.mount.outbox.log import OutboxLog
 from svc.mount.outbox.sender import DEFAULT_BACKOFF, OutboxSender, Unsendable
-from svc.mount.remote import Remote
+from svc.mount.remote.data_plane import Remote
 from svc.mount.test.test_fs_support import AGENT, HeldAnswers
 from svc.testing.local_connection import LocalConnection
 from svc.wire.errno import WireErrno
