@@ -28,6 +28,7 @@ from svc.wire.messages import (
 
 if TYPE_CHECKING:
     from svc.dataplane.connection import AgentConnection
+    from svc.store.tenant import TenantStorage
 
 Carried = Sequence[tuple[ChunkRef, ...] | None]
 """The chunk list each entry of a page carries, in page order (L{None}: none)."""
@@ -75,12 +76,7 @@ async def list_entries(
     request = call.request
     assert isinstance(request, ListRequest)
     storage = await conn.storage()
-    entries = visible_entries(conn, request.path, await storage.list_dir(request.path))
-    if request.after is not None:
-        after = request.after
-        entries = [entry for entry in entries if entry.name > after]
-    page = entries[: request.limit]
-    next_after = page[-1].name if len(entries) > request.limit else None
+    page, next_after = await _page(conn, storage, request)
     if not request.chunks:
         return Outcome(OpReply(list_map(page, next_after)))
     files = [entry.name for entry in page if entry.attributes.kind is FileKind.FILE]
@@ -93,6 +89,33 @@ async def list_entries(
     conn.visible.add(chunk.hash for chunks in carried if chunks is not None for chunk in chunks)
     reply = OpReply(list_map(page, next_after, carried))
     return Outcome(reply, inline=page_inline(page, carried, request.inline_max))
+
+
+async def _page(
+    conn: AgentConnection, storage: TenantStorage, request: ListRequest
+) -> tuple[list[DirectoryEntry], str | None]:
+    """
+    The entries of a C{list} page and its C{next_after}: the store is asked
+    for C{limit} rows and one more (to know whether the directory goes on),
+    so a page costs its own rows, not the directory's. Rows the policy
+    hides are skipped, scanning on (C{limit} rows at a time) until the page
+    is full or the directory ends; C{next_after} is always a name the page
+    shows, never a hidden one.
+    """
+    page: list[DirectoryEntry] = []
+    cursor = request.after
+    window = request.limit
+    while True:
+        rows = await storage.list_dir(request.path, after=cursor, limit=window + 1)
+        scanned = rows[:window]
+        visible = visible_entries(conn, request.path, scanned)
+        room = request.limit - len(page)
+        page.extend(visible[:room])
+        if len(visible) > room or (len(page) == request.limit and len(rows) > window):
+            return page, page[-1].name  # full, and more rows follow
+        if len(rows) <= window:
+            return page, None  # the directory ends here
+        cursor = scanned[-1].name
 
 
 def carried_chunks(page: Sequence[DirectoryEntry], lists: Mapping[str, FileChunks]) -> Carried:

@@ -31,28 +31,44 @@ def get(connection: sqlite3.Connection, path: str) -> Manifest:
     return require(connection, check_path(path)).manifest(path)
 
 
-def list_directory(connection: sqlite3.Connection, path: str) -> tuple[DirectoryEntry, ...]:
+def list_directory(
+    connection: sqlite3.Connection, path: str, after: str | None = None, limit: int | None = None
+) -> tuple[DirectoryEntry, ...]:
     """
-    The entries of directory ``path`` in byte order of their names.
+    The entries of directory ``path`` in byte order of their names: those
+    whose names sort after ``after`` (all, if None), at most ``limit`` (all,
+    if None). Reads only the rows it returns (index ``names_by_parent_path``).
 
     @raise NotFound: no such name.
     @raise NotADirectory: ``path`` is not a directory.
     """
     if not require(connection, check_path(path)).is_directory:
         raise NotADirectory(path)
-    rows = connection.execute(
-        "SELECT n.path, i.id, i.kind, i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.atime_ns,"
-        " i.ctime_ns, i.version, i.nlink, i.rdev, i.symlink_target, x'', i.writer_agent,"
-        " i.writer_session, i.written_ms"
-        " FROM names n JOIN inodes i ON i.id = n.inode WHERE n.parent = ? ORDER BY n.path",
-        (path,),
-    ).fetchall()
+    # A directory's children share its path and a slash, so their paths sort
+    # as their names do.
+    query = _SELECT_ENTRIES + " WHERE n.parent = ?"
+    parameters: list[object] = [path]
+    if after is not None:
+        query += " AND n.path > ?"
+        parameters.append(child_path(path, after))
+    query += " ORDER BY n.path"
+    if limit is not None:
+        query += " LIMIT ?"
+        parameters.append(limit)
     entries = []
-    for values in rows:
+    for values in connection.execute(query, parameters):
         fields = list(values[1:])
         fields[1] = FileKind(fields[1])
         entries.append(DirectoryEntry(name_of(values[0]), InodeRow(*fields).attributes()))
     return tuple(entries)
+
+
+_SELECT_ENTRIES = (
+    "SELECT n.path, i.id, i.kind, i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.atime_ns,"
+    " i.ctime_ns, i.version, i.nlink, i.rdev, i.symlink_target, x'', i.writer_agent,"
+    " i.writer_session, i.written_ms"
+    " FROM names n JOIN inodes i ON i.id = n.inode"
+)
 
 
 _SELECT_CHUNK_LISTS = (

@@ -195,11 +195,14 @@ class ManifestStore:
         """
         return self._read(lambda c: manifest_reads.get(c, path))
 
-    def list_dir(self, path: str) -> Deferred[tuple[DirectoryEntry, ...]]:
+    def list_dir(
+        self, path: str, *, after: str | None = None, limit: int | None = None
+    ) -> Deferred[tuple[DirectoryEntry, ...]]:
         """
-        The entries of directory ``path`` with their attributes, by name.
+        The entries of directory ``path`` with their attributes, by name:
+        those after the name ``after``, at most ``limit`` (else all).
         """
-        return self._read(lambda c: manifest_reads.list_directory(c, path))
+        return self._read(lambda c: manifest_reads.list_directory(c, path, after, limit))
 
     def chunk_lists(
         self, directory: str, names: Sequence[str], *, max_chunks: int | None = None

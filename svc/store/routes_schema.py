@@ -337,6 +337,15 @@ _SCHEMA_3 = (
 )
 
 
+_SCHEMA_4 = (
+    # A directory's page of names after a given one, in name order, read
+    # from the index alone (svc.store.manifest_reads.list_directory): a
+    # listing costs the rows of its page, not the whole directory's.
+    "CREATE INDEX names_by_parent_path ON names (parent, path)",
+    "DROP INDEX names_by_parent",
+)
+
+
 #: Every migration, in order; versions are 1, 2, 3, ... without gaps.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "namespace, chunk references, journal", _SCHEMA_1),
@@ -347,6 +356,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _retain_journaled_chunks,
     ),
     Migration(3, "answers of applied outbox entries", _SCHEMA_3),
+    Migration(4, "names listed by parent in name order", _SCHEMA_4),
 )
 
 #: The schema version this code reads and writes.

@@ -456,11 +456,14 @@ class TenantStorage:
         """
         return self.manifests.get(path)
 
-    def list_dir(self, path: str) -> Deferred[tuple[DirectoryEntry, ...]]:
+    def list_dir(
+        self, path: str, *, after: str | None = None, limit: int | None = None
+    ) -> Deferred[tuple[DirectoryEntry, ...]]:
         """
-        The entries of directory ``path``.
+        The entries of directory ``path`` by name: those after the name
+        ``after``, at most ``limit`` (else all).
         """
-        return self.manifests.list_dir(path)
+        return self.manifests.list_dir(path, after=after, limit=limit)
 
     def readlink(self, path: str) -> Deferred[str]:
         """

@@ -14,6 +14,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.audit.events import AuditEvent
 from svc.audit.jsonl import line_object
 from svc.dataplane.test.test_service_support import ServiceFixture, blob, identity
+from svc.policy import PathPolicy
+from svc.store.layout import TenantLocation
 from svc.wire.errno import WireErrno
 
 CERT = {
@@ -222,6 +224,52 @@ class NamespaceOpsTests(SynchronousTestCase):
         rest = self.agent.ok("list", path="/agent-1", limit=3, after="b")
         self.assertEqual([e["name"] for e in rest["entries"]], ["c", "d", "e"])
         self.assertIsNone(rest["next_after"])
+
+    def test_list_pages_skip_hidden_names_without_naming_them(self) -> None:
+        """
+        Names the policy hides are left out of pages, however long a run of
+        them; C{next_after} is always a name a page showed; every visible
+        name comes once, in order.
+        """
+        visible = ["a", "b", "zz"]
+        for name in [*visible, *(f"secret-{index:02d}" for index in range(7))]:
+            self.agent.put_file(name, b"")
+        self.fixture.policies[("tenant-a", "agent-1")] = PathPolicy(deny=("secret-*",))
+        seen: list[str] = []
+        after: str | None = None
+        while True:
+            options: dict[str, Any] = (
+                {"limit": 2} if after is None else {"limit": 2, "after": after}
+            )
+            page = self.agent.ok("list", path="/agent-1", **options)
+            names = [entry["name"] for entry in page["entries"]]
+            seen += names
+            after = page["next_after"]
+            if after is None:
+                break
+            self.assertIn(after, names)
+        self.assertEqual(seen, visible)
+
+    def test_a_list_page_reads_only_its_own_rows(self) -> None:
+        """The store is asked for a page's rows and one more, not the whole directory."""
+        for index in range(30):
+            self.agent.put_file(f"f{index:02d}", b"")
+        asked: list[tuple[str | None, int | None]] = []
+        storage = self.successResultOf(
+            self.fixture.service.engine.tenant(TenantLocation("user-1", "tenant-a"))
+        )
+        real = storage.list_dir
+
+        def list_dir(path: str, *, after: str | None = None, limit: int | None = None) -> Any:
+            asked.append((after, limit))
+            return real(path, after=after, limit=limit)
+
+        self.patch(storage, "list_dir", list_dir)
+        page = self.agent.ok("list", path="/agent-1", limit=5, after="f09")
+        self.assertEqual(
+            [entry["name"] for entry in page["entries"]], [f"f{i}" for i in range(10, 15)]
+        )
+        self.assertEqual(asked, [("f09", 6)])
 
     def test_names(self) -> None:
         """rename, link, symlink, readlink, mknod and setattr with their audit paths."""

@@ -91,6 +91,27 @@ class DirectoryTests(StoreTestCase):
         self.assertEqual(entries[2].attributes.size, 7)
         self.assertEqual(self.names("/"), ["alice"])
 
+    def test_list_after_a_name_at_most_a_limit(self) -> None:
+        """
+        A listing from after a name (which need not exist), at most a
+        limit, in byte order of names; a deeper name is never a child.
+        """
+        for name in ("a", "b", "c", "d", "\u00e9"):
+            self.write(f"/alice/{name}", [])
+        self.write("/alice/b-deep", [])
+        self.mkdirs("/alice/m", "/alice/m/x")
+
+        def names(after: str | None, limit: int | None) -> list[str]:
+            entries = self.ok(self.store.list_dir("/alice", after=after, limit=limit))
+            return [entry.name for entry in entries]
+
+        self.assertEqual(names(None, 2), ["a", "b"])
+        self.assertEqual(names("b", 2), ["b-deep", "c"])
+        self.assertEqual(names("bb", None), ["c", "d", "m", "\u00e9"])
+        self.assertEqual(names("d", 10), ["m", "\u00e9"])
+        self.assertEqual(names("\u00e9", 10), [])
+        self.assertEqual(names(None, 1) + names("a", None), names(None, None))
+
     def test_list_errors(self) -> None:
         """Listing a file is ENOTDIR, a missing name ENOENT."""
         self.write("/alice/f", [])

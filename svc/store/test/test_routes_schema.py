@@ -56,6 +56,31 @@ class MigrationTests(SynchronousTestCase):
             {"inodes", "names", "chunk_refs", "subtree_usage", "journal"} <= tables, tables
         )
 
+    def test_a_version_3_file_lists_from_the_name_ordered_index(self) -> None:
+        """
+        Version 4 replaces the parent index with a (parent, path) one, and a
+        page of a listing is read from it without sorting the directory.
+        """
+        connection = self.connect()
+        self.assertEqual(migrate(connection, MIGRATIONS[:3]), 3)
+        self.assertEqual(migrate(connection), 4)
+        indexes = {
+            name
+            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type='index'")
+        }
+        self.assertIn("names_by_parent_path", indexes)
+        self.assertNotIn("names_by_parent", indexes)
+        plan = " ".join(
+            str(row[-1])
+            for row in connection.execute(
+                "EXPLAIN QUERY PLAN SELECT path FROM names WHERE parent = ? AND path > ?"
+                " ORDER BY path LIMIT 10",
+                ("/a", "/a/b"),
+            )
+        )
+        self.assertIn("names_by_parent_path", plan)
+        self.assertNotIn("TEMP B-TREE", plan)
+
     def test_idempotent(self) -> None:
         """Migrating an up-to-date database changes nothing."""
         connection = self.connect()
