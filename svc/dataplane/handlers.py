@@ -11,7 +11,7 @@ are specified in ``docs/specifications/dataplane-ops.md``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from twisted.internet.defer import Deferred
 
@@ -79,6 +79,19 @@ from svc.wire.ops import Op
 
 if TYPE_CHECKING:
     from svc.dataplane.connection import AgentConnection
+
+T = TypeVar("T")
+
+
+def _given_way(change: Deferred[T], release: Release) -> Deferred[T]:
+    """
+    C{change}, a namespace change the store has queued in the tenant's
+    database before returning it: let the connection's next namespace change
+    start (L{svc.dataplane.request_order}: consecutive changes share a
+    transaction, each still answered after its own commit).
+    """
+    release()
+    return change
 
 
 def _protect_root(conn: AgentConnection, *paths: str) -> None:
@@ -175,8 +188,11 @@ async def _manifest_delete(
     assert isinstance(request, PathWriteRequest)
     _protect_root(conn, request.path)
     storage = await conn.storage()
-    result = await storage.manifest_delete(
-        request.path, writer=conn.writer(call, removal_answer), holder=conn.holder()
+    result = await _given_way(
+        storage.manifest_delete(
+            request.path, writer=conn.writer(call, removal_answer), holder=conn.holder()
+        ),
+        release,
     )
     _count_journal(conn, "delete", result.journal_seq)
     return _removed(result)
@@ -189,7 +205,9 @@ async def _dir_remove(
     assert isinstance(request, PathWriteRequest)
     _protect_root(conn, request.path)
     storage = await conn.storage()
-    result = await storage.dir_remove(request.path, writer=conn.writer(call, removal_answer))
+    result = await _given_way(
+        storage.dir_remove(request.path, writer=conn.writer(call, removal_answer)), release
+    )
     _count_journal(conn, "rmdir", result.journal_seq)
     return _removed(result)
 
@@ -217,12 +235,15 @@ async def _dir_create(
     request = call.request
     assert isinstance(request, DirCreateRequest)
     storage = await conn.storage()
-    result = await storage.dir_create(
-        request.path,
-        mode=request.mode,
-        uid=request.uid,
-        gid=request.gid,
-        writer=conn.writer(call, created_answer),
+    result = await _given_way(
+        storage.dir_create(
+            request.path,
+            mode=request.mode,
+            uid=request.uid,
+            gid=request.gid,
+            writer=conn.writer(call, created_answer),
+        ),
+        release,
     )
     _count_journal(conn, "mkdir", result.journal_seq)
     return Outcome(OpReply(created_answer(result)))
@@ -253,11 +274,14 @@ async def _rename(conn: AgentConnection, call: Call, raw: memoryview, release: R
     assert isinstance(request, TwoPathRequest)
     _protect_root(conn, request.path, request.to_path)
     storage = await conn.storage()
-    result = await storage.manifest_rename(
-        request.path,
-        request.to_path,
-        writer=conn.writer(call, rename_map),
-        subtree_check=_subtree_check(conn),
+    result = await _given_way(
+        storage.manifest_rename(
+            request.path,
+            request.to_path,
+            writer=conn.writer(call, rename_map),
+            subtree_check=_subtree_check(conn),
+        ),
+        release,
     )
     _count_journal(conn, "rename", result.journal_seq)
     return Outcome(OpReply(rename_map(result)))
@@ -267,8 +291,9 @@ async def _link(conn: AgentConnection, call: Call, raw: memoryview, release: Rel
     request = call.request
     assert isinstance(request, TwoPathRequest)
     storage = await conn.storage()
-    result = await storage.link(
-        request.path, request.to_path, writer=conn.writer(call, created_answer)
+    result = await _given_way(
+        storage.link(request.path, request.to_path, writer=conn.writer(call, created_answer)),
+        release,
     )
     _count_journal(conn, "link", result.journal_seq)
     return Outcome(OpReply(created_answer(result)))
@@ -278,8 +303,11 @@ async def _setattr(conn: AgentConnection, call: Call, raw: memoryview, release: 
     request = call.request
     assert isinstance(request, SetattrRequest)
     storage = await conn.storage()
-    result = await storage.setattr(
-        request.path, writer=conn.writer(call, created_answer), **request.changes()
+    result = await _given_way(
+        storage.setattr(
+            request.path, writer=conn.writer(call, created_answer), **request.changes()
+        ),
+        release,
     )
     _count_journal(conn, "setattr", result.journal_seq)
     return Outcome(OpReply(created_answer(result)))
@@ -289,12 +317,15 @@ async def _symlink(conn: AgentConnection, call: Call, raw: memoryview, release: 
     request = call.request
     assert isinstance(request, SymlinkRequest)
     storage = await conn.storage()
-    result = await storage.symlink(
-        request.path,
-        request.target,
-        uid=request.uid,
-        gid=request.gid,
-        writer=conn.writer(call, created_answer),
+    result = await _given_way(
+        storage.symlink(
+            request.path,
+            request.target,
+            uid=request.uid,
+            gid=request.gid,
+            writer=conn.writer(call, created_answer),
+        ),
+        release,
     )
     _count_journal(conn, "symlink", result.journal_seq)
     return Outcome(OpReply(created_answer(result)))
@@ -304,14 +335,17 @@ async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Re
     request = call.request
     assert isinstance(request, MknodRequest)
     storage = await conn.storage()
-    result = await storage.mknod(
-        request.path,
-        kind=FileKind(request.kind),
-        mode=request.mode,
-        rdev=request.rdev,
-        uid=request.uid,
-        gid=request.gid,
-        writer=conn.writer(call, created_answer),
+    result = await _given_way(
+        storage.mknod(
+            request.path,
+            kind=FileKind(request.kind),
+            mode=request.mode,
+            rdev=request.rdev,
+            uid=request.uid,
+            gid=request.gid,
+            writer=conn.writer(call, created_answer),
+        ),
+        release,
     )
     _count_journal(conn, "mknod", result.journal_seq)
     return Outcome(OpReply(created_answer(result)))

@@ -9,25 +9,29 @@ which request may start when.
    ended, and the next starts once it ends, or earlier when it gives way
    (L{Turn.release}): a lease request as soon as it is queued in the lease
    table.
- - A C{manifest_put} gives way once its checks have passed and its commit
-   is queued in the tenant's database, where everything submitted later runs
-   after it (L{svc.store.tenant.TenantStorage.manifest_put}'s C{queued}).
-   Only a C{manifest_put} may start while such puts are still finishing:
-   any other request waits until they have ended. So a stream of puts
-   (the closes of many small files) reaches the database together and
-   shares its transactions (group commit), while every request still sees
-   the effects of the puts before it (a later put through the database's
-   order; any other request because it starts after they ended, their
-   pushes sent), as if the puts had run one at a time.
+ - A I{namespace change} (L{PIPELINED}: C{manifest_put}, C{manifest_delete},
+   C{manifest_rename}, C{dir_create}, C{dir_remove}, C{setattr},
+   C{symlink}, C{mknod}, C{link}) gives way once its checks have passed and
+   its work is queued in the tenant's database, where everything submitted
+   later runs after it (L{svc.store.tenant.TenantStorage.manifest_put}'s
+   C{queued}; the other changes are queued before the store returns them).
+   Only a namespace change may start while such changes are still
+   finishing: any other request waits until they have ended. So a stream
+   of changes (the closes of many small files, C{rm -r}, C{tar x}'s
+   attribute changes) reaches the database together and shares its
+   transactions (group commit), while every request still sees the effects
+   of the changes before it (a later change through the database's order;
+   any other request because it starts after they ended, their pushes
+   sent), as if the changes had run one at a time.
 
 A request given up while it waits for its turn takes nothing (L{Running}).
 
 Giving the order back starts the next request at once, inside the call that
-gave it back; a C{manifest_put} started so may give way in turn before it
+gave it back; a namespace change started so may give way in turn before it
 waits for anything. So the order is given back through a trampoline
 (L{RequestOrder._give_back}): a give-back made while another is running is
 done by that one once the request it started has returned, and a stream of
-puts ready at the same moment starts one after the other rather than each
+changes ready at the same moment starts one after the other rather than each
 inside the previous one's call (hundreds deep: Python's stack overflowed).
 """
 
@@ -47,8 +51,20 @@ UNORDERED = frozenset({Op.CHUNK_PUT, Op.PING})
 AFTER_EARLIER = frozenset({Op.CHUNK_GET, Op.CHUNK_HAS, Op.STATFS})
 """Requests that wait for the earlier ordered ones and hold up nothing."""
 
-PIPELINED = frozenset({Op.MANIFEST_PUT})
-"""Ordered requests that, once they gave way, let only their own kind start."""
+PIPELINED = frozenset(
+    {
+        Op.MANIFEST_PUT,
+        Op.MANIFEST_DELETE,
+        Op.MANIFEST_RENAME,
+        Op.DIR_CREATE,
+        Op.DIR_REMOVE,
+        Op.SETATTR,
+        Op.SYMLINK,
+        Op.MKNOD,
+        Op.LINK,
+    }
+)
+"""The namespace changes: ordered requests that, once they gave way, let only their kind start."""
 
 
 class _Finishing:

@@ -1,9 +1,9 @@
 """
-Tests for consecutive C{manifest_put}s of one connection: each gives way
-once queued in the tenant's database, so a stream of them shares
-transactions (group commit), while every answer still comes after its own
-commit and every other request waits for them all
-(L{svc.dataplane.request_order}).
+Tests for consecutive namespace changes of one connection (C{manifest_put}s,
+removals, renames, creations, attribute changes): each gives way once
+queued in the tenant's database, so a stream of them shares transactions
+(group commit), while every answer still comes after its own commit and
+every other request waits for them all (L{svc.dataplane.request_order}).
 """
 
 from __future__ import annotations
@@ -151,3 +151,59 @@ class PutPipeliningTests(SynchronousTestCase):
         self.assertEqual(
             [self.successResultOf(put).payload["version"] for put in puts], [1] * len(puts)
         )
+
+    def make(self, *names: str) -> None:
+        """Create the files C{names}, each committed before the test goes on."""
+        self.upload(*names)
+        puts = [self.put(name, name) for name in names]
+        self.database.run()
+        for put in puts:
+            self.successResultOf(put)
+
+    def test_consecutive_removals_share_a_transaction(self) -> None:
+        """
+        Three unlinks sent back to back (C{rm -r}): the first commits alone,
+        the two queued behind it together, each answered after its own
+        commit.
+        """
+        self.make("a", "b", "c")
+        removals = [
+            self.agent.request("manifest_delete", path=f"/agent-1/{name}") for name in "abc"
+        ]
+        self.assertEqual(len(self.database.queued), 1)
+        self.database.run_one()
+        self.successResultOf(removals[0])
+        self.assertNoResult(removals[1])
+        self.assertEqual(len(self.database.queued), 1)
+        self.database.run_one()
+        for removal in removals[1:]:
+            self.successResultOf(removal)
+        self.assertEqual(self.database.queued, [])
+
+    def test_changes_of_every_kind_see_the_ones_before(self) -> None:
+        """
+        A stream of different changes sharing transactions runs as if one
+        at a time: the rename finds the directory made before it, the
+        attribute change the renamed file, and a refused change (a second
+        C{mkdir} of the same name) rolls back alone.
+        """
+        self.make("f")
+        requests = [
+            ("dir_create", {"path": "/agent-1/d", "mode": 0o755, "uid": 0, "gid": 0}),
+            ("dir_create", {"path": "/agent-1/d", "mode": 0o755, "uid": 0, "gid": 0}),
+            ("manifest_rename", {"path": "/agent-1/f", "to_path": "/agent-1/d/g"}),
+            ("setattr", {"path": "/agent-1/d/g", "mode": 0o600}),
+            ("link", {"path": "/agent-1/d/g", "to_path": "/agent-1/h"}),
+            ("manifest_delete", {"path": "/agent-1/d/g"}),
+        ]
+        sent = [self.agent.request(op, **fields) for op, fields in requests]
+        self.database.run()
+        self.assertEqual(self.failureResultOf(sent[1]).value.errno, WireErrno.EEXIST)
+        for answer in sent[:1] + sent[2:]:
+            self.successResultOf(answer)
+        listed = self.agent.request("list", path=self.agent.root)
+        self.database.run()
+        entries = self.successResultOf(listed).payload["entries"]
+        self.assertEqual(sorted(entry["name"] for entry in entries), ["d", "h"])
+        mode = next(entry["mode"] for entry in entries if entry["name"] == "h")
+        self.assertEqual(mode & 0o777, 0o600)

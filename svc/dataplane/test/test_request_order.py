@@ -5,6 +5,8 @@ connection may start when.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -20,8 +22,8 @@ class RequestOrderTests(SynchronousTestCase):
 
     def test_ordered_requests_run_one_at_a_time(self) -> None:
         """The next ordered request starts when the one before ends."""
-        first = self.order.enter(Op.MANIFEST_RENAME)
-        second = self.order.enter(Op.DIR_CREATE)
+        first = self.order.enter(Op.MANIFEST_GET)
+        second = self.order.enter(Op.LIST)
         self.successResultOf(first.ready)
         self.assertNoResult(second.ready)
         first.end()
@@ -39,23 +41,47 @@ class RequestOrderTests(SynchronousTestCase):
         first.release()
         self.successResultOf(second.ready)
 
-    def test_other_requests_wait_until_the_puts_have_ended(self) -> None:
+    def test_every_namespace_change_that_gave_way_lets_the_next_change_start(self) -> None:
         """
-        A request of another kind waits for every put still finishing, not
-        only for its turn: it sees their effects as if they ran one at a time.
+        Removals, renames, creations, links and attribute changes give way
+        as puts do: a stream of them (C{rm -r}, C{tar x}) shares transactions.
+        """
+        changes = [
+            Op.MANIFEST_DELETE,
+            Op.DIR_REMOVE,
+            Op.MANIFEST_RENAME,
+            Op.DIR_CREATE,
+            Op.SETATTR,
+            Op.SYMLINK,
+            Op.MKNOD,
+            Op.LINK,
+            Op.MANIFEST_PUT,
+        ]
+        turns = [self.order.enter(op) for op in changes]
+        for turn, following in pairwise(turns):
+            self.successResultOf(turn.ready)
+            self.assertNoResult(following.ready)
+            turn.release()
+        self.successResultOf(turns[-1].ready)
+
+    def test_other_requests_wait_until_the_changes_have_ended(self) -> None:
+        """
+        A request that is not a namespace change waits for every change
+        still finishing, not only for its turn: it sees their effects as if
+        they ran one at a time.
         """
         first = self.order.enter(Op.MANIFEST_PUT)
-        second = self.order.enter(Op.MANIFEST_PUT)
-        rename = self.order.enter(Op.MANIFEST_RENAME)
+        second = self.order.enter(Op.MANIFEST_DELETE)
+        read = self.order.enter(Op.MANIFEST_GET)
         self.successResultOf(first.ready)
         first.release()
         self.successResultOf(second.ready)
         second.release()
-        self.assertNoResult(rename.ready)
+        self.assertNoResult(read.ready)
         second.end()
-        self.assertNoResult(rename.ready)
+        self.assertNoResult(read.ready)
         first.end()
-        self.successResultOf(rename.ready)
+        self.successResultOf(read.ready)
 
     def test_requests_after_earlier_ones_wait_for_finishing_puts(self) -> None:
         """C{statfs} (and C{chunk_get}, C{chunk_has}) wait for puts still finishing too."""
@@ -94,8 +120,8 @@ class RequestOrderTests(SynchronousTestCase):
         put = self.order.enter(Op.MANIFEST_PUT)
         self.successResultOf(put.ready)
         put.release()
-        given_up = self.order.enter(Op.MANIFEST_RENAME)
-        later = self.order.enter(Op.DIR_CREATE)
+        given_up = self.order.enter(Op.MANIFEST_GET)
+        later = self.order.enter(Op.LIST)
         given_up.ready.cancel()
         self.failureResultOf(given_up.ready, CancelledError)
         given_up.end()
