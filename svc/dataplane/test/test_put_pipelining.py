@@ -188,7 +188,7 @@ class PutPipeliningTests(SynchronousTestCase):
         C{mkdir} of the same name) rolls back alone.
         """
         self.make("f")
-        requests = [
+        requests: list[tuple[str, dict[str, Any]]] = [
             ("dir_create", {"path": "/agent-1/d", "mode": 0o755, "uid": 0, "gid": 0}),
             ("dir_create", {"path": "/agent-1/d", "mode": 0o755, "uid": 0, "gid": 0}),
             ("manifest_rename", {"path": "/agent-1/f", "to_path": "/agent-1/d/g"}),
