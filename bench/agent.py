@@ -12,7 +12,8 @@ round, since this machine's speed drifts within a run):
    and C{git status}, on the next fresh client C{git status} first, and
    C{rm -rf};
  - C{--small-files} creates of 4 KiB files (open, write, close), as files
-   per second;
+   per second, with (on svc) the CPU time per file of the mount and of the
+   data-plane server;
  - a fresh client's sequential read of a C{--size-mib} file written once
    before the rounds.
 
@@ -58,7 +59,13 @@ from mount import (
 )
 
 CREATE_SIZE = 4096
-NOT_DAY_STEPS = ("day_s", "creates_per_s", "cold_read_mb_s")
+NOT_DAY_STEPS = (
+    "day_s",
+    "creates_per_s",
+    "creates_cpu_ms_per_file_mount",
+    "creates_cpu_ms_per_file_dataplane",
+    "cold_read_mb_s",
+)
 """A round's figures that are not steps of the day (C{agent_tree}'s are)."""
 TARGETS = {
     "every_step_vs_bindfs_max": 2.0,
@@ -72,10 +79,22 @@ TARGETS = {
 class Target:
     """One place the day runs: a directory, and how to make its client fresh."""
 
-    def __init__(self, name: str, root: Path, fresh: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        fresh: Callable[[], None],
+        processes: Callable[[], dict[str, int]] = dict,
+    ) -> None:
+        """
+        @param processes: the pids of the processes serving the target, by
+            name (svc's mount and data plane), whose CPU time per created
+            file the round reports.
+        """
         self.name = name
         self.root = root
         self._fresh = fresh
+        self.processes = processes
 
     def cold(self) -> None:
         """A fresh client: the page cache emptied (and svc remounted with an empty cache)."""
@@ -83,32 +102,51 @@ class Target:
         self._fresh()
 
 
-def creates_per_second(directory: Path, count: int) -> float:
-    """Files of 4 KiB created per second (open, write, close), each its own content."""
+def process_cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds process C{pid} has used so far (C{/proc})."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def creates(directory: Path, count: int, processes: dict[str, int]) -> dict[str, float]:
+    """
+    Files of 4 KiB created per second (open, write, close), each its own
+    content, the last one fsynced before its close: on svc every commit is
+    then answered (the data plane runs one connection's commits in order),
+    so the CPU time each of C{processes} used meanwhile, per file, is what
+    creating and committing a small file costs it.
+    """
     directory.mkdir()
     payloads = [os.urandom(CREATE_SIZE) for _ in range(count)]
+    used = {name: process_cpu_seconds(pid) for name, pid in processes.items()}
     start = time.perf_counter()
     for index, payload in enumerate(payloads):
         fd = os.open(directory / f"f{index:05d}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.write(fd, payload)
+        if index == count - 1:
+            os.fsync(fd)
         os.close(fd)
     elapsed = time.perf_counter() - start
+    found = {"creates_per_s": round(count / elapsed, 1)}
+    for name, pid in processes.items():
+        per_file = (process_cpu_seconds(pid) - used[name]) * 1000 / count
+        found[f"creates_cpu_ms_per_file_{name}"] = round(per_file, 3)
     shutil.rmtree(directory)
-    return round(count / elapsed, 1)
+    return found
 
 
 def one_round(target: Target, index: int, tree: Tree, size: int, small: int) -> dict[str, Any]:
     """Every step of the day on C{target} in round C{index}."""
     _say(f"round {index + 1}: {target.name}")
     steps = agent_tree(target.root / f"tree-{index}", tree, target.cold)
-    creates = creates_per_second(target.root / f"creates-{index}", small)
+    created = creates(target.root / f"creates-{index}", small, target.processes())
     target.cold()
     read_s = seq_read(target.root / "big.bin", size)
     day = [seconds for seconds in steps.values() if seconds is not None]
     return {
         **steps,
         "day_s": round(sum(day), 3),
-        "creates_per_s": creates,
+        **created,
         "cold_read_mb_s": round(size / 1e6 / read_s, 1),
     }
 
@@ -197,7 +235,7 @@ def main() -> int:
         _say("starting the svc stack (quickstart)")
         svc.start(max(DEMO_GRANT, size + 1024 * MIB))
         svc.mount()
-        targets.append(Target("svc", svc.mount_point, svc.remount_cold))
+        targets.append(Target("svc", svc.mount_point, svc.remount_cold, svc.pids))
         data = memoryview(os.urandom(size))
         for target in targets:
             _say(f"writing the {args.size_mib} MiB file on {target.name}")

@@ -450,6 +450,13 @@ class SvcStack:
         self.unmount()
         self.mount()
 
+    def pids(self) -> dict[str, int]:
+        """The running bench mount's and the stack's data plane's pids."""
+        found = {"dataplane": Stack(self.stack).running("dataplane")}
+        if self.process is not None:
+            found["mount"] = self.process.pid
+        return {name: pid for name, pid in found.items() if pid is not None}
+
     def stop(self) -> None:
         self.unmount()
         self.quickstart("stop")
