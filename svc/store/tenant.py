@@ -230,6 +230,14 @@ class RetentionPolicy:
 class TenantStorage:
     """
     The storage of one tenant. Build with L{svc.store.engine.StorageEngine}.
+
+    Order: every namespace change other than L{manifest_put} (unlink,
+    rmdir, mkdir, rename, link, symlink, mknod, setattr) has its database
+    work queued before the method returns, and everything submitted later
+    runs after it; L{manifest_put} says when through its C{queued}
+    callback. A data-plane connection lets its next change start at that
+    moment (L{svc.dataplane.request_order}), so keep such a method free of
+    any wait before it submits its work.
     """
 
     _log = Logger()
