@@ -13,11 +13,7 @@ L{new_mode}).
 They run one at a time with the other changes of names (the context's
 namespace lock, also taken to send write-back commits, and waiting for their
 answers: L{svc.mount.core.namespace_lock}), so a path computed from the inode
-table is still the server's path when the request arrives. A new name
-(C{mkdir}, C{symlink}, C{mknod}, as a C{create}) goes beside the commits and
-handed-off changes in flight, once no handed-off change about that name is
-(L{settled_at}): the name is free, so no commit in flight is about it, and
-the data plane runs the requests in the order they were sent. A C{link} of a
+table is still the server's path when the request arrives. A C{link} of a
 file the data plane has, or that a commit already sent creates, goes beside
 the commits in flight.
 """
@@ -69,10 +65,9 @@ class NodeCreation:
         self._ctx = context
 
     async def mkdir(self, parent: int, name: bytes, mode: int, caller: CallerProcess) -> Entry:
-        """Create directory C{name} in C{parent} (beside the commits in flight)."""
+        """Create directory C{name} in C{parent}."""
         ctx = self._ctx
-        await settled_at(ctx, parent, name)
-        async with ctx.namespace_lock.beside_commits():
+        async with ctx.namespace_lock:
             directory = ctx.directory(parent)
             rel = join(ctx.rel_of(directory), audit_name(name))
             with ctx.audit.line(
@@ -110,10 +105,9 @@ class NodeCreation:
     async def symlink(
         self, parent: int, name: bytes, target: bytes, caller: CallerProcess
     ) -> Entry:
-        """Create symlink C{name} in C{parent} pointing at C{target}, beside the commits."""
+        """Create symlink C{name} in C{parent} pointing at C{target}."""
         ctx = self._ctx
-        await settled_at(ctx, parent, name)
-        async with ctx.namespace_lock.beside_commits():
+        async with ctx.namespace_lock:
             directory = ctx.directory(parent)
             rel = join(ctx.rel_of(directory), audit_name(name))
             with ctx.audit.line(EventName.SYMLINK, rel, caller, session_id=ctx.write_session()):
@@ -145,12 +139,10 @@ class NodeCreation:
     ) -> Entry:
         """
         Create a regular file, FIFO, socket or device node (audited as
-        C{create}, the spec having no C{mknod} client event), beside the
-        commits in flight.
+        C{create}, the spec having no C{mknod} client event).
         """
         ctx = self._ctx
-        await settled_at(ctx, parent, name)
-        async with ctx.namespace_lock.beside_commits():
+        async with ctx.namespace_lock:
             directory = ctx.directory(parent)
             rel = join(ctx.rel_of(directory), audit_name(name))
             with ctx.audit.line(

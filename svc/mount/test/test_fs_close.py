@@ -130,25 +130,6 @@ class HandOffTests(SynchronousTestCase):
         self.assertEqual(sorted(fresh.names("")), ["b", "c"])
         self.assertEqual(fresh.read_file("b"), b"first")
 
-    def test_new_names_go_beside_the_commits_in_flight(self) -> None:
-        """
-        A mkdir, a symlink and a mknod (tar makes its directories between
-        its files' closes) answer without waiting for the commit in flight:
-        their names are free, and the data plane runs them after it.
-        """
-        opened = create(self.mount, "a", b"first")
-        self.answers.hold("manifest_put")
-        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
-        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"d", 0o755, CALLER))
-        self.mount.ok(self.mount.fs.symlink(ROOT_INODE, b"s", b"a", CALLER))
-        self.mount.ok(self.mount.fs.mknod(ROOT_INODE, b"p", 0o10644, 0, CALLER))
-        self.assertEqual(self.answers.held, 1)
-        self.answers.release()
-        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
-        fresh = self.fixture.mount()
-        self.assertEqual(sorted(fresh.names("")), ["a", "d", "p", "s"])
-        self.assertEqual(fresh.read_file("a"), b"first")
-
     def test_unlink_of_a_file_in_flight_removes_it_on_the_server(self) -> None:
         """A new file removed while its first commit is in flight is gone everywhere."""
         opened = create(self.mount, "a", b"first")

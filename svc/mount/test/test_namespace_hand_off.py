@@ -13,7 +13,7 @@ import os
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.core.attributes import AttributeChanges, Attributes, Entry, OpenResult
+from svc.mount.core.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.core.fs_context import FSSettings
 from svc.mount.core.op_ticket import OpTicket, run_with_ticket
 from svc.mount.fs import ROOT_INODE
@@ -29,18 +29,16 @@ NAMES = [f"f{index}" for index in range(3)]
 
 def wait_then_release(mount: Mount, name: bytes) -> None:
     """
-    With answers held: a mkdir of C{name}, a new name, goes beside them;
-    a change of its mode (not handed off) and shutdown's wait both wait for
-    them; once released, both end.
+    With answers held: a mkdir of C{name} (not handed off) and shutdown's
+    wait both wait for them; once released, both end.
     """
     case = mount.fixture.case
-    made = mount.ok(mount.fs.mkdir(ROOT_INODE, name, 0o755, CALLER))
-    changed = mount.fs.setattr(made.ino, AttributeChanges(mode=0o700), CALLER)
+    made = mount.fs.mkdir(ROOT_INODE, name, 0o755, CALLER)
     settled = mount.fs.write_backs_settled()
-    case.assertNoResult(changed)
+    case.assertNoResult(made)
     case.assertNoResult(settled)
     mount.answers.release()
-    mount.ok(changed)
+    mount.ok(made)
     mount.ok(settled)
 
 
@@ -303,7 +301,7 @@ class RenameHandOffTests(SynchronousTestCase):
     def test_renames_are_pipelined_and_exclusive_changes_wait(self) -> None:
         """
         Further renames go out beside the first's unanswered request; a
-        namespace change that is not handed off (a chmod) and shutdown's
+        namespace change that is not handed off (a mkdir) and shutdown's
         wait wait for every answer. The directories' times become the
         server's.
         """
@@ -674,23 +672,16 @@ class UnansweredHandOffTests(SynchronousTestCase):
     def lose_an_unlink_and_the_server_with_it(self) -> None:
         """
         A handed-off unlink of C{d/gone} whose answer is lost, and the
-        sender's first resend unanswered too: meanwhile a C{chmod} of C{d}
-        fails EIO.
+        sender's first resend unanswered too: meanwhile a C{mkdir} fails EIO.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete")
         self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
         self.mount.answers.lose("manifest_delete", ran=False)
         self.mount.answers.release(lost=True)
-        self.assertEqual(self.mount.errno(self.chmod(0o700)), errno.EIO)
-
-    def chmod(self, mode: int) -> Deferred[Attributes]:
-        """Change the folder's mode: a change that waits for the handed-off ones."""
-        return self.mount.fs.setattr(self.folder, AttributeChanges(mode=mode), CALLER)
-
-    def folder_mode(self) -> int:
-        """The folder's permission bits as a fresh mount sees them."""
-        return self.fixture.mount().lookup_path("d").attributes.mode & 0o7777
+        self.assertEqual(
+            self.mount.errno(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER)), errno.EIO
+        )
 
     def test_new_connection_sends_a_lost_unlink_again_at_once(self) -> None:
         """
@@ -701,32 +692,29 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.lose_an_unlink_and_the_server_with_it()
         self.mount.fs.reconnected()
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
-        self.mount.ok(self.chmod(0o700))
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
 
     def test_change_its_program_stopped_waiting_for_never_runs(self) -> None:
         """
-        A chmod waits for a handed-off unlink's answer; its program is
+        A mkdir waits for a handed-off unlink's answer; its program is
         answered EIO meanwhile (the bridge's timeout abandons its ticket):
-        when the answer comes, the chmod is not sent. Nothing takes effect
+        when the answer comes, the mkdir is not sent. Nothing takes effect
         after its program was told it failed.
         """
         self.mount.write_file("d/gone", b"x")
         self.mount.answers.hold("manifest_delete")
         self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
-        mode = self.folder_mode()
-        sent_before = self.mount.count("setattr")
+        made_before = self.mount.count("dir_create")
         ticket = OpTicket()
-        changed = run_with_ticket(
-            ticket, self.mount.fs.setattr, self.folder, AttributeChanges(mode=0o700), CALLER
-        )
-        self.assertNoResult(changed)
+        made = run_with_ticket(ticket, self.mount.fs.mkdir, self.folder, b"sub", 0o755, CALLER)
+        self.assertNoResult(made)
         ticket.abandon()
-        self.assertEqual(self.mount.errno(changed), errno.EIO)
+        self.assertEqual(self.mount.errno(made), errno.EIO)
         self.mount.answers.release()
-        self.assertEqual(self.mount.count("setattr"), sent_before)
-        self.assertEqual(self.folder_mode(), mode)
-        self.mount.ok(self.chmod(0o700))
-        self.assertEqual(self.folder_mode(), 0o700)
+        self.assertEqual(self.mount.count("dir_create"), made_before)
+        for mount in (self.mount, self.fixture.mount()):
+            self.assertEqual(mount.names("d"), ["final"])
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
 
     def test_changes_fail_at_once_while_a_lost_unlink_gets_no_answer(self) -> None:
         """
@@ -739,8 +727,8 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.lose_an_unlink_and_the_server_with_it()
         self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(1))
         self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
-        self.mount.ok(self.chmod(0o700))
-        self.assertEqual(self.folder_mode(), 0o700)
+        self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
+        self.assertEqual(sorted(self.fixture.mount().names("d")), ["final", "sub"])
 
     def test_unlink_that_never_ran_is_sent_again(self) -> None:
         """
