@@ -12,21 +12,19 @@ file still I{pending}, its data-plane inode, its version) is not yet
 updated; so an operation that may touch such a file waits until no commit
 is in flight:
 
- - C{async with lock:} holds the lock with no commit in flight (a
-   namespace change that makes no new name, a listing);
+ - C{async with lock:} holds the lock with no commit in flight (every
+   namespace change; a listing after a handed-off change failed);
  - C{async with lock.sending_commit():} holds the lock to send a commit
    (then counted with L{NamespaceLock.commit_sent} until the returned
    callable is called, once the mount's picture is updated from its
    answer). It first waits while an operation waits for the commits in
    flight to settle, so a steady stream of closes cannot keep a namespace
    change waiting;
- - C{async with lock.beside_commits():} holds the lock while commits (and
-   handed-off changes) may be in flight, without that wait: only for work
-   that cannot touch a file whose commit is in flight and must not wait for
-   one (creating a new name: a file, directory, symlink or special file,
-   whose name is free, once no handed-off change about it is in flight;
-   saving a conflict copy under a fresh name, which a commit in flight does
-   itself).
+ - C{async with lock.beside_commits():} holds the lock while commits may be
+   in flight, without that wait: only for work that cannot touch a file
+   whose commit is in flight and must not wait for one (creating a new file,
+   whose name is free; saving a conflict copy under a fresh name, which a
+   commit in flight does itself).
 
 An C{unlink}, C{rmdir} or C{rename} may likewise return once its request is
 sent (a I{handed-off} change, ``mount-consistency.md`` section 2.6), its
