@@ -5,16 +5,19 @@ confined its paths, applied the path policy and verified its session.
 
 Each returns an L{Outcome}: the reply and what the op's audit line carries.
 Store errors propagate; the connection translates them once. The semantics
-are specified in ``docs/specifications/dataplane-ops.md``.
+are specified in ``docs/specifications/dataplane-ops.md``. The namespace
+changes are in L{svc.dataplane.change_handlers}, the chunk operations in
+L{svc.dataplane.chunk_handlers}, C{list} in L{svc.dataplane.listing}.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred
 
+from svc.dataplane import change_handlers as changes
 from svc.dataplane.calls import (
     Call,
     Outcome,
@@ -24,25 +27,21 @@ from svc.dataplane.calls import (
     inline_named,
     payload_size,
 )
+from svc.dataplane.change_handlers import count_journal, protect_root
 from svc.dataplane.chunk_handlers import chunk_get, chunk_has, chunk_put
 from svc.dataplane.confinement import relative_to_disk
 from svc.dataplane.errors import (
-    DiskRootProtected,
     OpFailed,
     PolicyDenied,
-    missing_chunks,
 )
 from svc.dataplane.interfaces import OpReply
 from svc.dataplane.listing import list_entries
 from svc.dataplane.replies import (
-    Reply,
     attributes_map,
     journal_page_map,
     lease_denied_map,
     lease_grant_map,
     manifest_map,
-    put_map,
-    rename_map,
     revert_map,
     statfs_map,
 )
@@ -50,59 +49,24 @@ from svc.policy import PathPolicy
 from svc.store.journal import JournalQuery
 from svc.store.journal_rows import JournalEntry
 from svc.store.lease_values import LeaseGrant, LeaseMode, LeaseReason
-from svc.store.manifest_names import SubtreeMoveCheck
 from svc.store.manifest_values import (
-    CreateResult,
     FileKind,
-    RemoveResult,
-    SetattrResult,
 )
-from svc.wire.answers import ReadlinkReply, RemoveReply
+from svc.wire.answers import ReadlinkReply
 from svc.wire.contract import answer_map
 from svc.wire.errno import WireErrno
 from svc.wire.messages import (
-    DirCreateRequest,
     JournalQueryRequest,
     JournalRevertRequest,
     LeaseGrantRequest,
     LeaseIdRequest,
     ManifestGetRequest,
-    ManifestPutRequest,
-    MknodRequest,
     PathRequest,
-    PathWriteRequest,
-    SetattrRequest,
-    SymlinkRequest,
-    TwoPathRequest,
 )
 from svc.wire.ops import Op
 
 if TYPE_CHECKING:
     from svc.dataplane.connection import AgentConnection
-
-T = TypeVar("T")
-
-
-def _given_way(change: Deferred[T], release: Release) -> Deferred[T]:
-    """
-    C{change}, a namespace change the store has queued in the tenant's
-    database before returning it: let the connection's next namespace change
-    start (L{svc.dataplane.request_order}: consecutive changes share a
-    transaction, each still answered after its own commit).
-    """
-    release()
-    return change
-
-
-def _protect_root(conn: AgentConnection, *paths: str) -> None:
-    if conn.root in paths:
-        raise DiskRootProtected()
-
-
-def _count_journal(conn: AgentConnection, journal_op: str, seq: int | None) -> None:
-    if seq is not None:
-        conn.metrics.count_journal_write(journal_op, conn.allocation)
-
 
 # Namespace reads.
 
@@ -141,214 +105,6 @@ async def _readlink(
     assert isinstance(request, PathRequest)
     storage = await conn.storage()
     return Outcome(OpReply(answer_map(ReadlinkReply(await storage.readlink(request.path)))))
-
-
-# Namespace writes.
-
-
-async def _manifest_put(
-    conn: AgentConnection, call: Call, raw: memoryview, release: Release
-) -> Outcome:
-    request = call.request
-    assert isinstance(request, ManifestPutRequest)
-    for stored in call.inline_stored:
-        refused = await stored  # the chunk's own line says why
-        if refused is not None:
-            raise refused
-    storage = await conn.storage()
-    hashes = list(dict.fromkeys(chunk.hash for chunk in request.chunks))
-    visible = await conn.visible_of(storage, hashes)
-    invisible = [h for h in hashes if h not in visible]
-    if invisible:
-        raise missing_chunks(invisible)
-    result = await storage.manifest_put(
-        request.path,
-        expected_version=request.expected_version,
-        chunks=request.chunks,
-        size=request.size,
-        mode=request.mode,
-        mtime_ns=request.mtime_ns,
-        uid=request.uid,
-        gid=request.gid,
-        writer=conn.writer(call, put_map),
-        holder=conn.holder(),
-        atime_ns=request.atime_ns,
-        # Queued in the database: the connection's next put may start
-        # (request_order: consecutive puts share a transaction).
-        queued=release,
-    )
-    _count_journal(conn, "put", result.journal_seq)
-    return Outcome(OpReply(put_map(result)), size=result.size, extra={"version": result.version})
-
-
-async def _manifest_delete(
-    conn: AgentConnection, call: Call, raw: memoryview, release: Release
-) -> Outcome:
-    request = call.request
-    assert isinstance(request, PathWriteRequest)
-    _protect_root(conn, request.path)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.manifest_delete(
-            request.path, writer=conn.writer(call, removal_answer), holder=conn.holder()
-        ),
-        release,
-    )
-    _count_journal(conn, "delete", result.journal_seq)
-    return _removed(result)
-
-
-async def _dir_remove(
-    conn: AgentConnection, call: Call, raw: memoryview, release: Release
-) -> Outcome:
-    request = call.request
-    assert isinstance(request, PathWriteRequest)
-    _protect_root(conn, request.path)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.dir_remove(request.path, writer=conn.writer(call, removal_answer)), release
-    )
-    _count_journal(conn, "rmdir", result.journal_seq)
-    return _removed(result)
-
-
-def removal_answer(result: RemoveResult) -> Reply:
-    """
-    The answer to a removal: the parent directory's new mtime and ctime
-    (``dataplane-ops.md``), so a client updates its copy without asking.
-    """
-    return answer_map(RemoveReply(result.changed_ns))
-
-
-def created_answer(result: CreateResult | SetattrResult) -> Reply:
-    """The answer to a change that made or changed one inode: its attributes."""
-    return attributes_map(result.attributes)
-
-
-def _removed(result: RemoveResult) -> Outcome:
-    return Outcome(OpReply(removal_answer(result)))
-
-
-async def _dir_create(
-    conn: AgentConnection, call: Call, raw: memoryview, release: Release
-) -> Outcome:
-    request = call.request
-    assert isinstance(request, DirCreateRequest)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.dir_create(
-            request.path,
-            mode=request.mode,
-            uid=request.uid,
-            gid=request.gid,
-            writer=conn.writer(call, created_answer),
-        ),
-        release,
-    )
-    _count_journal(conn, "mkdir", result.journal_seq)
-    return Outcome(OpReply(created_answer(result)))
-
-
-def _subtree_check(conn: AgentConnection) -> SubtreeMoveCheck | None:
-    """
-    The agent's path policy as the store asks it, inside a rename's
-    transaction, before moving a directory (``path-policy.md`` section 5):
-    L{None} to go on, or the policy's reason for refusing.
-    """
-    policy = conn.policy()
-    if policy is None:
-        return None
-    agent_id = conn.agent_id
-
-    def check(source: str, destination: str) -> str | None:
-        decision = policy.check_subtree_move(
-            relative_to_disk(source, agent_id), relative_to_disk(destination, agent_id)
-        )
-        return None if decision.reason is None else decision.reason.value
-
-    return check
-
-
-async def _rename(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, TwoPathRequest)
-    _protect_root(conn, request.path, request.to_path)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.manifest_rename(
-            request.path,
-            request.to_path,
-            writer=conn.writer(call, rename_map),
-            subtree_check=_subtree_check(conn),
-        ),
-        release,
-    )
-    _count_journal(conn, "rename", result.journal_seq)
-    return Outcome(OpReply(rename_map(result)))
-
-
-async def _link(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, TwoPathRequest)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.link(request.path, request.to_path, writer=conn.writer(call, created_answer)),
-        release,
-    )
-    _count_journal(conn, "link", result.journal_seq)
-    return Outcome(OpReply(created_answer(result)))
-
-
-async def _setattr(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, SetattrRequest)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.setattr(
-            request.path, writer=conn.writer(call, created_answer), **request.changes()
-        ),
-        release,
-    )
-    _count_journal(conn, "setattr", result.journal_seq)
-    return Outcome(OpReply(created_answer(result)))
-
-
-async def _symlink(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, SymlinkRequest)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.symlink(
-            request.path,
-            request.target,
-            uid=request.uid,
-            gid=request.gid,
-            writer=conn.writer(call, created_answer),
-        ),
-        release,
-    )
-    _count_journal(conn, "symlink", result.journal_seq)
-    return Outcome(OpReply(created_answer(result)))
-
-
-async def _mknod(conn: AgentConnection, call: Call, raw: memoryview, release: Release) -> Outcome:
-    request = call.request
-    assert isinstance(request, MknodRequest)
-    storage = await conn.storage()
-    result = await _given_way(
-        storage.mknod(
-            request.path,
-            kind=FileKind(request.kind),
-            mode=request.mode,
-            rdev=request.rdev,
-            uid=request.uid,
-            gid=request.gid,
-            writer=conn.writer(call, created_answer),
-        ),
-        release,
-    )
-    _count_journal(conn, "mknod", result.journal_seq)
-    return Outcome(OpReply(created_answer(result)))
 
 
 # The disk.
@@ -404,7 +160,7 @@ async def _journal_revert(
 ) -> Outcome:
     request = call.request
     assert isinstance(request, JournalRevertRequest)
-    _protect_root(conn, request.path)
+    protect_root(conn, request.path)
     storage = await conn.storage()
     metrics = conn.metrics
     try:
@@ -415,7 +171,7 @@ async def _journal_revert(
     metrics.count_journal_revert(
         conn.allocation, "noop" if result.journal_seq is None else "reverted"
     )
-    _count_journal(conn, "revert", result.journal_seq)
+    count_journal(conn, "revert", result.journal_seq)
     return Outcome(OpReply(revert_map(result)))
 
 
@@ -483,16 +239,16 @@ _HANDLERS = {
     Op.LIST: list_entries,
     Op.HEAD_FILE: _head_file,
     Op.MANIFEST_GET: _head_file,
-    Op.MANIFEST_PUT: _manifest_put,
-    Op.MANIFEST_DELETE: _manifest_delete,
-    Op.MANIFEST_RENAME: _rename,
-    Op.DIR_CREATE: _dir_create,
-    Op.DIR_REMOVE: _dir_remove,
-    Op.SETATTR: _setattr,
-    Op.SYMLINK: _symlink,
+    Op.MANIFEST_PUT: changes.manifest_put,
+    Op.MANIFEST_DELETE: changes.manifest_delete,
+    Op.MANIFEST_RENAME: changes.rename,
+    Op.DIR_CREATE: changes.dir_create,
+    Op.DIR_REMOVE: changes.dir_remove,
+    Op.SETATTR: changes.setattr,
+    Op.SYMLINK: changes.symlink,
     Op.READLINK: _readlink,
-    Op.MKNOD: _mknod,
-    Op.LINK: _link,
+    Op.MKNOD: changes.mknod,
+    Op.LINK: changes.link,
     Op.STATFS: _statfs,
     Op.CHUNK_GET: chunk_get,
     Op.CHUNK_PUT: chunk_put,
