@@ -151,15 +151,15 @@ class MountFS:
             # While changes it sends again for lost answers get none, those
             # waiting for them fail at once (L{NamespaceLock.stalled}).
             outbox.on_held(self._ctx.namespace_lock.stalled)
+        kept = KeptChunks(self._ctx)
+        listings = Listings(self._ctx, kept)
+        self._reads = NamespaceReads(self._ctx, listings)
+        self._creation = NodeCreation(self._ctx)
+        self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
         # Unlinks, rmdirs and renames that return once sent: one bound for all.
         namespace_hand_offs = NamespaceHandOffs(
             durable=self._ctx.settings.durable_close, connected=self._ctx.connected
         )
-        kept = KeptChunks(self._ctx)
-        listings = Listings(self._ctx, kept, namespace_hand_offs)
-        self._reads = NamespaceReads(self._ctx, listings)
-        self._creation = NodeCreation(self._ctx)
-        self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
         self._removals = Removals(self._ctx, namespace_hand_offs)
         self._renames = Renames(self._ctx, self._creation, namespace_hand_offs)
         # Closes that hand their commit off, and the write-backs nobody

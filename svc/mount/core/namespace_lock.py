@@ -13,7 +13,7 @@ updated; so an operation that may touch such a file waits until no commit
 is in flight:
 
  - C{async with lock:} holds the lock with no commit in flight (every
-   namespace change; a listing after a handed-off change failed);
+   namespace change, a listing);
  - C{async with lock.sending_commit():} holds the lock to send a commit
    (then counted with L{NamespaceLock.commit_sent} until the returned
    callable is called, once the mount's picture is updated from its
@@ -33,8 +33,7 @@ already shows the change; what waits for the answer is the directories'
 times as the server sets them (and, should the server refuse, the mount's
 picture is corrected). So every exclusive holder (C{async with lock:}) also
 waits until no handed-off change is in flight, while C{async with
-lock.handing_off():} -- the next removal or rename, or a listing while no
-handed-off change failed (L{svc.mount.ops.listings}) -- waits only for
+lock.handing_off():} -- the next removal or rename -- waits only for
 commits, so a stream of them (C{rm -r}, atomic saves) is pipelined.
 Commits and creates go on beside handed-off changes in flight: the server
 runs them in arrival order.

@@ -26,18 +26,8 @@ C{chunks} and C{inline_max}, ``dataplane-ops.md``).
    bytes, so C{grep -r}, C{cat *} or a build reading a directory pay a round
    trip per MiB of small files, not per file, and an C{ls} pays none.
 
-A listing runs under the namespace lock, with no commit in flight: a name
-created while its pages arrive must not be dropped by the listing that did
-not see it, nor a new file whose commit is in flight listed beside its
-pending node. It goes beside the handed-off unlinks, rmdirs and renames in
-flight (a fresh client's C{rm -r} lists each directory it enters): the
-data plane runs the listing after them, and their answers come, and are
-handled, before its own, so the listing shows what they left, a refused
-one's names included. Should one of them fail or lose its answer while the
-listing is out (the connection lost: the listing itself is sent again on
-the next connection, perhaps before the change is), the listing is not
-used but made again once the handed-off changes are settled, as it is
-whenever one failed since the last success (L{NamespaceHandOffs.failing}).
+A listing runs under the namespace lock, exclusively: a name created while
+its pages arrive must not be dropped by the listing that did not see it.
 Fetching bytes changes no names and takes no lock: what it brings is kept
 only for the file the table has under that name, with that data-plane inode
 and version.
@@ -56,7 +46,6 @@ from svc.mount.core.attributes import FileKind
 from svc.mount.core.extents import chunk_layout
 from svc.mount.core.fs_context import FSContext, join
 from svc.mount.core.inodes import Node
-from svc.mount.remote.namespace_hand_off import NamespaceHandOffs
 from svc.mount.remote.remote_values import ListedEntry, ListPage
 from svc.mount.writeback.kept_chunks import KeptChunks
 from svc.wire.messages import MAX_INLINE_BYTES, MAX_LIST_LIMIT
@@ -101,15 +90,9 @@ def lacks_bytes(node: Node, memo: ChunkMemo, most: int) -> bool:
 class Listings:
     """See the module docstring."""
 
-    def __init__(self, context: FSContext, kept: KeptChunks, hand_offs: NamespaceHandOffs) -> None:
-        """
-        @param hand_offs: the handed-off changes' health (shared with the
-            removals and renames): a listing goes beside them while none
-            failed.
-        """
+    def __init__(self, context: FSContext, kept: KeptChunks) -> None:
         self._ctx = context
         self._kept = kept
-        self._hand_offs = hand_offs
         self._too_large: set[int] = set()
         self._fetching: dict[int, tuple[str, Deferred[ListPage]]] = {}
 
@@ -129,22 +112,8 @@ class Listings:
         return await self._list(node, pages=LOOKUP_PAGES)
 
     async def _list(self, node: Node, pages: int | None) -> bool:
-        while True:
-            listed = await self._list_once(node, pages)
-            if listed is not None:
-                return listed
-
-    async def _list_once(self, node: Node, pages: int | None) -> bool | None:
-        """
-        L{_list}, once: whether the table knows C{node} whole now, or
-        L{None} when a handed-off change failed while the pages were out
-        (module docstring: list again).
-        """
         ctx = self._ctx
-        lock = ctx.namespace_lock
-        failures = self._hand_offs.failures
-        beside = not self._hand_offs.failing
-        async with lock.handing_off() if beside else lock:
+        async with ctx.namespace_lock:
             if pages is not None and node.complete:
                 return True  # listed while this waited for the lock
             rel = ctx.rel_of(node)
@@ -156,8 +125,6 @@ class Listings:
                 read += 1
                 entries.extend(page.entries)
                 if page.next_after is None:
-                    if self._hand_offs.failures != failures:
-                        return None
                     ctx.table.set_listing(node, [(e.name, e.attributes) for e in entries])
                     self._keep(node, rel, entries)
                     self._too_large.discard(node.ino)

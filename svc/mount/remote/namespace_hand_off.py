@@ -59,8 +59,6 @@ class NamespaceHandOffs:
         self._durable = durable
         self._connected = connected
         self._failed = False  # a handed-off change failed since the last success
-        self.failures = 0
-        """Handed-off changes failed (or answered no answer) so far."""
 
     def allowed(self, in_flight: int, *, read_only: bool) -> bool:
         """With C{in_flight} handed-off changes unanswered, whether one more may go."""
@@ -79,12 +77,6 @@ class NamespaceHandOffs:
     def failed(self) -> None:
         """A handed-off change failed: until one succeeds, changes wait for their answers."""
         self._failed = True
-        self.failures += 1
-
-    @property
-    def failing(self) -> bool:
-        """Whether a handed-off change failed (or got no answer) since the last success."""
-        return self._failed
 
 
 async def settled_at(ctx: FSContext, parent: int, name: bytes) -> None:

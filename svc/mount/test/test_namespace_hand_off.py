@@ -17,7 +17,6 @@ from svc.mount.core.attributes import AttributeChanges, Entry, OpenResult
 from svc.mount.core.fs_context import FSSettings
 from svc.mount.core.op_ticket import OpTicket, run_with_ticket
 from svc.mount.fs import ROOT_INODE
-from svc.mount.ops import listings
 from svc.mount.outbox.sender import DEFAULT_BACKOFF
 from svc.mount.remote.namespace_hand_off import NAMESPACE_HAND_OFF_MAX
 from svc.mount.test.test_fs_outbox import kill
@@ -158,54 +157,6 @@ class UnlinkHandOffTests(SynchronousTestCase):
         up[0] = True
         mount.answers.down = False
         self.assertIn("f0", self.fixture.mount().names("d"))
-
-    def test_a_listing_goes_beside_handed_off_unlinks(self) -> None:
-        """
-        A fresh client's listing (C{rm -r} enters one directory after
-        another) does not wait for the answers of the unlinks handed off
-        before it: the data plane runs it after them.
-        """
-        self.mount.ok(self.mount.fs.mkdir(ROOT_INODE, b"e", 0o755, CALLER))
-        self.mount.write_file("e/x", b"x")
-        fresh = self.fixture.mount()
-        fresh.lookup_path("d/f0")  # lists the root and d, not e
-        folder = fresh.lookup_path("d").ino
-        fresh.answers.hold("manifest_delete")
-        fresh.ok(fresh.fs.unlink(folder, b"f0", CALLER))
-        self.assertEqual(fresh.names("e"), ["x"])
-        self.assertEqual(fresh.answers.held, 1)
-        fresh.answers.release()
-        self.assertEqual(self.unlink_lines(fresh), [("/d/f0", True)])
-        self.assertEqual(sorted(self.fixture.mount().names("d")), ["f1", "f2"])
-        self.assertEqual(fresh.count("list"), 3)  # the root, d, e: each once
-
-    def test_a_listing_out_when_a_handed_off_change_loses_its_answer_is_made_again(
-        self,
-    ) -> None:
-        """
-        The connection is lost with a handed-off unlink not run yet and a
-        listing of its directory out (sent again on the next connection, a
-        listing may run before the unlink is sent again, and show the
-        name): that listing is not used; it is made again once the unlink,
-        sent again by the outbox's sender, is settled, and the name stays
-        gone.
-        """
-        self.patch(listings, "LOOKUP_PAGES", 0)  # lookups ask name by name
-        fresh = self.fixture.mount()
-        folder = fresh.lookup_path("d").ino
-        fresh.lookup_path("d/f0")  # known, in a directory not known whole
-        fresh.answers.hold("manifest_delete", "list", unsent=("manifest_delete",))
-        fresh.ok(fresh.fs.unlink(folder, b"f0", CALLER))
-        opened = fresh.fs.opendir(folder, CALLER)
-        self.assertNoResult(opened)
-        lists = fresh.count("list")
-        fresh.answers.release(lost=("manifest_delete",))
-        self.fixture.service.clock.advance(DEFAULT_BACKOFF.delay(1))
-        fresh.fs.releasedir(fresh.ok(opened))
-        self.assertEqual(fresh.count("list"), lists + 1, "listed again")
-        self.assertEqual(self.unlink_lines(fresh), [("/d/f0", True)])
-        self.assertEqual(sorted(fresh.names("d")), ["f1", "f2"])
-        self.assertEqual(sorted(self.fixture.mount().names("d")), ["f1", "f2"])
 
     def test_bounded_in_flight(self) -> None:
         """Beyond C{NAMESPACE_HAND_OFF_MAX} unanswered, an unlink waits for its own answer."""
