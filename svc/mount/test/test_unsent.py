@@ -9,7 +9,7 @@ from pathlib import Path
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.mount.writeback.unsent import PIECE_BYTES, UnsentFiles, copies_in
+from svc.mount.writeback.unsent import PIECE_BYTES, STAGING_PREFIX, UnsentFiles, copies_in
 from svc.testing.worker import ImmediateWorker
 
 NOW = 1_795_000_000.0  # 2026-11-18T...Z
@@ -63,6 +63,7 @@ class UnsentFilesTests(SynchronousTestCase):
 
         self.assertIsNone(self.save("big", b"x" * (2 * PIECE_BYTES), read))
         self.assertEqual([files for _, _, files in os.walk(self.directory) if files], [])
+        self.assertEqual(copies_in(self.directory), 0)
         self.assertEqual(len(self.flushLoggedErrors()), 0)
 
     def test_no_directory_saves_nothing(self) -> None:
@@ -90,3 +91,27 @@ class UnsentFilesTests(SynchronousTestCase):
         assert first is not None and second is not None
         self.assertEqual((first.read_bytes(), second.read_bytes()), (b"one", b"two"))
         self.assertEqual(second.parent.name, first.parent.name + ".2")
+
+    def test_a_copy_has_its_name_only_once_whole(self) -> None:
+        """
+        While the content is still being read, nothing is under the copy's
+        name (a mount killed then leaves no empty or short copy there); the
+        staging file is not counted as a copy.
+        """
+        second_piece: Deferred[bytes] = Deferred()
+
+        def read(offset: int, length: int) -> Deferred[bytes]:
+            return second_piece if offset else succeed(b"x" * length)
+
+        saving = Deferred.fromCoroutine(self.unsent.save("a/kept.txt", 7, PIECE_BYTES + 5, read))
+        self.assertNoResult(saving)
+        self.assertEqual(list(self.directory.rglob("kept.txt")), [])
+        [staging] = list(self.directory.iterdir())
+        self.assertTrue(staging.name.startswith(STAGING_PREFIX))
+        self.assertEqual(copies_in(self.directory), 0)
+        second_piece.callback(b"y" * 5)
+        saved = self.successResultOf(saving)
+        assert saved is not None
+        self.assertEqual(saved.read_bytes(), b"x" * PIECE_BYTES + b"y" * 5)
+        self.assertEqual([path.name for path in self.directory.iterdir()], [saved.parents[1].name])
+        self.assertEqual(copies_in(self.directory), 1)

@@ -11,6 +11,12 @@ C{<unsent directory>/<UTC time>-<inode>[.<n>]/<path in the disk>} (directories
 names that place in its warning. Nothing reads it back: recovering it is
 the operator's or the agent's business (``docs/guides/operator.md``).
 
+A copy appears under its name only whole: it is written and fsynced as
+C{<unsent directory>/.partial-<random>}, then hard-linked to its name (a
+name already taken moves it to the next C{.<n>}), and the staging name is
+removed. A mount killed while copying leaves at most a C{.partial-} file,
+which L{copies_in} does not count.
+
 A content that cannot be read whole (a part of it was committed before,
 is not in the chunk cache, and the data plane cannot be asked for it) is
 not saved: the partial copy is removed and the warning says so.
@@ -19,6 +25,7 @@ not saved: the partial copy is removed and the warning says so.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable
 from functools import partial
@@ -33,6 +40,9 @@ _log = Logger()
 
 PIECE_BYTES = 1 << 20
 """Bytes read from the file and written to the copy at a time."""
+
+STAGING_PREFIX = ".partial-"
+"""The name, under the unsent directory, of a copy being written."""
 
 
 class UnsentFiles:
@@ -63,9 +73,7 @@ class UnsentFiles:
         inside = Path(*(parts or ["unnamed"]))
         directory = self._directory
         try:
-            target, fd = await self._worker.submit(
-                lambda: _create_new(directory, f"{stamp}-{ino}", inside)
-            )
+            staging, fd = await self._worker.submit(lambda: _create_staging(directory))
         except OSError as error:
             _log.error("could not save the changes to {path}: {error}", path=rel, error=error)
             return None
@@ -78,6 +86,9 @@ class UnsentFiles:
                 await self._worker.submit(partial(_write_all, fd, piece, offset))
                 offset += len(piece)
             await self._worker.submit(lambda: os.fsync(fd))
+            return await self._worker.submit(
+                lambda: _publish(staging, directory, f"{stamp}-{ino}", inside)
+            )
         except Exception as error:
             _log.error(
                 "could not save the changes to {path} ({offset} of {size} bytes read): {error}",
@@ -86,10 +97,9 @@ class UnsentFiles:
                 size=size,
                 error=error,
             )
-            await self._worker.submit(lambda: _drop(fd, target))
             return None
-        await self._worker.submit(lambda: os.close(fd))
-        return target
+        finally:
+            await self._worker.submit(lambda: _drop(fd, staging))
 
     async def remove(self, copy: Path) -> None:
         """Remove a copy L{save} made (and its folders, once empty); failures are logged."""
@@ -103,10 +113,15 @@ class UnsentFiles:
 
 
 def copies_in(directory: Path) -> int:
-    """How many copies C{directory} holds (0 when it does not exist)."""
+    """How many whole copies C{directory} holds (0 when it does not exist)."""
     if not directory.is_dir():
         return 0
-    return sum(len(files) for _folder, _dirs, files in os.walk(directory))
+    return sum(
+        1
+        for folder, _dirs, files in os.walk(directory)
+        for name in files
+        if not (Path(folder) == directory and name.startswith(STAGING_PREFIX))
+    )
 
 
 def _remove(path: Path, root: Path) -> None:
@@ -121,32 +136,53 @@ def _remove(path: Path, root: Path) -> None:
         folder = folder.parent
 
 
-def _create_new(directory: Path, folder: str, inside: Path) -> tuple[Path, int]:
+def _create_staging(directory: Path) -> tuple[Path, int]:
+    """A new staging file under C{directory} (made 0700 if missing), open for writing."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    while True:
+        staging = directory / f"{STAGING_PREFIX}{secrets.token_hex(8)}"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            return staging, os.open(staging, flags, 0o600)
+        except FileExistsError:
+            continue
+
+
+def _publish(staging: Path, directory: Path, folder: str, inside: Path) -> Path:
     """
-    A new copy's path and open descriptor: C{directory/folder/inside}, or
-    with C{.2}, C{.3} ... after C{folder} when that is taken (two copies of
-    one inode within a second).
+    Link the whole, fsynced C{staging} file to C{directory/folder/inside},
+    or with C{.2}, C{.3} ... after C{folder} when that is taken (two copies
+    of one inode within a second); the path it got.
     """
     for number in range(1, 1000):
         name = folder if number == 1 else f"{folder}.{number}"
         target = directory / name / inside
+        _make_folders(target.parent)
         try:
-            return target, _create(target)
+            os.link(staging, target, follow_symlinks=False)
         except FileExistsError:
             continue
+        _fsync_folder(target.parent)
+        return target
     raise FileExistsError(f"no free name for {folder}/{inside} under {directory}")
 
 
-def _create(target: Path) -> int:
-    """Make C{target}'s directories (each 0700) and open it new (0600) for writing."""
+def _make_folders(folder: Path) -> None:
+    """Make C{folder} and the folders above it that are missing, each 0700."""
     missing: list[Path] = []
-    folder = target.parent
     while not folder.exists():
         missing.append(folder)
         folder = folder.parent
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o700, exist_ok=True)
-    return os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    for each in reversed(missing):
+        each.mkdir(mode=0o700, exist_ok=True)
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes, offset: int) -> None:
@@ -157,6 +193,6 @@ def _write_all(fd: int, data: bytes, offset: int) -> None:
         offset += written
 
 
-def _drop(fd: int, target: Path) -> None:
+def _drop(fd: int, staging: Path) -> None:
     os.close(fd)
-    target.unlink(missing_ok=True)
+    staging.unlink(missing_ok=True)
