@@ -57,6 +57,7 @@ from svc.mount.remote.outside_changes import apply_outside_changes
 from svc.mount.remote.quota_room import QuotaRoom
 from svc.mount.remote.quota_source import quota_report
 from svc.mount.writeback.close_hand_off import HandOffs
+from svc.mount.writeback.file_records import FileRecords
 from svc.mount.writeback.file_write_back import WriteBack
 from svc.mount.writeback.kept_chunks import KeptChunks
 from svc.policy import UNRESTRICTED, PathPolicy
@@ -168,7 +169,9 @@ class MountFS:
             durable_close=self._ctx.settings.durable_close, quota=quota, connected=connected
         )
         write_back = WriteBack(self._ctx, hand_offs, kept)
-        self._closes = FileCloses(self._ctx, self._creation, hand_offs, write_back)
+        self._closes = FileCloses(
+            self._ctx, self._creation, hand_offs, write_back, FileRecords(self._ctx)
+        )
         self._writes = FileWrites(self._ctx, write_back)
         self._files = FileOps(
             self._ctx,

@@ -55,6 +55,11 @@ class RemoteFailure(FSError):
         self.unknown = unknown
 
 
+def no_answer(error: FSError | None) -> bool:
+    """Whether C{error} says the data plane gave no answer (not a refusal)."""
+    return isinstance(error, RemoteFailure) and error.wire is None
+
+
 def local_errno(wire: WireErrno) -> int:
     """
     The local errno with the same name as C{wire}; EIO when this platform

@@ -81,10 +81,15 @@ class FileState:
         writing (another connection holds it): its closes wait for their
         commits' answers until a lease is held (``mount-consistency.md``
         section 6).
-    @ivar empty_recorded: the outbox entry an empty close recorded, which
-        left its commit to a later close or the release
-        (``mount-outbox.md`` section 8): settled once that commit is
-        recorded or ended, or the file never reaches the data plane.
+    @ivar recorded: an outbox entry recording the file's content, unsent
+        or unanswered, that its next commit replaces (``mount-outbox.md``
+        section 8): an empty close's, which left its commit to a later
+        close or the release, or the last commit's when it got no answer,
+        or a kept file's. Settled once a later commit is recorded, or a
+        write-back ends with nothing left to commit, or the file never
+        reaches the data plane, or its state is let go.
+    @ivar recorded_at: the layout's C{edits} and L{attribute_changes} when
+        L{recorded} was recorded (L{recorded_now}).
     """
 
     def __init__(
@@ -111,7 +116,8 @@ class FileState:
         self.replaces_version: int | None = None
         self.replay_via: tuple[int, str] | None = None
         self.uncached = False
-        self.empty_recorded: Commit | None = None
+        self.recorded: Commit | None = None
+        self.recorded_at: tuple[int, int] | None = None
         self.lock = FileLock()
         self.lock.contended = self.revoke_grant
         self._grant_guard = threading.Lock()
@@ -310,6 +316,15 @@ class FileState:
             self.mtime_ns = mtime_ns
         if atime_ns is not None:
             self.atime_ns = atime_ns
+
+    def changes_now(self) -> tuple[int, int]:
+        """The layout's edits and the attribute changes so far (L{recorded_at})."""
+        return (self.layout.edits, self.attribute_changes)
+
+    @property
+    def recorded_now(self) -> bool:
+        """Whether L{recorded} records the file as it stands (nothing changed since)."""
+        return self.recorded is not None and self.recorded_at == self.changes_now()
 
     def kept_since(self, changes_sent: int | None) -> bool:
         """

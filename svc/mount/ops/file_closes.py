@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 
 from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.mount.core.attributes import FileKind
-from svc.mount.core.errors import FSError, RemoteFailure
+from svc.mount.core.errors import FSError, no_answer
 from svc.mount.core.file_state import FileState
 from svc.mount.core.fs_context import FSContext
 from svc.mount.core.inodes import Node
@@ -28,6 +28,7 @@ from svc.mount.core.open_files import Handle
 from svc.mount.ops.node_creation import NodeCreation
 from svc.mount.ops.unsaved_changes import UnsavedChanges
 from svc.mount.writeback.close_hand_off import HandOffs
+from svc.mount.writeback.file_records import FileRecords
 from svc.mount.writeback.file_write_back import WriteBack
 from svc.mount.writeback.kept_write_backs import KeptWriteBacks, Try
 
@@ -47,11 +48,13 @@ class FileCloses:
         creation: NodeCreation,
         hand_offs: HandOffs,
         write_back: WriteBack,
+        records: FileRecords,
     ) -> None:
         self._ctx = context
         self._creation = creation
         self._hand_offs = hand_offs
         self._write_back = write_back
+        self._records = records
         # Files whose last release could not reach the data plane.
         self._kept = KeptWriteBacks(context.clock)
         self._unsaved = UnsavedChanges(context, creation)
@@ -113,7 +116,7 @@ class FileCloses:
             return True
         # An empty close is recorded in the outbox (on the reactor) once.
         return self._empty_close_waits(state, node) and (
-            self._ctx.outbox is None or state.empty_recorded is not None
+            self._ctx.outbox is None or state.recorded_now
         )
 
     def _empty_close_waits(self, state: FileState, node: Node) -> bool:
@@ -156,7 +159,7 @@ class FileCloses:
         node = ctx.table.get(state.ino)
         due = state.dirty or (node is not None and node.pending)
         if due and node is not None and self._empty_close_waits(state, node):
-            self._write_back.record_empty(state, node)
+            self._records.record_empty(state)
             return
         if (
             due
@@ -239,6 +242,7 @@ class FileCloses:
         keep: bool,
         write: bool = True,
         try_first: bool = True,
+        last: bool = False,
     ) -> bool:
         """L{release}; whether the file was kept (never without C{write}: no write-back)."""
         ctx = self._ctx
@@ -248,7 +252,7 @@ class FileCloses:
         self._hand_offs.started()
         try:
             return await self._release_state(
-                handle.state, caller, keep=keep, write=write, try_first=try_first
+                handle.state, caller, keep=keep, write=write, try_first=try_first, last=last
             )
         finally:
             self._hand_offs.finished()
@@ -292,18 +296,22 @@ class FileCloses:
         keep: bool,
         write: bool = True,
         try_first: bool = True,
+        last: bool = False,
     ) -> bool:
         """
         The release of a handle of C{state}: with no handle left, write it
         back (unless not C{write}), then let it go, or keep it (C{keep},
         L{_keeps}; at once, without writing back, when not C{try_first});
-        whether it was kept.
+        whether it was kept. C{last}: shutdown's last attempt at a kept
+        file; changes still not written back stay recorded in the outbox
+        for the next mount on the cache when a record of them as they stand
+        exists (L{_left_recorded}), else they are given up.
         """
         ctx = self._ctx
         if state.handles:
             return False
         if write and keep and not try_first and self._may_keep(state):
-            self._keep(state, caller, "the data plane's connection is down")
+            await self._keep(state, caller, "the data plane's connection is down")
             return True
         failure: FSError | None = None
         try:
@@ -317,19 +325,22 @@ class FileCloses:
                     break
         except FSError as error:
             if keep and self._keeps(state, error):
-                self._keep(state, caller, error)
+                await self._keep(state, caller, error)
                 return True
             failure = error
         if ctx.files.retire_if_idle(state):
-            # Written back, given up (and saved) or never to reach the data plane.
-            self._write_back.settle_empty(state, state.empty_recorded)
-            ctx.leases.release(state.ino)
+            # Written back, given up (and saved), left recorded for the next
+            # mount, or never to reach the data plane.
             node = ctx.table.get(state.ino)
+            left = last and self._left_recorded(state, node)
+            if not left:
+                self._records.settle(state, state.recorded)
+            ctx.leases.release(state.ino)
             discarded = state.dirty
-            await self._unsaved.let_go(state, node, discarded=discarded)
-            if node is not None and node.pending:
+            await self._unsaved.let_go(state, node, discarded=discarded and not left)
+            if node is not None and node.pending and not left:
                 # Not worth another wait when the data plane was out of reach.
-                await self._unsaved.settle_pending(node, reach=write and not _out_of_reach(failure))
+                await self._unsaved.settle_pending(node, reach=write and not no_answer(failure))
             done = state.close()
             if discarded:
                 # The kernel cached the discarded size and pages (long
@@ -348,13 +359,31 @@ class FileCloses:
             raise failure
         return False
 
+    def _left_recorded(self, state: FileState, node: Node | None) -> bool:
+        """
+        Shutdown: whether C{state}'s changes, not written back, stay in the
+        outbox for the next mount on the cache (its record holds the file as
+        it stands), said in the log.
+        """
+        if not (state.recorded_now and (state.dirty or (node is not None and node.pending))):
+            return False
+        path = None if node is None else self._ctx.table.path_of(node)
+        _log.warn(
+            "could not write back {path} (inode {ino}) before stopping: its {size} bytes"
+            " stay in the outbox, and the next mount on this cache sends them",
+            path=path,
+            ino=state.ino,
+            size=state.size,
+        )
+        return True
+
     def _keeps(self, state: FileState, error: FSError) -> bool:
         """
         Whether a last release whose write-back failed with C{error} keeps
         the file for a later attempt: the data plane gave no answer (the
         connection could not be had, or was lost), and L{_may_keep}.
         """
-        return _out_of_reach(error) and self._may_keep(state)
+        return no_answer(error) and self._may_keep(state)
 
     def _may_keep(self, state: FileState) -> bool:
         """
@@ -369,15 +398,36 @@ class FileCloses:
             and self._kept.room()
         )
 
-    def _keep(self, state: FileState, caller: CallerProcess, error: object) -> None:
+    async def _keep(self, state: FileState, caller: CallerProcess, error: object) -> None:
         """
         Keep C{state} open (a handle of the mount's own, so its state,
-        spill file and write lease stay) and leave its write-back to
-        L{KeptWriteBacks}: each attempt releases that handle again, which
-        writes back and, failing the same way, keeps it again.
+        spill file and write lease stay), record its content in the outbox
+        unless a record of it as it stands exists (L{FileRecords.record_kept}:
+        a mount killed meanwhile leaves it to the next one on the cache), and
+        leave its write-back to L{KeptWriteBacks}: each attempt releases that
+        handle again, which writes back and, failing the same way, keeps it
+        again.
         """
         handle = self._ctx.files.open(state, writable=True)
-        if state.ino not in self._kept:
+        first = state.ino not in self._kept
+
+        async def attempt(how: Try) -> bool:
+            try:
+                kept = await self._release(
+                    handle.fh,
+                    caller,
+                    keep=how is Try.AGAIN,
+                    write=how is not Try.GIVE_UP,
+                    last=how is not Try.AGAIN,
+                )
+            except FSError as failure:  # the changes discarded (and logged) by the release
+                return not no_answer(failure)
+            return not kept and how is not Try.GIVE_UP
+
+        self._kept.keep(state.ino, attempt)
+        # An attempt waits for the file's lock, which the record holds.
+        await self._records.record_kept(state)
+        if first:
             _log.warn(
                 "could not write back inode {ino} ({error}): its {size} bytes are kept "
                 "and written back once the data plane answers",
@@ -385,20 +435,3 @@ class FileCloses:
                 error=error,
                 size=state.size,
             )
-        self._unsaved.copy_kept(state)
-
-        async def attempt(how: Try) -> bool:
-            try:
-                kept = await self._release(
-                    handle.fh, caller, keep=how is Try.AGAIN, write=how is not Try.GIVE_UP
-                )
-            except FSError as failure:  # the changes discarded (and logged) by the release
-                return not _out_of_reach(failure)
-            return not kept and how is not Try.GIVE_UP
-
-        self._kept.keep(state.ino, attempt)
-
-
-def _out_of_reach(error: FSError | None) -> bool:
-    """Whether C{error} says the data plane gave no answer (not a refusal)."""
-    return isinstance(error, RemoteFailure) and error.wire is None

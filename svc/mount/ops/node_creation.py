@@ -30,7 +30,7 @@ from svc.mount.core.client_audit import audit_path
 from svc.mount.core.errors import FSError
 from svc.mount.core.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.core.inodes import Node
-from svc.mount.outbox.recorded import settle_empty
+from svc.mount.outbox.recorded import settle_record
 from svc.mount.remote.namespace_hand_off import settled_at
 from svc.mount.remote.unanswered import send_change
 
@@ -275,7 +275,7 @@ class NodeCreation:
         if state is not None:
             state.version = created.version
             # The mknod, recorded itself, made what an empty close recorded.
-            settle_empty(ctx.outbox, state, state.empty_recorded)
+            settle_record(ctx.outbox, state, state.recorded)
 
     async def _mknod(
         self, rel: str, kind: FileKind, mode: int, rdev: int, uid: int, gid: int

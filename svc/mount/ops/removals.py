@@ -27,7 +27,7 @@ from svc.mount.core.attributes import FileKind
 from svc.mount.core.errors import FSError
 from svc.mount.core.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.core.inodes import Node
-from svc.mount.outbox.recorded import settle_empty
+from svc.mount.outbox.recorded import settle_record
 from svc.mount.remote.namespace_hand_off import (
     HandedRemoval,
     NamespaceHandOffs,
@@ -128,7 +128,7 @@ class Removals:
         """
         state = self._ctx.files.state(node.ino)
         if state is not None and not node.names:
-            settle_empty(self._ctx.outbox, state, state.empty_recorded)
+            settle_record(self._ctx.outbox, state, state.recorded)
 
     def _save_to_replay_dropped(self, node: Node) -> bool:
         """

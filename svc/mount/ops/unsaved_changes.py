@@ -1,18 +1,14 @@
 """
 What becomes of changes a file's last release could not write back
 (``docs/specifications/mount-consistency.md`` section 2.5, "Changes kept
-through an outage"; ``operator.md`` section 4): a copy of a kept file's
-content on the mount's disk while it is kept (under the cache's C{unsent}
-directory, L{svc.mount.writeback.unsent}), the changes given up with the file saved
-there first and a warning saying where, and a new file that never reached
-the data plane made empty or its name dropped.
+through an outage"; ``operator.md`` section 4): the changes given up with
+the file saved first under the cache's C{unsent} directory
+(L{svc.mount.writeback.unsent}) and a warning saying where, and a new file
+that never reached the data plane made empty or its name dropped.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from svc.mount.core.errors import FSError
@@ -30,88 +26,23 @@ class UnsavedChanges:
     def __init__(self, context: FSContext, creation: NodeCreation) -> None:
         self._ctx = context
         self._creation = creation
-        self._kept_copies: dict[int, tuple[Path, int]] = {}
-        """Kept files' copies on the mount's disk: the path, and the layout's edits then."""
 
     async def let_go(self, state: FileState, node: Node | None, *, discarded: bool) -> None:
-        """
-        C{state} is let go by its last release: its changes given up when
-        C{discarded} (L{_discarding}), else written back, so the copy made
-        while it was kept is not needed.
-        """
-        held = self._kept_copies.pop(state.ino, None)
+        """C{state} is let go by its last release: its changes given up when C{discarded}."""
         if discarded:
-            await self._discarding(state, node, held)
-        elif held is not None:
-            await self._ctx.unsent.remove(held[0])
+            await self._discarding(state, node)
 
-    def copy_kept(self, state: FileState) -> None:
-        """
-        A kept file lives in the mount's memory and spill files: keep a copy
-        of its content on the mount's disk too (L{svc.mount.writeback.unsent}), so that
-        a mount killed before the data plane answers loses nothing. Made
-        again when the content changed since the last copy; removed once the
-        file is written back (L{let_go}).
-        """
-        ctx = self._ctx
-        ino = state.ino
-        held = self._kept_copies.get(ino)
-        edits = state.layout.edits
-        if held is not None and held[1] == edits:
-            return
-        node = ctx.table.get(ino)
-        rel = ctx.table.path_of(node) if node is not None else None
-        if rel is None:
-            return
-
-        async def copying() -> None:
-            async with state.lock:
-                if ctx.files.state(ino) is not state:
-                    return  # retired meanwhile
-                saved = await ctx.unsent.save(rel, ino, state.size, state.read)
-            if saved is None:
-                return
-            if ctx.files.state(ino) is not state:
-                await ctx.unsent.remove(saved)  # retired while it was being copied
-                return
-            previous = self._kept_copies.get(ino)
-            self._kept_copies[ino] = (saved, edits)
-            if previous is not None and previous[0] != saved:
-                await ctx.unsent.remove(previous[0])
-
-        Deferred.fromCoroutine(copying()).addErrback(
-            lambda failure: _log.failure("copying kept inode {ino} failed", failure, ino=ino)
-        )
-
-    async def _discarding(
-        self, state: FileState, node: Node | None, held: tuple[Path, int] | None
-    ) -> None:
+    async def _discarding(self, state: FileState, node: Node | None) -> None:
         """
         C{state}'s changes are given up: its content is saved on the mount's
-        disk first, when it still has a name (L{svc.mount.writeback.unsent}; the copy
-        made while it was kept, C{held}, serves when the content has not
-        changed since), and the warning says where.
+        disk first, when it still has a name (L{svc.mount.writeback.unsent}),
+        and the warning says where.
         """
         ctx = self._ctx
         rel = ctx.table.path_of(node) if node is not None else None
-        if held is not None and held[1] == state.layout.edits:
-            saved: Path | None = held[0]
-        elif rel is not None:
-            saved = await ctx.unsent.save(rel, state.ino, state.size, state.read)
-            if held is not None:
-                if saved is None:
-                    _log.warn(
-                        "the copy of inode {ino} made while it was kept, older than the"
-                        " changes given up, stays at {copy}",
-                        ino=state.ino,
-                        copy=str(held[0]),
-                    )
-                else:
-                    await ctx.unsent.remove(held[0])
-        else:
-            saved = None
-            if held is not None:
-                await ctx.unsent.remove(held[0])  # unlinked: nobody can want it
+        saved = (
+            None if rel is None else await ctx.unsent.save(rel, state.ino, state.size, state.read)
+        )
         if saved is None and rel is None:
             # Unlinked: its changes go with it, as on any file system.
             _log.info(

@@ -8,6 +8,9 @@ answered can replay them.
     held.hold(entry.seq, {chunk.hash: data, ...})   # before the entry is appended
     held.release(entry.seq)                          # when it settles
 
+A holder is an entry's seq, or (negative) a staging: chunks written piece
+by piece before their entry is appended, then L{HeldChunks.transfer}red to it.
+
 Each chunk is the file C{<hash>} (64 lowercase hex digits), written to
 C{<hash>.tmp} and renamed, so a killed writer leaves no torn chunk under
 its name; no C{fsync} (the log has none either). A chunk is kept while any
@@ -87,6 +90,14 @@ class HeldChunks:
             if name not in self._holders:
                 self._write(name, data)
             self._holders.setdefault(name, set()).add(seq)
+            self._held_by.setdefault(seq, set()).add(name)
+
+    def transfer(self, source: int, seq: int) -> None:
+        """The chunks held for C{source} (a staging, L{Outbox.staging}) are now held for C{seq}."""
+        for name in self._held_by.pop(source, ()):
+            seqs = self._holders[name]
+            seqs.discard(source)
+            seqs.add(seq)
             self._held_by.setdefault(seq, set()).add(name)
 
     def release(self, seq: int) -> None:

@@ -79,6 +79,7 @@ class Outbox:
         self._in_reactor = in_reactor
         self._lock = threading.Lock()
         self._content_bytes = 0
+        self._stagings = 0  # the last staging's (negative) holder number
         self._refused = False
         self._stopped = False
         self._sender: OutboxSender | None = None
@@ -191,15 +192,21 @@ class Outbox:
     # Any thread.
 
     def append(
-        self, make: Callable[[int], E], chunks: Mapping[str, bytes] = {}, *, send: bool = True
+        self,
+        make: Callable[[int], E],
+        chunks: Mapping[str, bytes] = {},
+        *,
+        send: bool = True,
+        staged: int | None = None,
     ) -> E:
         """
         Persist the entry C{make} builds with the next seq (and C{chunks},
-        the bytes it adds, first), then hand it to the sender (C{OSError}
-        when it cannot be written, or after L{stop}). Not C{send}:
-        the caller sends the entry's request itself (tagged with L{tag}) and
-        calls L{done} once it has seen it through; the entry is only
-        replayed if the mount dies before that.
+        the bytes it adds, first; or the chunks C{staged} with L{stage}),
+        then hand it to the sender (C{OSError} when it cannot be written,
+        or after L{stop}). Not C{send}: the caller sends the entry's
+        request itself (tagged with L{tag}) and calls L{done} once it has
+        seen it through; the entry is only replayed if the mount dies
+        before that.
         """
         if self._stopped:
             raise OSError(errno.EBADF, "the outbox is stopped")
@@ -208,11 +215,38 @@ class Outbox:
             entry = self._log.append(
                 lambda seq: self._holding(make(seq), {} if carried else chunks), carried
             )
+            if staged is not None:
+                self._held.transfer(staged, entry.seq)
             if isinstance(entry, Commit):
                 self._content_bytes += entry.size
         if send:
             self._in_reactor(lambda: self._send(entry))
         return entry
+
+    @property
+    def stopped(self) -> bool:
+        """Whether L{stop} was called (nothing is appended or settled any more)."""
+        return self._stopped
+
+    def staging(self) -> int:
+        """
+        A new staging: chunks written one by one (L{stage}) before the
+        entry that holds them is appended (L{append}'s C{staged}), so a big
+        content is never whole in memory. L{unstage} if it is not appended.
+        """
+        with self._lock:
+            self._stagings -= 1
+            return self._stagings
+
+    def stage(self, staging: int, name: str, data: bytes | memoryview) -> None:
+        """Any thread: write chunk C{name} for C{staging} (at once, unless held already)."""
+        with self._lock:
+            self._held.hold(staging, {name: data})
+
+    def unstage(self, staging: int) -> None:
+        """Any thread: C{staging} will not be appended; its chunks go unless held."""
+        with self._lock:
+            self._held.release(staging)
 
     def tag(self, entry: Entry) -> OutboxTag:
         """The C{outbox} field of C{entry}'s request."""

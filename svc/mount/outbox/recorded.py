@@ -6,8 +6,8 @@ if this one dies first.
 
 L{commit_entry} is the entry of a L{CommitRequest}; L{new_chunk_bytes}
 reads the bytes the entry must hold (its chunks not in its base);
-L{settle_empty} settles the record of an empty close that left its commit
-to a later one.
+L{take_record} and L{settle_record} keep L{FileState.recorded}, the record
+of a file's content that its next commit replaces.
 """
 
 from __future__ import annotations
@@ -72,16 +72,29 @@ async def new_chunk_bytes(
     return found
 
 
-def settle_empty(outbox: Outbox | None, state: FileState, entry: Commit | None) -> None:
+def settle_record(outbox: Outbox | None, state: FileState, entry: Commit | None) -> None:
     """
-    Reactor: C{entry}, the record of C{state}'s empty close
-    (L{svc.mount.writeback.file_write_back.WriteBack.record_empty}), is no longer
-    needed: a later commit of the file was recorded or ended, or the file
-    will never reach the data plane. Nothing when C{entry} is not the
-    state's record (already settled).
+    Reactor: C{entry}, the record of C{state}'s content
+    (L{FileState.recorded}), is no longer needed: a later commit of the file
+    was recorded or ended, or the file will never reach the data plane.
+    Nothing when C{entry} is not the state's record (already settled).
     """
-    if entry is None or state.empty_recorded is not entry:
+    if entry is None or state.recorded is not entry:
         return
-    state.empty_recorded = None
+    state.recorded = None
+    state.recorded_at = None
     if outbox is not None:
         outbox.done(entry)
+
+
+def take_record(
+    outbox: Outbox | None, state: FileState, entry: Commit, at: tuple[int, int]
+) -> None:
+    """
+    Reactor: C{entry}, recorded when C{state} stood at C{at}
+    (L{FileState.changes_now}), is the file's record now; the one before
+    it, if any, is settled (C{entry} replaces it).
+    """
+    settle_record(outbox, state, state.recorded)
+    state.recorded = entry
+    state.recorded_at = at

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from svc.mount.outbox.outbox import INLINE_HELD_BYTES
 from svc.mount.test.test_fs_close import create
+from svc.mount.test.test_fs_outbox import kill
 from svc.mount.test.test_fs_support import CALLER, FSFixture, Mount
 from svc.mount.writeback.kept_write_backs import PAUSE_INITIAL
 
@@ -42,7 +45,8 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.fixture = FSFixture(self)
         self.up = [True]
-        self.mount = self.fixture.mount(connected=lambda: self.up[0])
+        self.cache = Path(self.mktemp())
+        self.mount = self.fixture.mount(connected=lambda: self.up[0], outbox_dir=self.cache)
         self.answers = self.mount.answers
         self.clock = self.fixture.service.clock
 
@@ -164,65 +168,117 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.assertEqual(self.mount.count("manifest_put"), puts, "nothing left to commit")
         self.assertEqual(self.on_server("f"), b"first+second")
 
-    def test_a_kept_file_has_a_copy_on_the_mount_disk_until_written_back(self) -> None:
-        """
-        While kept (in the mount's memory and spill files), the file also has
-        a copy on the mount's disk, so a killed mount loses nothing; once
-        written back, the copy goes.
-        """
-        opened = create(self.mount, "f", b"kept")
+    def keep(self, name: str, data: bytes) -> None:
+        """Create C{name} with C{data}; the outage begins; its close fails, its release keeps it."""
+        opened = create(self.mount, name, data)
         self.outage()
-        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.assertEqual(self.mount.errno(self.mount.fs.flush(opened.fh, CALLER)), errno.EIO)
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
-        self.assertEqual(saved_files(self.mount), [("f", b"kept")])
+        self.assertEqual(self.mount.fs.kept_files, 1)
+
+    def next_mount(self) -> Mount:
+        """The mount is killed; the data plane is back; the next mount on the same cache."""
+        kill(self.mount)
+        self.back()
+        return self.fixture.mount(outbox_dir=self.cache, epoch=2)
+
+    def test_a_kept_file_is_recorded_until_written_back(self) -> None:
+        """
+        While kept (in the mount's memory and spill files), the file's
+        content is also recorded in the outbox, unsent; once written back,
+        the record settles. Nothing is copied under C{unsent}.
+        """
+        self.keep("f", b"kept")
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
         self.back()
         self.clock.advance(PAUSE_INITIAL)
         self.assertEqual(self.on_server("f"), b"kept")
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
         self.assertEqual(saved_files(self.mount), [])
 
-    def test_the_copy_follows_writes_made_while_kept(self) -> None:
+    def test_a_mount_killed_while_a_file_is_kept_leaves_it_to_the_next(self) -> None:
         """
-        Reopened, written and closed again while the outage lasts: the copy
-        is made again with the new content (one copy, not two).
+        The mount dies while the file is kept: the next mount on the same
+        cache sends the recorded content before it serves.
         """
-        opened = create(self.mount, "f", b"first")
-        self.outage()
-        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
-        self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.keep("f", b"kept through the outage")
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), b"kept through the outage")
+        self.assertEqual(after.outbox.backlog().entries, 0)
+
+    def test_a_big_kept_file_is_recorded_in_chunk_files(self) -> None:
+        """
+        A kept file's new chunks over INLINE_HELD_BYTES go to the outbox's
+        chunk files as they are cut, and the next mount sends them.
+        """
+        data = os.urandom(3 * INLINE_HELD_BYTES)
+        self.keep("big", data)
+        self.assertGreaterEqual(len(list((self.cache / "chunks").iterdir())), 1)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("big"), data)
+        self.assertEqual(list((self.cache / "chunks").iterdir()), [])
+
+    def test_the_record_follows_writes_made_while_kept(self) -> None:
+        """
+        Reopened, written and closed again while the outage lasts: the file
+        is recorded again with the new content, in place of the first
+        record (one record, not two), and that is what a killed mount leaves.
+        """
+        self.keep("f", b"first")
         again = self.mount.ok(
             self.mount.fs.open(self.mount.lookup_path("f").ino, os.O_RDWR, CALLER)
         )
         self.mount.ok(self.mount.fs.write(again.fh, 5, b"+second", CALLER))
         self.mount.fs.flush(again.fh, CALLER).addErrback(lambda _: None)
         self.mount.ok(self.mount.fs.release(again.fh, CALLER))
-        self.clock.advance(PAUSE_INITIAL)  # a round: kept again, copied again
-        self.assertEqual(saved_files(self.mount), [("f", b"first+second")])
+        self.clock.advance(PAUSE_INITIAL)  # a round: kept again
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), b"first+second")
 
-    def test_shutdown_discards_what_still_cannot_be_written_back(self) -> None:
+    def test_a_handed_off_commit_left_unanswered_stays_recorded(self) -> None:
         """
-        The last round's failure is final: the changes are discarded (the
-        spill file removed) and no retry stays scheduled.
+        A close handed its commit off, and the connection was lost before
+        the answer: the commit's record stays (it is the file's record)
+        through the keep, not recorded a second time.
         """
-        opened = create(self.mount, "f", b"x" * (4 << 20))
+        opened = create(self.mount, "f", b"handed off")
+        self.answers.hold("manifest_put", unsent=["manifest_put"])
+        self.mount.ok(self.mount.fs.flush(opened.fh, CALLER))
         self.outage()
-        self.mount.fs.flush(opened.fh, CALLER).addErrback(lambda _: None)
+        self.answers.release(lost=True)
         self.mount.ok(self.mount.fs.release(opened.fh, CALLER))
+        self.assertEqual(self.mount.fs.kept_files, 1)
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), b"handed off")
+
+    def test_shutdown_leaves_what_still_cannot_be_written_back_to_the_next_mount(self) -> None:
+        """
+        The last round's failure is final for this mount: the file is let go
+        (the spill file removed, no retry scheduled) and its changes stay
+        recorded in the outbox, not copied; the next mount on the cache
+        sends them.
+        """
+        data = os.urandom(4 << 20)
+        self.keep("f", data)
         self.assertEqual(len(spill_files(self.mount)), 1, "kept: its spill file stays")
         retries = len(self.clock.getDelayedCalls())
         self.mount.ok(self.mount.fs.last_write_backs())
         self.assertEqual(self.mount.fs.kept_files, 0)
         self.assertEqual(spill_files(self.mount), [])
         self.assertEqual(len(self.clock.getDelayedCalls()), retries - 1)
-        self.back()
-        self.assertIn(self.on_server("f"), (None, b""), "its content never committed")
-        self.assertEqual(saved_files(self.mount), [("f", b"x" * (4 << 20))], "one copy")
+        self.assertEqual(self.mount.outbox.backlog().entries, 1)
+        self.assertEqual(saved_files(self.mount), [], "recorded, not copied")
+        after = self.next_mount()
+        self.assertEqual(after.read_file("f"), data)
 
-    def test_shutdown_during_the_outage_tries_once_and_gives_up_the_rest(self) -> None:
+    def test_shutdown_during_the_outage_tries_once_and_leaves_the_rest(self) -> None:
         """
         Three kept files, the data plane still out of reach at shutdown: one
-        last attempt (one more C{flush} line), then the other two are
-        discarded without trying, so shutdown does not wait a connection
-        wait per file.
+        last attempt (one more C{flush} line), then the other two are let go
+        without trying, so shutdown does not wait a connection wait per
+        file; all three stay recorded for the next mount.
         """
         handles = [create(self.mount, name, name.encode()) for name in ("a", "b", "c")]
         self.outage()
@@ -233,11 +289,13 @@ class KeptThroughAnOutageTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.last_write_backs())
         self.assertEqual(len(self.mount.events("flush")) - lines, 1)
         self.assertEqual(self.mount.fs.kept_files, 0)
+        self.assertEqual(saved_files(self.mount), [])
         self.back()
         self.assertEqual(
             [self.on_server(name) in (None, b"") for name in ("a", "b", "c")], [True] * 3
         )
-        self.assertEqual(saved_files(self.mount), [("a", b"a"), ("b", b"b"), ("c", b"c")])
+        after = self.next_mount()
+        self.assertEqual([after.read_file(name) for name in ("a", "b", "c")], [b"a", b"b", b"c"])
 
     def test_shutdown_writes_back_once_the_data_plane_answers(self) -> None:
         """The last round commits a kept file when it can."""

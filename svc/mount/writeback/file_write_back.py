@@ -28,21 +28,21 @@ from twisted.logger import Logger
 
 from svc.audit.events import NO_PROCESS, CallerProcess
 from svc.audit.names import EventName
-from svc.chunking import ChunkRef
 from svc.mount.core.attributes import Attributes
 from svc.mount.core.client_audit import AuditLine
-from svc.mount.core.errors import FSError, RemoteFailure
+from svc.mount.core.errors import FSError, RemoteFailure, no_answer
 from svc.mount.core.file_state import FileState
 from svc.mount.core.fs_context import FSContext
 from svc.mount.core.inodes import Node
 from svc.mount.ops.conflicts import adopt, recovery_fields, save_copy
 from svc.mount.outbox.entries import Commit
-from svc.mount.outbox.outbox import INLINE_HELD_BYTES
-from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes, settle_empty
+from svc.mount.outbox.outbox import INLINE_HELD_BYTES, Outbox
+from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes, settle_record, take_record
 from svc.mount.remote.data_plane import MANIFEST_CHUNK_LIMIT
 from svc.mount.remote.unanswered import replay_rename, take_replay
 from svc.mount.writeback.close_hand_off import HandOffs
 from svc.mount.writeback.commit import CommitRequest, Committed, Conflict, commit
+from svc.mount.writeback.file_records import content_request
 from svc.mount.writeback.kept_chunks import KeptChunks
 from svc.mount.writeback.uploads import ChunkUploader, rechunk
 
@@ -124,20 +124,20 @@ class WriteBack:
         called once the commit is sent (not when there is nothing to send).
         """
         async with state.lock:
-            empty = state.empty_recorded
-            await self._write_back(state, caller, on_sent, empty)
-            # Committed, or nothing left to commit: an empty close's record
-            # is not needed (after a failure it stays for the next attempt).
-            self.settle_empty(state, empty)
+            record = state.recorded
+            await self._write_back(state, caller, on_sent, record)
+            # Committed, or nothing left to commit: the file's record is
+            # not needed (after a failure it stays for the next attempt).
+            settle_record(self._ctx.outbox, state, record)
 
     async def _write_back(
         self,
         state: FileState,
         caller: CallerProcess,
         on_sent: Callable[[], None] | None,
-        empty: Commit | None,
+        record: Commit | None,
     ) -> None:
-        """L{write_back} under the file's lock; C{empty}: the empty close's record."""
+        """L{write_back} under the file's lock; C{record}: L{FileState.recorded} then."""
         ctx = self._ctx
         node = ctx.table.get(state.ino)
         if node is None or not (state.dirty or node.pending):
@@ -153,11 +153,13 @@ class WriteBack:
         with ctx.audit.line(EventName.FLUSH, rel, caller, session_id=session) as line:
             ctx.check_write(rel)
             # A close returning once the commit is sent records it with
-            # its new chunks; so does the commit that follows an empty
-            # close's record (settled once this one is recorded).
+            # its new chunks; so does the commit that follows a record of
+            # the file (settled once this one is recorded).
             added: dict[str, bytes | memoryview] | None = (
                 {}
-                if ctx.outbox is not None and (on_sent is not None or empty is not None)
+                if ctx.outbox is not None
+                and not ctx.outbox.stopped
+                and (on_sent is not None or record is not None)
                 else None
             )
             uploader = self.uploader(session, commits=True, keep=added)
@@ -202,13 +204,15 @@ class WriteBack:
             else await new_chunk_bytes(state.read, chunks, state.layout.base, added)
         )
         recorded: Commit | None = None
+        unanswered = False  # the commit got no answer: its record stays the file's
         async with ctx.namespace_lock.sending_commit():
             rel = ctx.table.path_of(node)
             if rel is None:
                 return  # unlinked meanwhile
             replay = take_replay(ctx, node, state)
             line.path = "/" + (rel if replay is None else replay.via)
-            request = self._request(
+            request = content_request(
+                ctx,
                 node,
                 state,
                 ctx.server_path(rel if replay is None else replay.via),
@@ -216,18 +220,9 @@ class WriteBack:
                 chunks,
             )
             changes_sent = state.attribute_changes
+            at = state.changes_now()
             if outbox is not None and held is not None:
-                record = partial(outbox.append, partial(commit_entry, request), held, send=False)
-                try:
-                    if sum(map(len, held.values())) <= INLINE_HELD_BYTES:
-                        recorded = record()  # one write(2) to the log: less than a worker's
-                    else:
-                        recorded = await ctx.spill_worker.submit(record)
-                except OSError as error:
-                    raise FSError(
-                        error.errno or errno.EIO, f"recording the commit in the outbox: {error}"
-                    ) from None
-                self.settle_empty(state, state.empty_recorded)  # this commit replaces it
+                recorded = await self._record(outbox, state, request, held)
             # Runs up to its first wait: the first manifest_put is sent.
             answer = Deferred.fromCoroutine(
                 commit(
@@ -251,74 +246,40 @@ class WriteBack:
         try:
             if on_sent is not None:
                 on_sent()
-            await self._answered(
-                node, state, line, uploader, request, rel, sent_behind, answer, changes_sent
-            )
+            try:
+                await self._answered(
+                    node, state, line, uploader, request, rel, sent_behind, answer, changes_sent
+                )
+            except FSError as error:
+                unanswered = no_answer(error)
+                raise
             if replay is not None:
                 await replay_rename(ctx, node, replay, line.caller, session)
         finally:
             state.commits_in_flight -= 1
             settled()
             if outbox is not None and recorded is not None:
-                outbox.done(recorded)
+                _seen_through(outbox, state, recorded, at, unanswered=unanswered)
 
-    def _request(
-        self,
-        node: Node,
-        state: FileState,
-        path: str,
-        expected_version: int,
-        chunks: tuple[ChunkRef, ...],
-    ) -> CommitRequest:
-        """The commit of C{state}'s content as C{chunks} at server path C{path}."""
-        return CommitRequest(
-            path=path,
-            expected_version=expected_version,
-            base=state.layout.base,
-            chunks=chunks,
-            size=state.size,
-            mode=node.attributes.mode,
-            mtime_ns=state.mtime_ns if state.mtime_ns is not None else self._ctx.now_ns(),
-            uid=node.attributes.uid,
-            gid=node.attributes.gid,
-            atime_ns=state.atime_ns,
-        )
-
-    def record_empty(self, state: FileState, node: Node) -> None:
+    async def _record(
+        self, outbox: Outbox, state: FileState, request: CommitRequest, held: dict[str, bytes]
+    ) -> Commit:
         """
-        Reactor: a close that leaves the commit of C{state}'s empty file to
-        a later close or the release (L{svc.mount.ops.file_closes}) records it in
-        the outbox first, unsent, so a mount killed before that commit
-        leaves the file (``mount-outbox.md`` section 8); the commit that
-        follows, or the file's removal before it reached the data plane,
-        settles it (L{settle_empty}). Nothing is recorded twice, nor for an
-        atomic save being replayed (its commit goes elsewhere).
-
-        @raise FSError: the outbox could not write it (the close fails).
+        Record C{request} (adding the chunks C{held}) in the outbox before
+        it is sent; it replaces the file's record, if any.
         """
-        ctx = self._ctx
-        outbox = ctx.outbox
-        if (
-            outbox is None
-            or state.empty_recorded is not None
-            or state.replaces_version is not None
-            or state.replay_via is not None
-        ):
-            return
-        rel = ctx.table.path_of(node)
-        if rel is None:
-            return
-        request = self._request(node, state, ctx.server_path(rel), state.version, ())
+        record = partial(outbox.append, partial(commit_entry, request), held, send=False)
         try:
-            state.empty_recorded = outbox.append(partial(commit_entry, request), send=False)
+            if sum(map(len, held.values())) <= INLINE_HELD_BYTES:
+                recorded = record()  # one write(2) to the log: less than a worker's
+            else:
+                recorded = await self._ctx.spill_worker.submit(record)
         except OSError as error:
             raise FSError(
-                error.errno or errno.EIO, f"recording the empty file in the outbox: {error}"
+                error.errno or errno.EIO, f"recording the commit in the outbox: {error}"
             ) from None
-
-    def settle_empty(self, state: FileState, entry: Commit | None) -> None:
-        """Reactor: L{svc.mount.outbox.recorded.settle_empty} with this mount's outbox."""
-        settle_empty(self._ctx.outbox, state, entry)
+        settle_record(outbox, state, state.recorded)  # this commit replaces it
+        return recorded
 
     async def _answered(
         self,
@@ -424,6 +385,22 @@ class WriteBack:
             node.stale = True
         else:
             table.bind(node, attrs.evolve(attributes, server_inode=inode))
+
+
+def _seen_through(
+    outbox: Outbox, state: FileState, entry: Commit, at: tuple[int, int], *, unanswered: bool
+) -> None:
+    """
+    The write-back that recorded C{entry} (C{state} standing at C{at}) is
+    over. C{unanswered} (unsent, or its answer lost): it stays the file's
+    record (L{FileState.recorded}), which the next mount on the cache sends
+    if this one dies before a later commit replaces it, unless a newer
+    record of the file was made meanwhile. Otherwise it is done.
+    """
+    if unanswered and state.recorded is None:
+        take_record(outbox, state, entry, at)
+    else:
+        outbox.done(entry)
 
 
 def _expected_version(node: Node, state: FileState) -> int:

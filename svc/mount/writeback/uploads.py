@@ -49,6 +49,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from functools import cache, partial
+from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
@@ -239,11 +240,24 @@ class ChunkUploader:
         self._on_uploaded(chunk_hash, data)
 
 
+class ChunkSink(Protocol):
+    """Where L{rechunk} puts the chunks it cuts: a L{ChunkUploader}, or a record's."""
+
+    def knows(self, chunk_hash: str) -> bool:
+        """Whether C{chunk_hash} was given already (or is known to be stored)."""
+
+    async def add(self, chunk_hash: str, data: bytes | memoryview) -> None:
+        """Take chunk C{chunk_hash}."""
+
+    async def finish(self) -> None:
+        """Every chunk was given: finish what is under way."""
+
+
 async def rechunk(
     layout: FileLayout,
     read: Reader,
     worker: IWorker,
-    uploader: ChunkUploader,
+    uploader: ChunkSink,
     precut: Precut | None = None,
 ) -> tuple[ChunkRef, ...]:
     """

@@ -59,6 +59,33 @@ class HeldChunksTests(SynchronousTestCase):
         self.assertIsNone(held.read(name))
         self.assertEqual(list(self.root.iterdir()), [])
 
+    def test_a_staging_s_chunks_go_to_its_entry(self) -> None:
+        """
+        Chunks staged (held under a negative holder) before their entry
+        exists are the entry's once transferred: a chunk another entry held
+        meanwhile is not deleted when that one settles, and the entry's
+        release deletes them.
+        """
+        held, _ = HeldChunks.open(self.root, {})
+        name = chunk_hash(NEW)
+        held.hold(1, {name: NEW})
+        held.hold(-1, {name: NEW, chunk_hash(MORE): MORE})
+        held.release(1)
+        held.transfer(-1, 2)
+        self.assertEqual((held.read(name), held.read(chunk_hash(MORE))), (NEW, MORE))
+        held.release(-1)  # nothing is left under the staging
+        self.assertEqual(held.read(name), NEW)
+        held.release(2)
+        self.assertEqual(list(self.root.iterdir()), [])
+
+    def test_an_abandoned_staging_leaves_nothing(self) -> None:
+        """A staging released without an entry deletes the chunks nobody else holds."""
+        held, _ = HeldChunks.open(self.root, {})
+        held.hold(1, {chunk_hash(NEW): NEW})
+        held.hold(-1, {chunk_hash(NEW): NEW, chunk_hash(MORE): MORE})
+        held.release(-1)
+        self.assertEqual(held.held(), {chunk_hash(NEW)})
+
     def test_reopen_keeps_what_the_replay_needs(self) -> None:
         """
         Reopened with the unsettled entries, the store keeps their new
