@@ -17,10 +17,12 @@ not one per file.
 
 At shutdown L{KeptWriteBacks.last_round} gives every kept file a last
 attempt (L{Try.LAST}): a file that still cannot be written back then is
-discarded, with a warning, as it was before this existed. Once one last
-attempt found the data plane out of reach, the files after it are
-discarded without trying (L{Try.GIVE_UP}): each attempt may wait a call's
-whole connection wait, and shutdown must not take that long per file. At most
+let go, its changes left in the outbox for the next mount on the cache
+(L{svc.mount.writeback.file_records}; discarded, with a warning, when no
+record holds them). Once one last attempt found the data plane out of
+reach, the files after it are let go so without trying (L{Try.GIVE_UP}):
+each attempt may wait a call's whole connection wait, and shutdown must
+not take that long per file. At most
 L{MAX_KEPT_FILES} files are kept (each holds a spill file on the mount's
 disk); beyond that, and once the last round began, L{KeptWriteBacks.room}
 says no and the release discards as before.
@@ -55,10 +57,10 @@ class Try(enum.Enum):
     """Write it back; when the data plane is still out of reach, keep it again."""
 
     LAST = "last"
-    """Write it back; when that fails, discard the changes (shutdown)."""
+    """Write it back; when that fails, let it go (shutdown: left recorded, or discarded)."""
 
     GIVE_UP = "give_up"
-    """Discard the changes without trying (shutdown, the data plane out of reach)."""
+    """Let it go without trying (shutdown, the data plane out of reach)."""
 
 
 Attempt = Callable[[Try], Awaitable[bool]]
