@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,15 +213,16 @@ def run_quickstart(
     *,
     environ: Mapping[str, str] | None = None,
     timeout: float = 180,
+    options: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """
-    C{python -m svc.quickstart COMMAND --dir DIRECTORY} in a child process,
+    C{python -m svc.quickstart COMMAND --dir DIRECTORY [OPTIONS]} in a child process,
     from the repository's root, with C{environ} added to this process's
     environment; its output captured, its exit status not checked. How
     the system tests and the benchmarks drive the demo stack.
     """
     return subprocess.run(  # noqa: S603 (our own interpreter and module)
-        [sys.executable, "-m", "svc.quickstart", command, "--dir", str(directory)],
+        [sys.executable, "-m", "svc.quickstart", command, "--dir", str(directory), *options],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
@@ -489,9 +490,11 @@ def link(stack: Stack) -> int:
     return 0
 
 
-def start(stack: Stack) -> int:
+def start(stack: Stack, *, mount: bool = True) -> int:
     """
-    Bring the stack up, provision and enroll the demo agent, write a file.
+    Bring the stack up, provision and enroll the demo agent, write a file;
+    mount the agent's disk unless not C{mount} (harnesses that start mounts
+    of their own).
     """
     stack.root.mkdir(parents=True, exist_ok=True)
     if stack.running("control") or stack.running("dataplane") or stack.running("mount"):
@@ -513,7 +516,11 @@ def start(stack: Stack) -> int:
         [sys.executable, "-m", "svc.quickstart_write", str(stack.root)],
         check=True,
     )
-    mounted = mount_disk(stack, state, control_url)
+    mounted = (
+        mount_disk(stack, state, control_url)
+        if mount
+        else "  the agent's disk  not mounted (--no-mount)"
+    )
     dashboard = sign_in_link(stack, state, control_url)
     print(
         f"""
@@ -538,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="svc.quickstart")
     parser.add_argument("command", choices=["start", "stop", "link"])
     parser.add_argument("--dir", default=".svc-demo", help="state directory")
+    parser.add_argument(
+        "--no-mount", action="store_true", help="start: do not mount the agent's disk"
+    )
     args = parser.parse_args(argv)
     stack = Stack(Path(args.dir))
     if args.command == "stop":
@@ -546,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "link":
         return link(stack)
-    return start(stack)
+    return start(stack, mount=not args.no_mount)
 
 
 if __name__ == "__main__":

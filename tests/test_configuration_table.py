@@ -169,6 +169,7 @@ BAD: dict[tuple[str, str], Bad] = {
     ("mount", "SVC_AUDIT_LOG"): mt(SVC_AUDIT_LOG="{tmp}/no-such-dir/audit.log"),
     ("mount", "SVC_CA_FILE"): mt(SVC_CA_FILE="{tmp}/missing-ca.pem"),
     ("mount", "SVC_FUSE_WORKERS"): mt(SVC_FUSE_WORKERS="0"),
+    ("mount", "SVC_START_WAIT"): mt(SVC_START_WAIT=NUMBER),
     ("mount", "XDG_CACHE_HOME"): Bad(
         "mount",
         {"SVC_CACHE_DIR": None, "XDG_CACHE_HOME": "relative", "HOME": None},

@@ -118,7 +118,10 @@ class MountStartFailureTests(TestCase):
             raise SkipTest(reason)
 
     def test_unreachable_control_plane_exits_nonzero(self) -> None:
-        """With no control plane to enroll with, twist svc-mount exits 1 and mounts nothing."""
+        """
+        With no control plane to enroll with, twist svc-mount exits 1 after
+        its start wait (here 3 s, C{SVC_START_WAIT}) and mounts nothing.
+        """
         work = Path(self.mktemp()).resolve()
         mount_point = work / "mnt"
         mount_point.mkdir(parents=True)
@@ -129,7 +132,9 @@ class MountStartFailureTests(TestCase):
             SVC_MOUNT_POINT=str(mount_point),
             SVC_CACHE_DIR=str(work / "cache"),
             SVC_AUDIT_LOG=str(work / "audit.log"),
+            SVC_START_WAIT="3",
         )
+        started = time.monotonic()
         result = subprocess.run(
             [str(BIN / "twist"), "svc-mount"],
             env=environ,
@@ -139,6 +144,8 @@ class MountStartFailureTests(TestCase):
             check=False,
         )
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("for 3s", result.stdout + result.stderr)
+        self.assertLess(time.monotonic() - started, 45, "it waited the default 60 s")
         self.assertFalse(os.path.ismount(mount_point))
         audit = [json.loads(line) for line in (work / "audit.log").read_text().splitlines()]
         self.assertIn(("enrollment", False), [(a["event"], a["allowed"]) for a in audit])

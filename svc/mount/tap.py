@@ -35,6 +35,7 @@ OPTION_VARIABLES = {
     "ca-file": "SVC_CA_FILE",
     "cache-dir": "SVC_CACHE_DIR",
     "workers": "SVC_FUSE_WORKERS",
+    "start-wait": "SVC_START_WAIT",
 }
 
 

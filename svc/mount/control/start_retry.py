@@ -27,7 +27,7 @@ from svc.startup import StartError, describe
 T = TypeVar("T")
 
 START_WAIT = 60.0
-"""How long a start-up call keeps trying, in seconds."""
+"""How long a start-up call keeps trying, in seconds, by default (C{SVC_START_WAIT})."""
 
 START_BACKOFF = Backoff(initial=0.5, maximum=5.0)
 """The pause after the first refusal (0.5 s), doubling up to 5 s (unless the
@@ -62,7 +62,9 @@ async def until_answered(
     )
 
 
-def refused_at_start(step: str, error: Exception, control_url: str) -> StartError:
+def refused_at_start(
+    step: str, error: Exception, control_url: str, wait: float = START_WAIT
+) -> StartError:
     """
     The start failure C{error} of C{step} (C{"enrollment"} or C{"mount
     lease"}) as one line naming what to fix.
@@ -80,7 +82,7 @@ def refused_at_start(step: str, error: Exception, control_url: str) -> StartErro
             )
         return StartError(
             "SVC_CONTROL_URL",
-            f"no usable answer from {control_url} for {START_WAIT:.0f}s ({error})",
+            f"no usable answer from {control_url} for {wait:g}s ({error})",
             "check that the control plane runs and that SVC_CONTROL_URL names it",
         )
     if error.status in (404, 405):

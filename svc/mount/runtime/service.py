@@ -30,7 +30,7 @@ from svc.audit.client_events import enrollment_event
 from svc.audit.events import AuditEvent
 from svc.audit.sink import AuditLogService, InstallSignal, JsonlAuditSink
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
-from svc.dataplane_client.reconnecting import ReconnectingClient
+from svc.dataplane_client.reconnecting import ReconnectingClient, ReconnectPolicy
 from svc.mount.chunks.cache import ChunkCache
 from svc.mount.chunks.cached_chunks import CachedChunks
 from svc.mount.control.control_client import LeaseLost, MountControlClient, Revoked
@@ -175,7 +175,11 @@ class MountService(Service):
         self._schedule_refresh(lease.ttl_seconds)
         self._schedule_renewal()
 
-        self._dataplane = dataplane = ReconnectingClient(reactor, self._connect_dataplane)
+        self._dataplane = dataplane = ReconnectingClient(
+            reactor,
+            self._connect_dataplane,
+            policy=ReconnectPolicy(start_wait=self._settings.start_wait),
+        )
         with blame(
             f"the data plane at {creds.server_addr}",
             "check that the data-plane server the control plane placed this agent on runs"
@@ -267,21 +271,31 @@ class MountService(Service):
         control = self._control
         try:
             creds = await until_answered(
-                reactor, "enrollment", lambda: control.enroll(settings.enroll_token)
+                reactor,
+                "enrollment",
+                lambda: control.enroll(settings.enroll_token),
+                wait=settings.start_wait,
             )
         except Exception as error:
             self._emit(enrollment_event(ts=reactor.seconds(), serial=None))
-            raise refused_at_start("enrollment", error, settings.control_url) from error
+            raise refused_at_start(
+                "enrollment", error, settings.control_url, settings.start_wait
+            ) from error
         self._emit(enrollment_event(ts=reactor.seconds(), serial=creds.serial))
         self._creds = creds
         agent_id = agent_id_of(creds.leaf())
         _log.info("enrolled as agent {agent}, serial {serial}", agent=agent_id, serial=creds.serial)
         try:
             lease = await until_answered(
-                reactor, "mount lease", lambda: control.acquire_mount(creds, force=settings.force)
+                reactor,
+                "mount lease",
+                lambda: control.acquire_mount(creds, force=settings.force),
+                wait=settings.start_wait,
             )
         except Exception as error:
-            raise refused_at_start("mount lease", error, settings.control_url) from error
+            raise refused_at_start(
+                "mount lease", error, settings.control_url, settings.start_wait
+            ) from error
         _log.info(
             "mount lease held until {until} (session {session})",
             until=lease.lease_expires_at.isoformat(),

@@ -65,6 +65,13 @@ class MountSettings:
     Every C{close}, C{unlink}, C{rmdir} and C{rename} waits for its answer
     (L{svc.mount.fs.FSSettings}).
     """
+    start_wait: float = 60.0
+    """
+    Seconds a start-up call to the control plane (enrollment, the mount
+    lease) keeps trying while it gets no usable answer
+    (L{svc.mount.control.start_retry}), and the first data-plane connection
+    while it cannot be made (L{ReconnectPolicy.start_wait}).
+    """
     write_leases: bool = True
     """
     Files opened for writing take their path's data-plane write lease
@@ -155,6 +162,12 @@ def settings_from(
     if workers < 1:
         raise SettingsError("SVC_FUSE_WORKERS", "must be at least 1")
     try:
+        start_wait = float(merged.get("SVC_START_WAIT", "60"))
+    except ValueError:
+        raise SettingsError("SVC_START_WAIT", "must be a number of seconds") from None
+    if not 0 <= start_wait <= 3600:
+        raise SettingsError("SVC_START_WAIT", "must be between 0 and 3600 seconds")
+    try:
         control_url = check_http_url("SVC_CONTROL_URL", required("SVC_CONTROL_URL"))
     except ConfigError as error:
         raise SettingsError(error.variable, error.problem) from None
@@ -171,4 +184,5 @@ def settings_from(
         durable_close=_flag(merged.get("SVC_DURABLE_CLOSE", "")),
         write_leases=_flag(merged.get("SVC_MOUNT_WRITE_LEASES") or "1"),
         workers=workers,
+        start_wait=start_wait,
     )

@@ -95,6 +95,24 @@ class SettingsTests(SynchronousTestCase):
             with self.assertRaises(SettingsError):
                 settings_from({**ENV, "SVC_FUSE_WORKERS": bad})
 
+    def test_start_wait(self) -> None:
+        """
+        SVC_START_WAIT (or --start-wait) is how long a start keeps trying,
+        60 s by default, a number of seconds from 0 to 3600.
+        """
+        self.assertEqual(settings_from(ENV).start_wait, 60.0)
+        self.assertEqual(settings_from({**ENV, "SVC_START_WAIT": "2.5"}).start_wait, 2.5)
+        for bad in ("soon", "-1", "3601", "nan"):
+            with self.assertRaises(SettingsError) as raised:
+                settings_from({**ENV, "SVC_START_WAIT": bad})
+            self.assertEqual(raised.exception.variable, "SVC_START_WAIT")
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        options = Options(environ=dict(ENV))
+        options.parseOptions(["--mount-point", str(elsewhere), "--start-wait", "5"])
+        assert options.settings is not None
+        self.assertEqual(options.settings.start_wait, 5.0)
+
     def test_options_override(self) -> None:
         """Command-line options override the environment; flags set allow_other and force."""
         elsewhere = Path(self.mktemp())
