@@ -46,7 +46,6 @@ from typing import Any
 
 from agent_tree import Tree, agent_tree, build_tarball
 from mount import (
-    DEMO_GRANT,
     MIB,
     SvcStack,
     drop_caches,
@@ -57,6 +56,8 @@ from mount import (
     seq_write,
     umount_lazy,
 )
+
+from svc.quickstart import DEMO_GRANT  # importable once mount put the root on sys.path
 
 CREATE_SIZE = 4096
 NOT_DAY_STEPS = (

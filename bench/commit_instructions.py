@@ -69,6 +69,9 @@ def ensure_valgrind() -> str:
 class _Host(SynchronousTestCase):
     """The test case the unit tests' fixtures expect (never run)."""
 
+    def __init__(self) -> None:
+        super().__init__("runTest")  # type: ignore[no-untyped-call]
+
     def runTest(self) -> None:
         """Never run: only hosts a fixture."""
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
 import socket
 import ssl
@@ -167,7 +168,7 @@ def main() -> None:
     def watch_stdin() -> None:
         while True:
             ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-            if ready and not sys.stdin.buffer.read1(4096):
+            if ready and not os.read(sys.stdin.fileno(), 4096):
                 break
         stop.set()
 
