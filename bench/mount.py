@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from agent_tree import Tree, agent_tree, build_tarball  # noqa: E402
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http, run_quickstart  # noqa: E402
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, http  # noqa: E402
+from svc.quickstart_stack import Stack, run_quickstart  # noqa: E402
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20

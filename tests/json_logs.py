@@ -82,7 +82,7 @@ def problems_in(path: Path) -> list[str]:
 def stack_logs(root: Path) -> list[Path]:
     """
     The logs of the quickstart stack's processes under C{root}
-    (L{svc.quickstart.Stack.spawn} writes C{<name>.log}).
+    (L{svc.quickstart_stack.Stack.spawn} writes C{<name>.log}).
     """
     return [root / f"{name}.log" for name in ("control", "dataplane", "mount")]
 

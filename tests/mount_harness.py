@@ -33,7 +33,8 @@ from twisted.trial.unittest import SkipTest, TestCase
 from svc.dataplane_client.client import DataPlaneClient, connect_dataplane
 from svc.pki.pem import cert_from_pem, certs_from_pem, key_from_pem
 from svc.pki.tls import client_tls_options
-from svc.quickstart import DEMO_AGENT, Stack, http, run_quickstart, start_dataplane
+from svc.quickstart import DEMO_AGENT, http, start_dataplane
+from svc.quickstart_stack import Stack, run_quickstart
 from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 ROOT = Path(__file__).resolve().parent.parent

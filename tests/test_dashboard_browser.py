@@ -56,12 +56,12 @@ from svc.pki.tls import client_tls_options
 from svc.quickstart import (
     DEMO_AGENT,
     DEMO_OWNER,
-    Stack,
     enroll_and_mount,
     http,
     start_dataplane,
     wait_until,
 )
+from svc.quickstart_stack import Stack
 from svc.wire.errno import WireErrno
 from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 

@@ -28,7 +28,8 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
 from svc.dataplane_client.errors import AdmissionFailed
-from svc.quickstart import Stack, http, start_dataplane, wait_until
+from svc.quickstart import http, start_dataplane, wait_until
+from svc.quickstart_stack import Stack
 from tests.dataplane_harness import (
     DataPlaneProcess,
     async_test,

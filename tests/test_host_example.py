@@ -19,7 +19,7 @@ import urllib.request
 from typing import Any
 
 from svc.mount.runtime.mount_point import FSTYPE, fstypes_at
-from svc.quickstart import Stack
+from svc.quickstart_stack import Stack
 from svc.sdk import Client
 from tests.dataplane_harness import free_ports
 from tests.json_logs import JSON_LOGS, check_json_log

@@ -32,7 +32,8 @@ from hypothesis.stateful import (
 )
 from twisted.trial.unittest import SkipTest, TestCase
 
-from svc.quickstart import DEMO_AGENT, http, run_quickstart
+from svc.quickstart import DEMO_AGENT, http
+from svc.quickstart_stack import run_quickstart
 from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 
 ROOT = Path(__file__).resolve().parent.parent

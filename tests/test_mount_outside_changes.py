@@ -17,7 +17,8 @@ from typing import Any
 
 from twisted.internet.threads import deferToThread
 
-from svc.quickstart import DEMO_AGENT, DEMO_OWNER, Stack
+from svc.quickstart import DEMO_AGENT, DEMO_OWNER
+from svc.quickstart_stack import Stack
 from tests.mount_harness import MountStackCase, connect_enrolled
 
 WAIT_SECONDS = 15.0

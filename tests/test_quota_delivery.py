@@ -22,7 +22,8 @@ from twisted.trial.unittest import TestCase
 from svc.chunking import chunk_bytes
 from svc.dataplane_client.client import DataPlaneClient
 from svc.dataplane_client.errors import RemoteError
-from svc.quickstart import Stack, http, sdk_client, start_processes, wait_until
+from svc.quickstart import http, sdk_client, start_processes, wait_until
+from svc.quickstart_stack import Stack
 from svc.wire.errno import WireErrno
 from tests.json_logs import JSON_LOGS, check_json_log, stack_logs
 from tests.mount_harness import connect_enrolled

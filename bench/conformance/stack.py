@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from svc.quickstart import DEMO_AGENT, DEMO_GRANT, Stack, http, run_quickstart
+from svc.quickstart import DEMO_AGENT, DEMO_GRANT, http
+from svc.quickstart_stack import Stack, run_quickstart
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -1,5 +1,5 @@
 """
-Tests for L{svc.quickstart.Stack.running}: a pid file counts only while its
+Tests for L{svc.quickstart_stack.Stack.running}: a pid file counts only while its
 process is this stack's (a reused pid must never be signalled).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from svc.quickstart import Stack
+from svc.quickstart_stack import Stack
 
 
 class RunningTests(SynchronousTestCase):
