@@ -152,6 +152,8 @@ class MountFS:
             # While changes it sends again for lost answers get none, those
             # waiting for them fail at once (L{NamespaceLock.stalled}).
             outbox.on_held(self._ctx.namespace_lock.stalled)
+            # A change sent again stays behind the commits sent beside it.
+            outbox.on_resend(self._ctx.namespace_lock.commits_answered)
         kept = KeptChunks(self._ctx)
         listings = Listings(self._ctx, kept)
         self._reads = NamespaceReads(self._ctx, listings)
@@ -159,7 +161,8 @@ class MountFS:
         self._attribute_updates = AttributeUpdates(self._ctx, self._creation, self._truncate)
         # Unlinks, rmdirs and renames that return once sent: one bound for all.
         namespace_hand_offs = NamespaceHandOffs(
-            durable=self._ctx.settings.durable_close, connected=self._ctx.connected
+            durable=self._ctx.settings.durable_close,
+            connected=lambda: self._ctx.connected() and not (outbox is not None and outbox.holding),
         )
         self._removals = Removals(self._ctx, namespace_hand_offs)
         self._renames = Renames(self._ctx, self._creation, namespace_hand_offs)
@@ -242,7 +245,7 @@ class MountFS:
         A new data-plane connection replaced a lost one: the write leases
         are asked for again on it at once (L{svc.mount.remote.write_leases}), the
         changes whose answers were lost are sent again at once (the
-        outbox's sender, L{svc.mount.remote.unanswered}), and the files kept
+        outbox's sender, L{svc.mount.outbox.sender}), and the files kept
         through the outage are written back right after the calls that
         waited for the connection are sent (L{svc.mount.writeback.kept_write_backs}).
         """
@@ -253,11 +256,11 @@ class MountFS:
 
     def stopping(self) -> None:
         """
-        Shutdown begins: handed-off changes whose answers were lost stop
-        waiting for the data plane to answer them again (their outbox
-        entries stay for the next mount on the cache, unless answered
-        first: L{svc.mount.remote.unanswered}), so L{write_backs_settled} is not
-        held up by an outage.
+        Shutdown begins: changes the outbox's sender holds through an
+        outage stop being waited for (their outbox entries stay for the
+        next mount on the cache, unless answered first:
+        L{svc.mount.outbox.outbox.Outbox.give_up_resends}), so
+        L{write_backs_settled} is not held up by an outage.
         """
         if self._ctx.outbox is not None:
             self._ctx.outbox.give_up_resends("the mount is stopping")

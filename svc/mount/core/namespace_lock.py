@@ -100,6 +100,7 @@ class NamespaceLock:
     def __init__(self) -> None:
         self._lock = DeferredLock()
         self._commits = InFlight()
+        self._unanswered_commits = InFlight()
         self._handed_off = InFlight()
         self._moving: dict[int, InFlight] = {}
         self._leaving: dict[tuple[int, str], InFlight] = {}
@@ -259,31 +260,36 @@ class NamespaceLock:
         """Handed-off changes whose answers are not handled yet."""
         return self._handed_off.count
 
-    def commits_settled(self) -> Deferred[None]:
+    def commits_answered(self) -> Deferred[None]:
         """
-        Fires once no commit is in flight (at once when none is; waiters in
-        order). Commits not yet sent hold off meanwhile, as for an operation
-        waiting for the lock (L{sending_commit}), so a stream of closes
-        cannot keep it waiting: a handed-off rename whose answer was lost is
-        sent again behind its file's commit this way (L{svc.mount.remote.unanswered}).
+        Fires once every commit in flight has its answer (at once when none
+        lacks one; waiters in order). Commits not yet sent hold off
+        meanwhile, as for an operation waiting for the lock
+        (L{sending_commit}), so a stream of closes cannot keep it waiting:
+        the outbox's sender sends a change whose answer was lost again only
+        after this (L{svc.mount.outbox.outbox.Outbox.on_resend}), so a
+        handed-off rename stays behind its file's commit, whose write-back
+        sends a lost put again itself (unless a rename moved the file
+        behind it).
         """
-        if not self._commits.count:
+        if not self._unanswered_commits.count:
             return succeed(None)
         self._exclusive_waiting.add()
 
         def over(result: object) -> None:
             self._exclusive_waiting.done()
 
-        settled = self._commits.settled()
-        settled.addBoth(over)
-        return settled
+        answered = self._unanswered_commits.settled()
+        answered.addBoth(over)
+        return answered
 
-    def commit_sent(self) -> Callable[[], None]:
+    def commit_sent(self) -> CommitCount:
         """
-        Count one more commit in flight; the returned callable (idempotent)
-        counts it settled.
+        Count one more commit in flight, until the returned L{CommitCount}
+        is called (idempotent); it lacks its answer until then, or until
+        L{CommitCount.answered}.
         """
-        return _counted(self._commits)
+        return CommitCount(_counted(self._commits), _counted(self._unanswered_commits))
 
     async def __aenter__(self) -> NamespaceLock:
         """
@@ -334,6 +340,19 @@ def _waking(woken: Deferred[None]) -> Callable[[object], None]:
             woken.callback(None)
 
     return wake
+
+
+class CommitCount:
+    """One commit in flight (L{NamespaceLock.commit_sent}); calling it counts it settled."""
+
+    def __init__(self, settle: Callable[[], None], answer: Callable[[], None]) -> None:
+        self._settle = settle
+        self.answered = answer
+        """Its answer came (idempotent): L{NamespaceLock.commits_answered} waits no more."""
+
+    def __call__(self) -> None:
+        self.answered()
+        self._settle()
 
 
 def _counted(in_flight: InFlight) -> Callable[[], None]:

@@ -25,7 +25,6 @@ from svc.mount.core.file_state import FileState
 from svc.mount.core.fs_context import FSContext
 from svc.mount.core.inodes import Node
 from svc.mount.ops.node_creation import NodeCreation
-from svc.mount.remote.unanswered import send_change
 
 Truncate = Callable[[Node, int, CallerProcess], Awaitable[None]]
 """Truncates or extends a regular file (provided by the file operations)."""
@@ -123,13 +122,7 @@ class AttributeUpdates:
                 path = ctx.server_path(rel)
                 node.set_attributes(
                     await ctx.await_write(
-                        send_change(
-                            "setattr",
-                            path,
-                            lambda: ctx.remote.setattr(
-                                path, changes, session_id=ctx.write_session()
-                            ),
-                        )
+                        ctx.remote.setattr(path, changes, session_id=ctx.write_session())
                     )
                 )
         state = ctx.files.state(node.ino)

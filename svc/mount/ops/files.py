@@ -34,7 +34,6 @@ from svc.mount.ops.listings import Listings, lacks_bytes
 from svc.mount.ops.namespace_reads import NamespaceReads
 from svc.mount.ops.node_creation import NodeCreation, new_mode, new_owner
 from svc.mount.remote.namespace_hand_off import settled_at
-from svc.mount.remote.unanswered import send_change
 from svc.mount.writeback.file_write_back import WriteBack
 from svc.mount.writeback.kept_chunks import KeptChunks
 
@@ -339,12 +338,8 @@ class FileOps:
             async with ctx.namespace_lock:
                 path = ctx.server_path(ctx.rel_of(node))
                 emptied = await ctx.await_write(
-                    send_change(
-                        "setattr",
-                        path,
-                        lambda: ctx.remote.setattr(
-                            path, AttributeChanges(size=0), session_id=ctx.write_session()
-                        ),
+                    ctx.remote.setattr(
+                        path, AttributeChanges(size=0), session_id=ctx.write_session()
                     )
                 )
                 node.set_attributes(emptied)

@@ -3,9 +3,9 @@ The namespace operations that make a node or a name: C{mkdir}, C{symlink},
 C{mknod} (and L{NodeCreation.make_node}, which a C{create} uses in a
 directory not listed whole), C{link}, and the creation on the data plane of
 a pending file an operation needs there (L{NodeCreation.materialize}). Each
-translates one kernel request into at most a few data-plane requests, whose
-lost answers are settled (L{svc.mount.remote.unanswered.send_change}), keeps the
-inode table in step, and writes its audit line
+translates one kernel request into at most a few data-plane requests (sent
+by the outbox's sender, which settles lost answers:
+L{svc.mount.remote.remote_changes}), keeps the inode table in step, and writes its audit line
 (``docs/specifications/mount-fs.md``). A new node's owner and mode follow
 the directory's set-group-ID bit, as on a local disk (L{new_owner},
 L{new_mode}).
@@ -32,7 +32,6 @@ from svc.mount.core.fs_context import FSContext, audit_name, decode_name, join
 from svc.mount.core.inodes import Node
 from svc.mount.outbox.recorded import settle_record
 from svc.mount.remote.namespace_hand_off import settled_at
-from svc.mount.remote.unanswered import send_change
 
 
 def new_owner(caller: CallerProcess, directory: Node) -> tuple[int, int]:
@@ -84,16 +83,12 @@ class NodeCreation:
                 bits = new_mode(mode, directory, FileKind.DIR)
                 path = ctx.server_path(rel)
                 created = await ctx.await_write(
-                    send_change(
-                        "mkdir",
+                    ctx.remote.dir_create(
                         path,
-                        lambda: ctx.remote.dir_create(
-                            path,
-                            mode=bits,
-                            uid=uid,
-                            gid=gid,
-                            session_id=ctx.write_session(),
-                        ),
+                        mode=bits,
+                        uid=uid,
+                        gid=gid,
+                        session_id=ctx.write_session(),
                     )
                 )
                 node = ctx.table.learn(directory, decoded, created)
@@ -121,13 +116,7 @@ class NodeCreation:
                 uid, gid = new_owner(caller, directory)
                 path = ctx.server_path(rel)
                 created = await ctx.await_write(
-                    send_change(
-                        "symlink",
-                        path,
-                        lambda: ctx.remote.symlink(
-                            path, text, uid=uid, gid=gid, session_id=ctx.write_session()
-                        ),
-                    )
+                    ctx.remote.symlink(path, text, uid=uid, gid=gid, session_id=ctx.write_session())
                 )
                 node = ctx.table.learn(directory, decoded, created)
                 directory.entry_added(created)
@@ -226,11 +215,7 @@ class NodeCreation:
                     await self.materialize(node)
                 path, to_path = ctx.server_path(rel), ctx.server_path(to_rel)
                 linked = await ctx.await_write(
-                    send_change(
-                        "link",
-                        to_path,
-                        lambda: ctx.remote.link(path, to_path, session_id=ctx.write_session()),
-                    )
+                    ctx.remote.link(path, to_path, session_id=ctx.write_session())
                 )
                 node = ctx.table.learn(target_dir, decoded, linked)
                 target_dir.entry_added(linked)
@@ -284,18 +269,14 @@ class NodeCreation:
         ctx = self._ctx
         path = ctx.server_path(rel)
         return await ctx.await_write(
-            send_change(
-                "mknod",
+            ctx.remote.mknod(
                 path,
-                lambda: ctx.remote.mknod(
-                    path,
-                    kind=kind,
-                    mode=mode,
-                    rdev=rdev,
-                    uid=uid,
-                    gid=gid,
-                    session_id=ctx.write_session(),
-                ),
+                kind=kind,
+                mode=mode,
+                rdev=rdev,
+                uid=uid,
+                gid=gid,
+                session_id=ctx.write_session(),
             )
         )
 

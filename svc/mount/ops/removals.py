@@ -34,7 +34,6 @@ from svc.mount.remote.namespace_hand_off import (
     settle_unlink,
     settled_at,
 )
-from svc.mount.remote.unanswered import send_change
 
 
 class Removals:
@@ -85,9 +84,7 @@ class Removals:
                     self._forget_empty_record(child)
                     if self._save_to_replay_dropped(child):
                         # The file the save was to replace is still there.
-                        changed = await ctx.await_write(
-                            send_change("removal", path, lambda: remove(path, session_id=session))
-                        )
+                        changed = await ctx.await_write(remove(path, session_id=session))
                         folder.entry_removed(changed, directory=False)
                     return
                 if child is not None and ctx.table.has_pending_children(child):
@@ -100,7 +97,7 @@ class Removals:
                         read_only=ctx.read_only_reason is not None,
                     )
                 ):
-                    answer = remove(path, session_id=session)
+                    answer = remove(path, session_id=session, handed_off=True)
                     removal = HandedRemoval(folder, decoded, child, path)
                     ctx.table.unlink(folder, decoded)
                     # Its link count and times now, as the server will; the
@@ -114,9 +111,7 @@ class Removals:
                         )
                     )
                     return
-                changed = await ctx.await_write(
-                    send_change("removal", path, lambda: remove(path, session_id=session))
-                )
+                changed = await ctx.await_write(remove(path, session_id=session))
                 self._hand_offs.succeeded()
                 ctx.table.unlink(folder, decoded)
                 folder.entry_removed(changed, directory=directory)
@@ -133,7 +128,7 @@ class Removals:
     def _save_to_replay_dropped(self, node: Node) -> bool:
         """
         Whether pending C{node} was to replay an atomic save over a file the
-        server still has at its name (L{svc.mount.remote.unanswered.take_replay},
+        server still has at its name (L{svc.mount.remote.never_created.take_replay},
         L{svc.mount.core.file_state.FileState.replaces_version}); that replay is
         dropped (the file is being removed).
         """

@@ -40,7 +40,6 @@ from svc.mount.remote.namespace_hand_off import (
     settled_at,
 )
 from svc.mount.remote.remote_values import RenameResult
-from svc.mount.remote.unanswered import send_change
 
 
 class Renames:
@@ -103,11 +102,7 @@ class Renames:
                 for node in (source, target):
                     if node is not None:
                         await self._creation.materialize(node)
-                renamed = await ctx.await_write(
-                    send_change(
-                        "rename", ctx.server_path(plan.rel), lambda: self._send_rename(plan)
-                    )
-                )
+                renamed = await ctx.await_write(self._send_rename(plan))
                 self._hand_offs.succeeded()
                 moved_was_stale = source is None or source.stale
                 ctx.table.move(plan.source_dir, plan.name, plan.target_dir, plan.new_name)
@@ -159,12 +154,15 @@ class Renames:
             to_path=audit_path(plan.to_rel),
         )
 
-    def _send_rename(self, plan: _RenamePlan) -> Deferred[RenameResult]:
+    def _send_rename(
+        self, plan: _RenamePlan, *, handed_off: bool = False
+    ) -> Deferred[RenameResult]:
         ctx = self._ctx
         return ctx.remote.rename(
             ctx.server_path(plan.rel),
             ctx.server_path(plan.to_rel),
             session_id=ctx.write_session(),
+            handed_off=handed_off,
         )
 
     def _may_hand_off_rename(
@@ -216,7 +214,7 @@ class Renames:
         (L{settle_rename}); the audit line is written then.
         """
         ctx = self._ctx
-        answer = self._send_rename(plan)
+        answer = self._send_rename(plan, handed_off=True)
         target = plan.target
         handed = HandedRename(
             plan.source_dir,

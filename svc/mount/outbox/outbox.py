@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, succeed
 
 from svc.chunking import chunk_hash
 from svc.mount.core.errors import RemoteFailure
@@ -51,6 +51,14 @@ INLINE_HELD_BYTES = 64 << 10
 """An entry adding at most this many chunk bytes carries them in its log
 record (one write, nothing to delete when it settles); a bigger one's go
 to the chunk files (L{HeldChunks})."""
+
+
+@attrs.frozen
+class _Outcome:
+    """Where an entry sent for a caller (L{Outbox.submit}) ends, and whether the caller waits."""
+
+    deferred: Deferred[Any]
+    waits: bool
 
 
 class Reconciler(Protocol):
@@ -85,8 +93,10 @@ class Outbox:
         self._sender: OutboxSender | None = None
         self._early: list[Entry] = []  # appended before start
         self._waiters: list[tuple[int, Deferred[None]]] = []
-        self._outcomes: dict[int, Deferred[Any]] = {}  # entries sent again for a caller
+        self._outcomes: dict[int, _Outcome] = {}  # entries sent for a caller
+        self._lost: set[int] = set()  # those of them that came back without an answer
         self._on_held: Callable[[str], Callable[[], None]] | None = None
+        self._resend_ready: Callable[[], Deferred[None]] = lambda: succeed(None)
         self._unhold: Callable[[], None] | None = None
 
     @classmethod
@@ -133,35 +143,96 @@ class Outbox:
         if self._sender is not None:
             self._sender.stop()
         self._log.close()
-        self.give_up_resends("the outbox is stopped")
+        self._give_up("the outbox is stopped", set(self._outcomes))
 
-    # Reactor thread: changes a caller sent whose answers were lost.
+    # Reactor thread: changes sent for a caller, who is told the outcome.
 
-    def send_again(self, entry: Entry) -> Deferred[Any]:
+    def submit(self, make: Callable[[int], E], *, waits: bool) -> tuple[E, Deferred[Any]]:
         """
-        Hand C{entry} -- appended without C{send} and sent by its caller,
-        its answer lost -- to the sender, which sends it again with its tag
-        after the entries before it, holding it through an outage
-        (``mount-outbox.md`` section 6): fires with its decoded answer
-        message, or fails with its refusal (L{RemoteFailure}); it settles
-        as any entry the sender sends. Fails at once (C{EIO}, the entry
-        left unsettled for the next mount) after L{give_up_resends}.
+        Append the entry C{make} builds (persisted on return, as
+        L{append}) and have the sender send it after the entries before it
+        (``mount-outbox.md`` section 6): the entry, and a L{Deferred} that
+        fires with its decoded answer message, or fails with its refusal
+        (L{RemoteFailure}); it settles as any entry the sender sends. An
+        answer lost is sent again under the same tag, held through an
+        outage, except for a caller that C{waits} (its program is not
+        answered yet): its entry is taken back, failing C{EIO}, when it
+        never reached the data plane, or when it is lost a second time
+        (then it may have run: C{unknown}). After L{give_up_resends}, the
+        L{Deferred}s of entries still unanswered fail C{EIO} (unknown) and
+        the entries stay for the next mount.
+
+        @raise OSError: the entry cannot be written, or the outbox is stopped.
         """
-        if self._stopped or self._sender is None:
-            return fail(RemoteFailure(errno.EIO, "the outbox is stopped", unknown=True))
+        entry = self.append(make, send=False)
         outcome: Deferred[Any] = Deferred()
-        self._outcomes[entry.seq] = outcome
-        self._sender.append(entry)
-        return outcome
+        self._outcomes[entry.seq] = _Outcome(outcome, waits)
+        self._send(entry)
+        return entry, outcome
+
+    def withdraw(self, entry: Entry, why: str) -> None:
+        """
+        The caller of L{submit} that waits for C{entry} stopped waiting
+        (its program was answered without it): if the entry was never sent
+        it is taken back, settled, and its L{Deferred} fails C{EIO} (C{why}),
+        so it never takes effect after its program was told it failed.
+        """
+        pending = self._outcomes.get(entry.seq)
+        if pending is None or self._sender is None or not self._sender.withdraw(entry):
+            return
+        self._take_back(entry, pending, RemoteFailure(errno.EIO, why))
+
+    def gave_up(self, entry: Entry, failure: RemoteFailure, *, resent: bool) -> bool:
+        """
+        The sender's: C{entry} came back without an answer. One whose
+        caller waits is taken back (L{submit}): settled, and its caller
+        told the failure.
+        """
+        pending = self._outcomes.get(entry.seq)
+        if pending is None:
+            return False
+        if not pending.waits or (failure.unknown and not resent):
+            self._lost.add(entry.seq)
+            return False
+        unknown = failure.unknown or resent
+        self._take_back(
+            entry,
+            pending,
+            RemoteFailure(
+                failure.errno, failure.message, failure.wire, failure.details, unknown=unknown
+            ),
+        )
+        return True
+
+    def _take_back(self, entry: Entry, pending: _Outcome, failure: RemoteFailure) -> None:
+        """C{entry} will not be sent (again): settled, its caller told C{failure}."""
+        del self._outcomes[entry.seq]
+        self._lost.discard(entry.seq)
+        self._settle(entry, refused=False)
+        self._wake()
+        pending.deferred.errback(failure)
 
     def on_held(self, stall: Callable[[str], Callable[[], None]]) -> None:
         """
-        C{stall(reason)} is called when entries sent again for a caller
-        (L{send_again}) come back without an answer once more (the data
+        C{stall(reason)} is called when entries sent for a caller
+        (L{submit}) come back without an answer once more (the data
         plane out of reach); the callable it returns, once they are all
         answered or refused.
         """
         self._on_held = stall
+
+    def on_resend(self, ready: Callable[[], Deferred[None]]) -> None:
+        """
+        Entries whose answers were lost are sent again once C{ready()}
+        fires: the mount's commits in flight answered
+        (L{svc.mount.core.namespace_lock.NamespaceLock.commits_answered}), so
+        an atomic save's rename sent again stays behind its file's commit.
+        """
+        self._resend_ready = ready
+
+    def resend_ready(self) -> Deferred[None]:
+        """The sender's: see L{on_resend}."""
+        return self._resend_ready()
 
     def reconnected(self) -> None:
         """A new data-plane connection: entries waiting out a pause go now."""
@@ -170,22 +241,29 @@ class Outbox:
 
     def give_up_resends(self, why: str) -> None:
         """
-        Shutdown: the callers of L{send_again} stop waiting (their entries
-        fail C{EIO}, unknown, and stay unsettled for the next mount on the
-        cache unless the sender gets their answers first).
+        Shutdown: the callers of L{submit} whose entries came back without
+        an answer stop waiting (their entries fail C{EIO}, unknown, and stay
+        unsettled for the next mount on the cache unless the sender gets
+        their answers first). Entries answered as usual are waited for.
         """
-        outcomes, self._outcomes = self._outcomes, {}
-        for outcome in outcomes.values():
-            outcome.errback(RemoteFailure(errno.EIO, why, unknown=True))
+        self._give_up(why, self._lost)
+
+    def _give_up(self, why: str, seqs: set[int]) -> None:
+        """The callers of C{seqs} stop waiting (see L{give_up_resends})."""
+        for seq in sorted(seqs):
+            self._lost.discard(seq)
+            outcome = self._outcomes.pop(seq, None)
+            if outcome is not None:
+                outcome.deferred.errback(RemoteFailure(errno.EIO, why, unknown=True))
         self._unheld()
 
     def held_back(self, failure: RemoteFailure) -> None:
         """The sender's: entries came back without an answer and wait for a pause."""
-        if self._outcomes and self._unhold is None and self._on_held is not None:
+        if self._lost and self._unhold is None and self._on_held is not None:
             self._unhold = self._on_held(str(failure))
 
     def _unheld(self) -> None:
-        if not self._outcomes and self._unhold is not None:
+        if not self._lost and self._unhold is not None:
             unhold, self._unhold = self._unhold, None
             unhold()
 
@@ -222,6 +300,11 @@ class Outbox:
         if send:
             self._in_reactor(lambda: self._send(entry))
         return entry
+
+    @property
+    def holding(self) -> bool:
+        """Reactor thread: whether the sender holds entries back (the data plane out of reach)."""
+        return self._sender is not None and self._sender.holding
 
     @property
     def stopped(self) -> bool:
@@ -313,16 +396,17 @@ class Outbox:
     def answered(self, entry: Entry, answer: Any) -> None:
         """
         The sender's: C{entry} was applied (reconciled, or given to the
-        caller of L{send_again}, then settled).
+        caller of L{submit}, then settled).
         """
         outcome = self._outcomes.pop(entry.seq, None)
+        self._lost.discard(entry.seq)
         if outcome is None:
             self._reconciler.answered(entry, answer)
         self._settle(entry, refused=False)
         self._wake()
         if outcome is not None:
             self._unheld()
-            outcome.callback(answer)
+            outcome.deferred.callback(answer)
 
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
         """
@@ -331,13 +415,14 @@ class Outbox:
         append an entry holding them: a conflict copy).
         """
         outcome = self._outcomes.pop(entry.seq, None)
+        self._lost.discard(entry.seq)
         if outcome is None:
             self._reconciler.refused(entry, failure)
         self._settle(entry, refused=True)
         self._wake()
         if outcome is not None:
             self._unheld()
-            outcome.errback(failure)
+            outcome.deferred.errback(failure)
 
     def held_chunks_of(self, entry: Entry) -> dict[str, bytes] | None:
         """

@@ -12,10 +12,13 @@ C{answered(entry, answer)} (the decoded answer message) or
 C{refused(entry, failure)} (the data plane said no: the source reconciles).
 A failure that is not the data plane's answer (no connection, the
 connection lost with the answer, a timeout) is no refusal: the sender stops
-sending, lets what is in flight come back, waits (L{Backoff}), and sends
-every unanswered entry again in order, with the same tags, so an entry that
-did run is answered as it was the first time. An outage is held that way
-for as long as it lasts.
+sending, lets what is in flight come back, and sends every unanswered entry
+again in order, with the same tags, so an entry that did run is answered as
+it was the first time: at once the first time, then after a pause
+(L{Backoff}) each time it fails again, until an answer comes. An outage is
+held that way for as long as it lasts. The source may take an entry back
+instead (C{gave_up}: a change whose caller waits and was told it failed),
+which is then not sent again.
 
 A commit first uploads the chunks it adds to its base (C{chunk_put}, from
 the source's held chunks, L{svc.mount.outbox.held_chunks}); one of them
@@ -73,8 +76,22 @@ class SenderSource(Protocol):
     def refused(self, entry: Entry, failure: RemoteFailure) -> None:
         """C{entry} was refused (it applied nothing)."""
 
+    def gave_up(self, entry: Entry, failure: RemoteFailure, *, resent: bool) -> bool:
+        """
+        C{entry} came back without an answer (C{failure}); C{resent}: it
+        was sent before and that answer was lost too (it may have run).
+        Whether the source takes it back (it is settled there, and not
+        sent again) rather than leave it to be sent again.
+        """
+
     def held_back(self, failure: RemoteFailure) -> None:
         """Entries came back without an answer (C{failure}): they are sent again after a pause."""
+
+    def resend_ready(self) -> Deferred[None]:
+        """
+        Fires when entries that came back without an answer may be sent
+        again (the requests sent beside them, outside the sender, answered).
+        """
 
 
 class Unsendable(RemoteFailure):
@@ -114,21 +131,40 @@ class OutboxSender:
         self._waiting: deque[Entry] = deque()
         self._in_flight: dict[int, Entry] = {}
         self._again: list[Entry] = []  # came back without an answer, to send again
+        self._may_have_run: set[int] = set()  # sent, and the answer lost: they may have run
         self._failures = 0  # connection failures in a row
         self._retry: Timer | None = None
         self._drained: list[Deferred[None]] = []
         self._stopped = False
         self._pumping = False
+        self._blocked = False  # waiting for resend_ready
+        self._lost_with: RemoteFailure | None = None  # the last failure of an entry in _again
 
     @property
     def unanswered(self) -> int:
         """Entries appended and not answered or refused yet."""
         return len(self._waiting) + len(self._in_flight) + len(self._again)
 
+    @property
+    def holding(self) -> bool:
+        """Whether entries wait out a pause after coming back without an answer."""
+        return self._retry is not None or self._blocked or bool(self._again)
+
     def append(self, entry: Entry) -> None:
         """Send C{entry} after every entry appended before it."""
         self._waiting.append(entry)
         self._pump()
+
+    def withdraw(self, entry: Entry) -> bool:
+        """
+        Take C{entry} back if it was never sent, nor came back to be sent
+        again: whether it was (it is then not sent; the caller settles it).
+        """
+        if entry in self._waiting and entry.seq not in self._may_have_run:
+            self._waiting.remove(entry)
+            self._after()
+            return True
+        return False
 
     def drained(self) -> Deferred[None]:
         """Fires once every entry appended so far is answered or refused."""
@@ -165,7 +201,7 @@ class OutboxSender:
             while (
                 self._waiting
                 and len(self._in_flight) < self._window
-                and not (self._stopped or self._retry is not None or self._again)
+                and not (self._stopped or self._blocked or self._retry is not None or self._again)
             ):
                 entry = self._waiting.popleft()
                 self._in_flight[entry.seq] = entry
@@ -209,27 +245,61 @@ class OutboxSender:
             elif not is_refusal(failure):
                 self._lost(entry, failure)
                 return
+            self._may_have_run.discard(entry.seq)
+            if not isinstance(failure, Unsendable):
+                self._failures = 0  # the data plane answered
             self._source.refused(entry, failure)
         else:
             self._failures = 0
+            self._may_have_run.discard(entry.seq)
             self._source.answered(entry, outcome)
         self._after()
 
     def _lost(self, entry: Entry, failure: RemoteFailure) -> None:
-        """C{entry} came back without an answer: send it again, in order, after a pause."""
-        self._again.append(entry)
-        if self._in_flight:
-            return  # the others come back first
+        """
+        C{entry} came back without an answer: send it again, in order,
+        once nothing is in flight (unless its source takes it back).
+        """
+        resent = entry.seq in self._may_have_run
+        if self._source.gave_up(entry, failure, resent=resent):
+            self._may_have_run.discard(entry.seq)
+        else:
+            if failure.unknown:
+                self._may_have_run.add(entry.seq)
+            self._again.append(entry)
+            self._lost_with = failure
+        self._after()
+
+    def _send_again(self) -> None:
+        """Nothing is in flight any more: what came back goes again, once the source is ready."""
+        failure = self._lost_with
+        assert failure is not None
         self._failures += 1
-        delay = self._backoff.delay(self._failures)
+        count = len(self._again)
+        self._waiting.extendleft(sorted(self._again, key=lambda e: e.seq, reverse=True))
+        self._again = []
+        self._blocked = True
+        self._source.resend_ready().addBoth(self._resend, count, failure)
+
+    def _resend(self, _: object, count: int, failure: RemoteFailure) -> None:
+        """Send again what came back (C{count} entries): at once the first time, else later."""
+        self._blocked = False
+        if self._failures == 1:
+            # A lost connection: the next request opens a new one.
+            _log.info(
+                "outbox: {count} entries unanswered ({error}); sending them again",
+                count=count,
+                error=failure,
+            )
+            self._pump()
+            return
+        delay = self._backoff.delay(self._failures - 1)
         _log.info(
             "outbox: {count} entries unanswered ({error}); sending them again in {delay:.1f} s",
-            count=len(self._again),
+            count=count,
             error=failure,
             delay=delay,
         )
-        self._waiting.extendleft(sorted(self._again, key=lambda e: e.seq, reverse=True))
-        self._again = []
         if not self._stopped:
             self._retry = self._clock.callLater(delay, self._retry_now)
         self._source.held_back(failure)
@@ -239,6 +309,11 @@ class OutboxSender:
         self._pump()
 
     def _after(self) -> None:
+        """An entry came back (or was taken back): send more, or again, or tell the drained."""
+        if self._again and not self._in_flight:
+            # The last in flight came back, answered or not: the lost go again.
+            self._send_again()
+            return
         self._pump()
         if not self.unanswered:
             waiters, self._drained = self._drained, []

@@ -17,11 +17,13 @@ connection is down); L{settle_unlink} and
 L{settle_rename} handle the answers. A later change of the same names
 waits until the handed-off change is answered (L{settled_at}).
 
-An answer that never came (the connection was lost after the request was
-sent) does not say whether the server made the change. The change is then
-sent again with its outbox tag by the outbox's sender, in order with the
-others, held through an outage: the data plane answers a change that ran
-as it did, and runs one that did not (L{svc.mount.remote.unanswered}).
+Every change is sent by the outbox's one sender
+(L{svc.mount.remote.remote_changes}): an answer that never came (the
+connection was lost after the request was sent) is sent again with its
+outbox tag, in order with the others, held through an outage, so the data
+plane answers a change that ran as it did, and runs one that did not. The
+answer handled here is the final one. While the sender holds changes back,
+nothing hands off (L{NamespaceHandOffs}'s C{connected}).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from svc.mount.core.client_audit import AuditLine
 from svc.mount.core.errors import FSError, RemoteFailure
 from svc.mount.core.fs_context import FSContext, decode_name
 from svc.mount.core.inodes import Node
+from svc.mount.remote.never_created import never_created, rename_outcome
 from svc.mount.remote.remote_values import RenameResult
-from svc.mount.remote.unanswered import never_created, removal_outcome, rename_outcome, unanswered
 
 _log = Logger()
 
@@ -53,8 +55,9 @@ class NamespaceHandOffs:
         """
         @param durable: nothing hands off (C{durable_close}: every call waits).
         @param connected: whether the data plane's connection is open now
-            (nothing hands off while it is not: the request would only wait
-            for a connection, and whether it gets one is the program's to hear).
+            and the outbox's sender holds nothing back (nothing hands off
+            otherwise: the request would only wait for a connection, and
+            whether it gets one is the program's to hear).
         """
         self._durable = durable
         self._connected = connected
@@ -138,32 +141,13 @@ def settle_unlink(
     Success: the folder's times become the server's, as a waited-for
     unlink would have set them (the kernel is told to forget the times it
     may hold), and the audit line is written.
-    Failure (the name still exists on the server, or nobody knows): the
-    line with C{allowed: false}, a warning, and the folder is forgotten as
-    listed (L{FSContext.forget_listing}) so the next lookup or listing asks the
-    server and the name is seen again; changes wait for their answers until
-    one succeeds. An answer that never came is first looked into
-    (L{removal_outcome}). Either way the unlink stops counting as in
-    flight.
+    Failure (the name still exists on the server, or, at shutdown, nobody
+    knows yet): the line with C{allowed: false}, a warning, and the folder
+    is forgotten as listed (L{FSContext.forget_listing}) so the next lookup
+    or listing asks the server and the name is seen again; changes wait for
+    their answers until one succeeds. Either way the unlink stops counting
+    as in flight.
     """
-    if unanswered(answer):
-        hand_offs.failed()  # nothing more hands off until it is settled
-        assert isinstance(answer, Failure)
-        Deferred.fromCoroutine(removal_outcome(ctx, removal, answer)).addBoth(
-            lambda outcome: _settle_removal(ctx, hand_offs, removal, line, settle, outcome)
-        )
-        return
-    _settle_removal(ctx, hand_offs, removal, line, settle, answer)
-
-
-def _settle_removal(
-    ctx: FSContext,
-    hand_offs: NamespaceHandOffs,
-    removal: HandedRemoval,
-    line: AuditLine,
-    settle: Callable[[], None],
-    answer: int | Failure | None,
-) -> None:
     folder = removal.folder
     try:
         if not isinstance(answer, Failure):
@@ -221,15 +205,14 @@ def settle_rename(
     so the next lookups ask the server and see its names; changes wait for
     their answers until one succeeds. Either way the rename stops counting
     as in flight (after the correction, so a write-back of the node waiting
-    for it commits at the old name). An answer that never came is first
-    looked into (L{rename_outcome}), and so is C{ENOENT} for a new file
-    whose commit did not create it (lost with the connection, the rename
-    sent again on the next one).
+    for it commits at the old name). C{ENOENT} for a new file whose commit
+    did not create it (refused, or lost with the connection) is first
+    looked into (L{rename_outcome}).
     """
-    if unanswered(answer) or never_created(answer, rename):
+    if never_created(answer, rename):
         hand_offs.failed()  # nothing more hands off until it is settled
-        assert isinstance(answer, Failure)
-        Deferred.fromCoroutine(rename_outcome(ctx, rename, answer)).addBoth(
+        assert isinstance(answer, Failure) and isinstance(answer.value, RemoteFailure)
+        Deferred.fromCoroutine(rename_outcome(ctx, rename, answer.value)).addBoth(
             lambda outcome: _settle_rename(ctx, hand_offs, rename, line, settle, outcome)
         )
         return

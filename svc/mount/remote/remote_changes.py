@@ -4,10 +4,11 @@ mkdir, rmdir, setattr, symlink, mknod and link (C{manifest_put}, a file's
 commit, is not one: the write-back records its own).
 
 With a L{ChangeRecorder} (the mount's outbox, ``mount-outbox.md`` section
-8), each change is recorded first as an outbox entry, its request is built
-from that entry (L{svc.mount.outbox.requests.request_of}) and tagged with
-it, and the entry settles when the request ends (L{NamespaceChanges._change}).
-Without one, the same request goes untagged.
+8), each change is recorded as an outbox entry and sent by the outbox's one
+sender, in order with the others, tagged with its entry (its request built
+from it, L{svc.mount.outbox.requests.request_of}): an answer lost is sent
+again under the same tag, so a change runs at most once. Without one, the
+same request goes untagged, sent here.
 
 L{NamespaceChanges} is the base of L{svc.mount.remote.data_plane.Remote}, whose
 further methods are the reads, commits, chunks and leases.
@@ -17,14 +18,14 @@ from __future__ import annotations
 
 import errno
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred, fail
-from twisted.python.failure import Failure
 
 from svc.mount.core.attributes import AttributeChanges, Attributes, FileKind, type_bits
 from svc.mount.core.errors import RemoteFailure
+from svc.mount.core.op_ticket import current_ticket
 from svc.mount.outbox.entries import (
     Entry,
     Link,
@@ -41,36 +42,44 @@ from svc.mount.outbox.requests import request_of
 from svc.mount.remote.remote_calls import IDataPlaneCaller, RemoteCalls
 from svc.mount.remote.remote_values import RenameResult, attributes_of
 from svc.wire.answers import FileAttributes, RemoveReply, RenameReply
-from svc.wire.kinds import FieldRefused, OutboxTag
+from svc.wire.kinds import FieldRefused
 from svc.wire.ops import Op
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Entry)
 
-__all__ = ["ChangeRecorder", "LostAnswer", "NamespaceChanges"]
+__all__ = ["ChangeRecorder", "NamespaceChanges"]
 
 
 class ChangeRecorder(Protocol):
-    """Where changes are recorded before they are sent (L{svc.mount.outbox.outbox.Outbox})."""
+    """
+    Where changes are recorded and sent from (L{svc.mount.outbox.outbox.Outbox}:
+    the one sender).
+    """
 
-    def append(
-        self, make: Callable[[int], E], chunks: Mapping[str, bytes] = ..., *, send: bool = ...
-    ) -> E:
-        """Persist the entry C{make(seq)} builds."""
+    def submit(self, make: Callable[[int], E], *, waits: bool) -> tuple[E, Deferred[Any]]:
+        """Persist the entry C{make(seq)} builds and send it: its decoded answer message."""
 
-    def tag(self, entry: Entry) -> OutboxTag:
-        """The C{outbox} field of C{entry}'s request."""
-
-    def done(self, entry: Entry) -> None:
-        """C{entry} was seen through."""
+    def withdraw(self, entry: Entry, why: str) -> None:
+        """C{entry}'s caller stopped waiting: take it back unless it was sent."""
 
 
-def _request_of(entry: Entry, tag: OutboxTag | None, session_id: str | None) -> tuple[Op, object]:
-    """L{request_of}, a field the wire refuses being an C{EINVAL} failure."""
+def _request_of(entry: Entry, session_id: str | None) -> tuple[Op, object]:
+    """L{request_of}, untagged; a field the wire refuses is an C{EINVAL} failure."""
     try:
-        return request_of(entry, tag, session_id)
+        return request_of(entry, None, session_id)
     except FieldRefused as error:
         raise RemoteFailure(errno.EINVAL, f"{entry.op.value}: {error.message}") from None
+
+
+def _cancelling(waiter: Deferred[None]) -> Callable[[T], T]:
+    """A pass-through callback that cancels C{waiter} first."""
+
+    def cancel(result: T) -> T:
+        waiter.cancel()
+        return result
+
+    return cancel
 
 
 def _dir_ctime(answer: RemoveReply) -> int | None:
@@ -80,44 +89,6 @@ def _dir_ctime(answer: RemoveReply) -> int | None:
 
 def _attributes(answer: FileAttributes) -> Attributes:
     return attributes_of(answer)
-
-
-class LostAnswer(RemoteFailure):
-    """
-    A recorded change whose request was sent and whose answer never came
-    (the connection was lost, the call timed out): it may have run. Its
-    outbox entry (L{entry}) is not settled, so the data plane keeps the
-    answer of a run, until L{again} is answered or refused, the entry is
-    handed to the outbox's sender (L{svc.mount.outbox.outbox.Outbox.send_again},
-    which settles it), or L{drop} is called.
-    """
-
-    def __init__(
-        self,
-        lost: RemoteFailure,
-        entry: Entry,
-        *,
-        again: Callable[[], Deferred[Any]],
-        drop: Callable[[], None],
-        parse: Callable[[Any], Any],
-    ) -> None:
-        super().__init__(lost.errno, lost.message, None, lost.details, unknown=True)
-        self.entry = entry
-        self._again = again
-        self._drop = drop
-        self._parse = parse
-
-    def again(self) -> Deferred[Any]:
-        """Send the same request again, with the same tag: its answer (parsed), or a failure."""
-        return self._again()
-
-    def drop(self) -> None:
-        """Nobody will send it again: settle its entry (a later mount will not send it)."""
-        self._drop()
-
-    def parse(self, answer: Any) -> Any:
-        """The result the change's method returns, from C{answer}, its decoded answer message."""
-        return self._parse(answer)
 
 
 class NamespaceChanges(RemoteCalls):
@@ -143,20 +114,25 @@ class NamespaceChanges(RemoteCalls):
         super().__init__(caller, timeout=timeout)
         self._recorder = recorder
 
-    def manifest_delete(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
+    def manifest_delete(
+        self, path: str, *, session_id: str | None, handed_off: bool = False
+    ) -> Deferred[int | None]:
         """
         Unlink the non-directory C{path}; the parent's new mtime and ctime
-        (L{None} from a server that does not say).
+        (L{None} from a server that does not say). C{handed_off}: its
+        program was answered already (L{_change}).
         """
-        return self._change(lambda seq: Unlink(seq, path), session_id, _dir_ctime)
+        return self._change(lambda seq: Unlink(seq, path), session_id, _dir_ctime, handed_off)
 
-    def rename(self, path: str, to_path: str, *, session_id: str | None) -> Deferred[RenameResult]:
-        """Move C{path} to C{to_path} (C{manifest_rename})."""
+    def rename(
+        self, path: str, to_path: str, *, session_id: str | None, handed_off: bool = False
+    ) -> Deferred[RenameResult]:
+        """Move C{path} to C{to_path} (C{manifest_rename}); C{handed_off} as L{manifest_delete}."""
 
         def parse(answer: RenameReply) -> RenameResult:
             return RenameResult(answer.moved, answer.replaced, answer.dir_ctime_ns)
 
-        return self._change(lambda seq: Rename(seq, path, to_path), session_id, parse)
+        return self._change(lambda seq: Rename(seq, path, to_path), session_id, parse, handed_off)
 
     def dir_create(
         self, path: str, *, mode: int, uid: int, gid: int, session_id: str | None
@@ -165,9 +141,11 @@ class NamespaceChanges(RemoteCalls):
         owner = Owner(mode, uid, gid)
         return self._change(lambda seq: Mkdir(seq, path, owner), session_id, _attributes)
 
-    def dir_remove(self, path: str, *, session_id: str | None) -> Deferred[int | None]:
+    def dir_remove(
+        self, path: str, *, session_id: str | None, handed_off: bool = False
+    ) -> Deferred[int | None]:
         """Remove the empty directory C{path}; as L{manifest_delete}."""
-        return self._change(lambda seq: Rmdir(seq, path), session_id, _dir_ctime)
+        return self._change(lambda seq: Rmdir(seq, path), session_id, _dir_ctime, handed_off)
 
     def setattr(
         self, path: str, changes: AttributeChanges, *, session_id: str | None
@@ -220,25 +198,27 @@ class NamespaceChanges(RemoteCalls):
         make: Callable[[int], Entry],
         session_id: str | None,
         parse: Callable[[Any], T],
+        handed_off: bool = False,
     ) -> Deferred[T]:
         """
-        Send the change C{make(seq)} builds, recorded first in the outbox
-        when there is one (L{ChangeRecorder}): tagged with its entry, which
-        settles once the request is answered or refused. A request whose
-        answer never came fails L{LostAnswer}, its entry left unsettled for
-        the caller to send again under the same tag (the data plane answers
-        a run's answer, or runs it now) or to drop
-        (``mount-consistency.md`` section 2.6, "An answer that never came").
+        Send the change C{make(seq)} builds: through the outbox when there
+        is one (L{ChangeRecorder.submit}), else directly, untagged. Through
+        the outbox, a change whose program was answered already
+        (C{handed_off}) is held through an outage until it is answered or
+        refused; one its program waits for fails C{EIO} when it never
+        reached the data plane, or when its answer is lost twice (then
+        C{unknown}: it may have run) (``mount-consistency.md`` section 2.6,
+        "An answer that never came").
         """
         recorder = self._recorder
         if recorder is None:
             try:
-                op, request = _request_of(make(0), None, session_id)
+                op, request = _request_of(make(0), session_id)
             except RemoteFailure as error:
                 return fail(error)
             return self._call(op, request, lambda answer, _: parse(answer))
         try:
-            entry = recorder.append(make, send=False)
+            entry, outcome = recorder.submit(make, waits=not handed_off)
         except OSError as error:  # the cache disk (full, gone) or a stopped outbox
             name = make(0).op.value
             return fail(
@@ -246,38 +226,17 @@ class NamespaceChanges(RemoteCalls):
                     error.errno or errno.EIO, f"{name}: recording it in the outbox: {error}"
                 )
             )
-        try:
-            op, request = _request_of(entry, recorder.tag(entry), session_id)
-        except RemoteFailure as error:
-            recorder.done(entry)
-            return fail(error)
-        settled = False
-
-        def settle() -> None:
-            nonlocal settled
-            if not settled:
-                settled = True
-                recorder.done(entry)
-
-        def attempt(sent_before: bool) -> Deferred[T]:
-            def ended(result: T | Failure) -> T | Failure:
-                if isinstance(result, Failure) and isinstance(result.value, RemoteFailure):
-                    failure = result.value
-                    # No answer, and it may have run (now, or when sent before).
-                    if failure.wire is None and (failure.unknown or sent_before):
-                        raise LostAnswer(
-                            failure,
-                            entry,
-                            again=lambda: attempt(True),
-                            drop=settle,
-                            parse=parse,
-                        )
-                settle()
-                return result
-
-            return self._call(op, request, lambda answer, _: parse(answer)).addBoth(ended)
-
-        return attempt(False)
+        ticket = None if handed_off else current_ticket()
+        if ticket is not None and not outcome.called:
+            # Queued behind a pause: a program told EIO meanwhile (its
+            # timeout) must not see the change made later.
+            abandoned = ticket.when_abandoned()
+            abandoned.addCallbacks(
+                lambda _: recorder.withdraw(entry, "its program stopped waiting (its timeout)"),
+                lambda _: None,  # cancelled: answered first
+            )
+            outcome.addBoth(_cancelling(abandoned))
+        return outcome.addCallback(parse)
 
     def change(self, op: Op, request: object) -> Deferred[Any]:
         """

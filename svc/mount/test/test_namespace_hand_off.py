@@ -681,6 +681,24 @@ class UnansweredHandOffTests(SynchronousTestCase):
         self.mount.ok(self.mount.fs.mkdir(self.folder, b"sub", 0o755, CALLER))
         self.assertEqual(sorted(self.fixture.mount().names("d")), ["final", "sub"])
 
+    def test_unlink_that_found_no_connection_is_held_not_undone(self) -> None:
+        """
+        A handed-off unlink (the program told it succeeded) whose request
+        found no connection: the outbox's sender holds it through the
+        outage, rather than showing the name again, and sends it once the
+        data plane is back.
+        """
+        self.mount.write_file("d/gone", b"x")
+        self.mount.answers.down = True
+        self.mount.ok(self.mount.fs.unlink(self.folder, b"gone", CALLER))
+        self.assertEqual(self.mount.names("d"), ["final"])
+        self.assertEqual(self.lines("unlink"), [])
+        self.mount.answers.down = False
+        self.mount.fs.reconnected()
+        self.assertEqual(self.lines("unlink"), [("/d/gone", None, True)])
+        self.assertEqual(self.fixture.mount().names("d"), ["final"])
+        self.assertEqual(self.mount.outbox.backlog().entries, 0)
+
     def test_unlink_that_never_ran_is_sent_again(self) -> None:
         """
         An unlink lost on its way: the server still has the file, so the

@@ -100,17 +100,29 @@ class NamespaceLockTests(SynchronousTestCase):
         settle()
         settle()
         self.assertEqual(lock.commits_in_flight, 1)
-        self.assertNoResult(lock.commits_settled())
+        self.assertNoResult(lock.commits_answered())
 
-    def test_commits_settled(self) -> None:
-        """Fires at once with nothing in flight, else when the last settles."""
+    def test_commits_answered(self) -> None:
+        """Fires at once with nothing in flight, else when the last is settled."""
         lock = NamespaceLock()
-        self.successResultOf(lock.commits_settled())
+        self.successResultOf(lock.commits_answered())
         settle = lock.commit_sent()
-        settled = lock.commits_settled()
+        settled = lock.commits_answered()
         self.assertNoResult(settled)
         settle()
         self.successResultOf(settled)
+
+    def test_a_commit_answered_is_not_waited_for(self) -> None:
+        """A commit whose answer came no longer holds up L{commits_answered}, though in flight."""
+        lock = NamespaceLock()
+        count = lock.commit_sent()
+        answered = lock.commits_answered()
+        self.assertNoResult(answered)
+        count.answered()
+        self.successResultOf(answered)
+        self.assertEqual(lock.commits_in_flight, 1)
+        count()
+        self.assertEqual(lock.commits_in_flight, 0)
 
     def test_commits_not_sent_hold_off_while_commits_settle_is_awaited(self) -> None:
         """
@@ -120,7 +132,7 @@ class NamespaceLockTests(SynchronousTestCase):
         """
         lock = NamespaceLock()
         settle = lock.commit_sent()
-        settled = lock.commits_settled()
+        settled = lock.commits_answered()
         sending = Deferred.fromCoroutine(self._send_commit(lock))
         self.assertNoResult(sending)
         settle()

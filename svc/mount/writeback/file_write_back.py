@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred, succeed
@@ -34,12 +35,13 @@ from svc.mount.core.errors import FSError, RemoteFailure, no_answer
 from svc.mount.core.file_state import FileState
 from svc.mount.core.fs_context import FSContext
 from svc.mount.core.inodes import Node
+from svc.mount.core.namespace_lock import CommitCount
 from svc.mount.ops.conflicts import adopt, recovery_fields, save_copy
 from svc.mount.outbox.entries import Commit
 from svc.mount.outbox.outbox import INLINE_HELD_BYTES, Outbox
 from svc.mount.outbox.recorded import commit_entry, new_chunk_bytes, settle_record, take_record
 from svc.mount.remote.data_plane import MANIFEST_CHUNK_LIMIT
-from svc.mount.remote.unanswered import replay_rename, take_replay
+from svc.mount.remote.never_created import replay_rename, take_replay
 from svc.mount.writeback.close_hand_off import HandOffs
 from svc.mount.writeback.commit import CommitRequest, Committed, Conflict, commit
 from svc.mount.writeback.file_records import content_request
@@ -47,6 +49,8 @@ from svc.mount.writeback.kept_chunks import KeptChunks
 from svc.mount.writeback.uploads import ChunkUploader, rechunk
 
 _log = Logger()
+
+T = TypeVar("T")
 
 
 class WriteBack:
@@ -243,6 +247,7 @@ class WriteBack:
             )
             settled = ctx.namespace_lock.commit_sent()
             state.commits_in_flight += 1
+            answer.addBoth(_answered_now, state, settled)
         try:
             if on_sent is not None:
                 on_sent()
@@ -254,9 +259,9 @@ class WriteBack:
                 unanswered = no_answer(error)
                 raise
             if replay is not None:
+                # Counted in flight until its rename is answered too.
                 await replay_rename(ctx, node, replay, line.caller, session)
         finally:
-            state.commits_in_flight -= 1
             settled()
             if outbox is not None and recorded is not None:
                 _seen_through(outbox, state, recorded, at, unanswered=unanswered)
@@ -385,6 +390,17 @@ class WriteBack:
             node.stale = True
         else:
             table.bind(node, attrs.evolve(attributes, server_inode=inode))
+
+
+def _answered_now(result: T, state: FileState, count: CommitCount) -> T:
+    """
+    A commit's answer came (or its failure): it is no longer unanswered,
+    though its write-back goes on (conflict copy, the mount's picture, a
+    replayed save's rename) until C{count} is called.
+    """
+    state.commits_in_flight -= 1
+    count.answered()
+    return result
 
 
 def _seen_through(

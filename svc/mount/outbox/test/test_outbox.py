@@ -8,7 +8,9 @@ requests ran and their answers were lost.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from svc.chunking import chunk_hash
 from svc.dataplane.test.test_service_support import ServiceFixture
 from svc.mount.core.errors import RemoteFailure
+from svc.mount.core.op_ticket import OpTicket, run_with_ticket
 from svc.mount.outbox.entries import Commit, Entry, Mkdir, Owner
 from svc.mount.outbox.outbox import Outbox
 from svc.mount.outbox.sender import DEFAULT_BACKOFF
@@ -110,6 +113,7 @@ class OutboxTests(SynchronousTestCase):
         first.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
         data = b"closed before the kill"
         first.append(lambda seq: self.commit(seq, "d/f", 0, data), {chunk_hash(data): data})
+        answers.down = True  # the resends get nowhere
         answers.release(lost=True)  # they ran; the mount never heard
         first.stop()  # the process is gone: nothing more is sent
 
@@ -168,26 +172,94 @@ class OutboxTests(SynchronousTestCase):
         outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/ok", DIR))
         self.assertFalse(outbox.backlog().refused)
 
-    def test_an_entry_sent_again_for_its_caller_answers_the_caller(self) -> None:
+    def test_an_entry_submitted_answers_its_caller(self) -> None:
         """
-        An entry its caller sent, whose answer was lost, handed to the
-        sender: the caller gets the answer (not the reconciler), and the
-        entry settles; a refusal fails the caller's Deferred.
+        An entry submitted for a caller: the caller gets the answer (not
+        the reconciler), and the entry settles; a refusal fails the
+        caller's Deferred.
         """
         outbox, recorder, _, _ = self.mount()
-        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
-        answer = self.successResultOf(outbox.send_again(made))
-        self.assertEqual(answer.kind, "dir")
-        refused = outbox.append(lambda seq: self.commit(seq, "f", 3, b""), send=False)
-        failure = self.failureResultOf(outbox.send_again(refused), RemoteFailure)
+        _, made = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=True)
+        self.assertEqual(self.successResultOf(made).kind, "dir")
+        _, refused = outbox.submit(lambda seq: self.commit(seq, "f", 3, b""), waits=True)
+        failure = self.failureResultOf(refused, RemoteFailure)
         self.assertEqual(failure.value.wire, WireErrno.ESTALE)
         self.assertEqual((recorder.answered, recorder.refused), ([], []))
         self.assertEqual(outbox.backlog().entries, 0)
 
+    def test_a_lost_answer_is_sent_again_at_once_under_its_tag(self) -> None:
+        """
+        The answer to an entry that ran is lost: the sender sends it again
+        at once, and the data plane answers as it did (one directory, the
+        caller answered).
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.lose("dir_create", ran=True)
+        _, made = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=True)
+        self.assertEqual(self.successResultOf(made).kind, "dir")
+        self.assertEqual(answers.losses_left, 0)
+        self.assertEqual(outbox.backlog().entries, 0)
+
+    def test_a_waiting_caller_is_told_when_its_entry_never_went(self) -> None:
+        """
+        No connection to be had: an entry its caller waits for fails at
+        once (C{EIO}, not unknown: it never ran), is settled, and is not
+        sent later.
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.down = True
+        _, made = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=True)
+        error = self.failureResultOf(made, RemoteFailure).value
+        self.assertFalse(error.unknown)
+        self.assertEqual(outbox.backlog().entries, 0)
+        answers.down = False
+        outbox.reconnected()
+        self.service.clock.advance(DEFAULT_BACKOFF.maximum)
+        self.assertEqual(self.check.errno("head_file", path=f"{ROOT}/d"), WireErrno.ENOENT)
+
+    def test_a_waiting_caller_is_told_when_its_entry_is_lost_twice(self) -> None:
+        """
+        The answer is lost, and the resend's too: the caller's entry is
+        taken back (C{EIO}, unknown: it may have run), and settled.
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.lose("dir_create", ran=False, times=2)
+        _, made = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=True)
+        self.assertTrue(self.failureResultOf(made, RemoteFailure).value.unknown)
+        self.assertEqual(outbox.backlog().entries, 0)
+
+    def test_a_change_queued_behind_an_outage_is_withdrawn_with_its_program(self) -> None:
+        """
+        A change its caller waits for, queued behind entries the sender
+        holds through an outage, whose program stops waiting (the bridge's
+        timeout abandons its ticket): it is taken back, fails C{EIO}, and is
+        never sent, while the held entry goes once the data plane is back.
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.down = True
+        _, held = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/held", DIR), waits=False)
+        self.assertTrue(outbox.holding)
+        ticket = OpTicket()
+        remote = Remote(answers, recorder=outbox)
+        queued = run_with_ticket(
+            ticket,
+            partial(remote.dir_create, mode=0o755, uid=1000, gid=1000, session_id=None),
+            f"{ROOT}/late",
+        )
+        self.assertNoResult(queued)
+        ticket.abandon()
+        self.assertEqual(self.failureResultOf(queued, RemoteFailure).value.errno, errno.EIO)
+        answers.down = False
+        outbox.reconnected()
+        self.successResultOf(held)
+        self.assertEqual(outbox.backlog().entries, 0)
+        self.assertEqual(self.check.errno("head_file", path=f"{ROOT}/late"), WireErrno.ENOENT)
+
     def test_a_caller_held_through_an_outage_stalls_until_answered(self) -> None:
         """
-        The sender holds an entry sent again for a caller (no connection):
-        the stall callable is called once, and ended once it is answered.
+        The sender holds an entry sent for a caller that does not wait (no
+        connection): the stall callable is called once, and ended once it
+        is answered.
         """
         outbox, _, answers, _ = self.mount()
         stalls: list[str] = []
@@ -198,8 +270,7 @@ class OutboxTests(SynchronousTestCase):
 
         outbox.on_held(stall)
         answers.down = True
-        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
-        outcome = outbox.send_again(made)
+        _, outcome = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=False)
         self.assertNoResult(outcome)
         self.assertEqual(len(stalls), 1)
         answers.down = False
@@ -207,16 +278,29 @@ class OutboxTests(SynchronousTestCase):
         self.successResultOf(outcome)
         self.assertEqual(stalls[1:], ["ended"])
 
+    def test_giving_up_waits_for_changes_answered_as_usual(self) -> None:
+        """
+        Shutdown gives up only on entries that came back without an answer:
+        one on its way as usual is still answered, and its caller told.
+        """
+        outbox, _, answers, _ = self.mount()
+        answers.hold("dir_create")
+        _, outcome = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=False)
+        outbox.give_up_resends("the mount is stopping")
+        self.assertNoResult(outcome)
+        answers.release()
+        self.assertEqual(self.successResultOf(outcome).kind, "dir")
+        self.assertEqual(outbox.backlog().entries, 0)
+
     def test_giving_up_leaves_the_entry_for_the_next_mount(self) -> None:
         """
-        Shutdown gives up on an entry sent again for a caller: the caller's
+        Shutdown gives up on an entry held for a caller: the caller's
         Deferred fails (unknown outcome), the entry stays unsettled, and the
         next mount on the cache sends it.
         """
         outbox, _, answers, _ = self.mount()
         answers.down = True
-        made = outbox.append(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), send=False)
-        outcome = outbox.send_again(made)
+        made, outcome = outbox.submit(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR), waits=False)
         outbox.give_up_resends("the mount is stopping")
         self.assertTrue(self.failureResultOf(outcome, RemoteFailure).value.unknown)
         outbox.stop()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from svc.chunking import ChunkRef, chunk_hash
@@ -63,6 +64,7 @@ class LogSource:
         self.answers: list[tuple[int, Any]] = []
         self.refusals: list[tuple[int, RemoteFailure]] = []
         self.holds: list[RemoteFailure] = []
+        self.ready: Deferred[None] = succeed(None)
 
     @property
     def outbox_id(self) -> bytes:
@@ -82,8 +84,14 @@ class LogSource:
         self.refusals.append((entry.seq, failure))
         self.settle(entry)
 
+    def gave_up(self, entry: Entry, failure: RemoteFailure, *, resent: bool) -> bool:
+        return False
+
     def held_back(self, failure: RemoteFailure) -> None:
         self.holds.append(failure)
+
+    def resend_ready(self) -> Deferred[None]:
+        return self.ready
 
     def settle(self, entry: Entry) -> None:
         self.log.settle(entry.seq)
@@ -147,17 +155,16 @@ class OutboxSenderTests(SynchronousTestCase):
     def test_answers_lost_after_running_are_applied_once(self) -> None:
         """
         The connection is lost with the answers of entries that ran: they
-        are sent again after a pause and answered as the first time; the
-        file has one version per commit, not two.
+        are sent again at once, in order, and answered as the first time;
+        the file has one version per commit, not two.
         """
         self.answers.hold("manifest_put", "dir_create")
         self.send(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
         self.send(lambda seq: self.commit(seq, "d/f", 0))
         self.send(lambda seq: self.commit(seq, "d/f", 1))
         self.answers.release(lost=True)
-        self.assertEqual(self.source.answers, [])
-        self.service.clock.advance(DEFAULT_BACKOFF.initial)
         self.successResultOf(self.sender.drained())
+        self.assertEqual(self.source.holds, [])
         self.assertEqual(self.source.refusals, [])
         versions = [answer.version for seq, answer in self.source.answers if seq > 1]
         self.assertEqual(versions, [1, 2])
@@ -174,6 +181,71 @@ class OutboxSenderTests(SynchronousTestCase):
         self.assertEqual(self.sender.unanswered, 2)
         self.answers.down = False
         self.service.clock.advance(DEFAULT_BACKOFF.maximum)
+        self.successResultOf(self.sender.drained())
+        self.assertEqual([seq for seq, _ in self.source.answers], [1, 2])
+
+    def test_a_lost_entry_goes_again_when_the_last_in_flight_is_answered(self) -> None:
+        """
+        One entry's answer is lost while the entry after it is answered
+        (the last to come back): the lost one is sent again all the same.
+        """
+        self.answers.hold("dir_create", "symlink")
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
+        self.send(lambda seq: Symlink(seq, f"{ROOT}/s", "d", 1000, 1000))
+        self.answers.release(lost=["dir_create"])
+        self.successResultOf(self.sender.drained())
+        self.assertEqual(sorted(seq for seq, _ in self.source.answers), [1, 2])
+        self.assertEqual(self.connection.calls.count("dir_create"), 2)
+
+    def test_a_second_loss_waits_out_a_pause(self) -> None:
+        """
+        An entry lost again on its resend is held back (the source told)
+        and sent after a pause; the answer ends the pauses.
+        """
+        self.answers.lose("dir_create", ran=False, times=2)
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/d", DIR))
+        self.assertEqual((self.source.answers, len(self.source.holds)), ([], 1))
+        self.assertTrue(self.sender.holding)
+        self.service.clock.advance(DEFAULT_BACKOFF.delay(1))
+        self.successResultOf(self.sender.drained())
+        self.assertFalse(self.sender.holding)
+        self.assertEqual([seq for seq, _ in self.source.answers], [1])
+
+    def test_an_entry_the_source_takes_back_is_not_sent_again(self) -> None:
+        """
+        The source takes back an entry that came back without an answer
+        (a caller that waits): it is not sent again; the others are.
+        """
+        taken: list[tuple[int, bool]] = []
+
+        def gave_up(entry: Entry, failure: RemoteFailure, *, resent: bool) -> bool:
+            taken.append((entry.seq, resent))
+            return entry.seq == 1
+
+        self.source.gave_up = gave_up  # type: ignore[method-assign]
+        self.answers.hold("dir_create")
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/a", DIR))
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/b", DIR))
+        self.answers.release(lost=True)
+        self.successResultOf(self.sender.drained())
+        self.assertEqual(taken, [(1, False), (2, False)])
+        self.assertEqual([seq for seq, _ in self.source.answers], [2])
+        self.assertEqual(self.connection.calls.count("dir_create"), 3)
+
+    def test_what_came_back_waits_until_the_source_is_ready(self) -> None:
+        """
+        Entries whose answers were lost, and those appended after them, are
+        sent again only once the source says so (the commits sent beside
+        them answered first).
+        """
+        self.source.ready = Deferred()
+        self.answers.hold("dir_create")
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/a", DIR))
+        self.answers.release(lost=True)
+        self.send(lambda seq: Mkdir(seq, f"{ROOT}/b", DIR))
+        self.assertEqual(self.connection.calls, ["dir_create"])
+        self.assertTrue(self.sender.holding)
+        self.source.ready.callback(None)
         self.successResultOf(self.sender.drained())
         self.assertEqual([seq for seq, _ in self.source.answers], [1, 2])
 

@@ -1,21 +1,17 @@
 """
-What the mount does when the answer to a change it already showed never
-came: the connection was lost after the request was sent, so the change
-may or may not have run (``docs/specifications/mount-consistency.md``
-section 2.6, "An answer that never came").
+A handed-off rename of a new file the data plane never got
+(``docs/specifications/mount-consistency.md`` section 2.6, "An answer that
+never came"): refused C{ENOENT}, because the file's commit was refused or
+lost with the connection before it ran.
 
-Every namespace change is recorded in the mount's outbox and its request
-tagged with its entry (L{svc.mount.remote.remote_changes}), and the data plane
-applies a tagged change at most once, answering a request sent again with
-the answer of its first run. So a lost answer is settled by sending the
-same request again: a caller that waits sends it once more
-(L{send_change}); a handed-off change, whose program was told it
-succeeded, goes to the outbox's sender, which sends it again in order with
-the others and holds it through an outage (L{removal_outcome},
-L{rename_outcome}). A new file's atomic save that never reached the server
-at all is I{replayed} by the file's next write-back (L{take_replay},
-L{replay_rename}): the file is committed under its temporary name, then
-renamed over the real one, or over the version it replaces.
+Every namespace change goes through the outbox's one sender, which sends a
+change whose answer was lost again under its outbox tag (the data plane
+answers one that ran as it did), so a lost answer needs nothing here. What
+remains is an atomic save whose file never reached the server: the rename
+is kept where the mount shows it, and the file's next write-back I{replays}
+the save (L{take_replay}, L{replay_rename}): the file is committed under its
+temporary name, then renamed over the real one, or committed over the
+version it replaces.
 
 Each outcome is logged at info level.
 """
@@ -23,11 +19,9 @@ Each outcome is logged at info level.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
-from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -39,25 +33,14 @@ from svc.mount.core.errors import FSError, RemoteFailure
 from svc.mount.core.file_state import FileState
 from svc.mount.core.fs_context import FSContext, join
 from svc.mount.core.inodes import Node
-from svc.mount.remote.remote_changes import LostAnswer
 from svc.mount.remote.remote_values import RenameResult
 
 if TYPE_CHECKING:
-    from svc.mount.remote.namespace_hand_off import HandedRemoval, HandedRename
+    from svc.mount.remote.namespace_hand_off import HandedRename
 
 _log = Logger()
 
 U = TypeVar("U", Failure, RemoteFailure)
-T = TypeVar("T")
-
-
-def unanswered(answer: object) -> bool:
-    """Whether C{answer} is a failure that says the request may have run."""
-    return (
-        isinstance(answer, Failure)
-        and isinstance(answer.value, RemoteFailure)
-        and answer.value.unknown
-    )
 
 
 def never_created(answer: object, rename: HandedRename) -> bool:
@@ -87,76 +70,18 @@ async def _found_at(ctx: FSContext, path: str) -> Attributes | None:
         raise _CannotTell(str(error)) from None
 
 
-async def _sent_again(ctx: FSContext, what: str, path: str, lost: RemoteFailure) -> Any:
-    """
-    Hand a handed-off change whose answer never came (L{LostAnswer}) to
-    the outbox's sender, which sends it again with its outbox tag after
-    the entries before it, holding it through an outage: a run before is
-    answered as it was, one that never ran runs now. Its parsed answer.
-
-    @raise RemoteFailure: its refusal; or C{lost} itself when there is no
-        outbox to send it (nothing can tell).
-    """
-    outbox = ctx.outbox
-    if outbox is None or not isinstance(lost, LostAnswer):
-        raise _untold(what, path, "it cannot be sent again with its outbox tag", lost)
-    _told(what, path, "sent again with its outbox tag")
-    answer = await outbox.send_again(lost.entry)
-    return lost.parse(answer)
-
-
-async def removal_outcome(
-    ctx: FSContext, removal: HandedRemoval, unanswered: Failure
-) -> int | Failure | None:
-    """
-    An unlink or rmdir whose answer never came: sent again with its
-    outbox tag (L{_sent_again}); its answer, or its failure.
-    """
-    lost = unanswered.value
-    assert isinstance(lost, RemoteFailure)
-    try:
-        answer: int | None = await _sent_again(ctx, "removal", removal.path, lost)
-    except RemoteFailure as error:
-        return _failure(error)
-    return answer
-
-
 async def rename_outcome(
-    ctx: FSContext, rename: HandedRename, answer: Failure
-) -> RenameResult | Failure:
-    """
-    A handed-off rename whose answer never came, or that was refused
-    C{ENOENT} though it moves a new file whose commit went just before
-    (``mount-consistency.md`` section 2.6). A lost one is sent again with
-    its outbox tag (L{_sent_again}) once the commits in flight are
-    answered (the file's commit, sent again by its write-back, goes
-    first): its answer settles it. A new file's rename refused C{ENOENT}
-    (its commit refused or lost too: the file never reached the server)
-    is kept where the mount shows it, the new name, when that name still
-    holds what it held when the rename was sent: its next write-back
-    creates it there, at once when the name was free, else by replaying
-    the atomic save (L{_replay_save}). Anything else: the failure.
-    """
-    failure = answer.value
-    if isinstance(failure, LostAnswer):
-        await ctx.namespace_lock.commits_settled()
-        try:
-            result: RenameResult = await _sent_again(ctx, "rename", rename.path, failure)
-        except RemoteFailure as error:
-            if not _source_missing(error, rename):
-                return _failure(error)
-            failure = error
-        else:
-            return result
-    if not isinstance(failure, RemoteFailure) or not _source_missing(failure, rename):
-        return answer
-    return await _never_created(ctx, rename, failure)
-
-
-async def _never_created(
     ctx: FSContext, rename: HandedRename, refused: RemoteFailure
 ) -> RenameResult | Failure:
-    """The rename of a new file the server never got, refused C{refused} (L{rename_outcome})."""
+    """
+    A handed-off rename refused C{ENOENT} (C{refused}) though it moves a
+    new file whose commit went just before (L{never_created}): the file
+    never reached the server. It is kept where the mount shows it, the new
+    name, when that name still holds what it held when the rename was sent:
+    its next write-back creates it there, at once when the name was free,
+    else by replaying the atomic save (L{_replay_save}). Anything else: the
+    failure.
+    """
     state = ctx.files.state(rename.moved.ino)
     if state is not None and state.commits_in_flight:
         # Its commit may yet create the old name.
@@ -265,11 +190,7 @@ async def replay_rename(
     """
     via = ctx.server_path(replay.via)
     try:
-        await send_change(
-            "rename",
-            via,
-            lambda: ctx.remote.rename(via, ctx.server_path(replay.to), session_id=session),
-        )
+        await ctx.remote.rename(via, ctx.server_path(replay.to), session_id=session)
     except FSError as error:
         ctx.audit.line(
             EventName.RENAME, replay.via, caller, session_id=session, to_path=audit_path(replay.to)
@@ -297,41 +218,20 @@ async def replay_rename(
     ctx.forget_attributes(node.ino)
 
 
-async def send_change(what: str, path: str, send: Callable[[], Deferred[T]]) -> T:
-    """
-    C{send()} a namespace change of C{path} (the server's path) for a
-    caller that waits: its answer. One that never came (L{LostAnswer}) is
-    sent once more with the same outbox tag, so the data plane answers it
-    as it ran before, or runs it now; when that gets no answer either, the
-    entry is dropped (the caller is told the failure: a later mount must
-    not make the change behind it) and the failure raised.
-    """
-    try:
-        return await send()
-    except LostAnswer as lost:
-        _told(what, path, "sent again with its outbox tag")
-        try:
-            answer: T = await lost.again()
-        except LostAnswer as again:
-            again.drop()
-            raise _untold(what, path, "no answer again", again) from None
-        return answer
-
-
 def _told(what: str, path: str, outcome: str) -> None:
     _log.info(
-        "{what} of {path}: its answer never came; the server shows {outcome}",
+        "{what} of {path}: the file never reached the server; {outcome}",
         what=what,
         path=path,
         outcome=outcome,
     )
 
 
-def _untold(what: str, path: str, why: str, unanswered: U) -> U:
+def _untold(what: str, path: str, why: str, refused: U) -> U:
     _log.info(
-        "{what} of {path}: its answer never came and cannot be settled ({why})",
+        "{what} of {path}: the file never reached the server, and the rename is refused ({why})",
         what=what,
         path=path,
         why=why,
     )
-    return unanswered
+    return refused
