@@ -60,7 +60,7 @@ from svc.store.footprint import (
     parse_factor,
 )
 from svc.store.lease_values import LeaseTimings
-from svc.store.tenant import RetentionPolicy
+from svc.store.retention import RetentionPolicy
 from svc.web.clients import check_ca_file
 
 DEFAULT_LISTEN = "tcp:7443:interface=127.0.0.1"

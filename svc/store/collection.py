@@ -7,8 +7,8 @@ reclaim of collectable chunks, and the purge of an agent's disk
 Each runs holding the tenant's commit gate exclusively
 (L{svc.store.commit_gate}), so no manifest change is between its check of
 the chunk store and its commit while chunks are deleted; and each tells the
-tenant's L{svc.store.tenant.RecentChunks} which chunks may be gone. Every
-deletion from the chunk store is one batch reported to the
+tenant's L{svc.store.recent_chunks.RecentChunks} which chunks may be gone.
+Every deletion from the chunk store is one batch reported to the
 L{svc.store.observer.StoreObserver} (C{svc_chunk_batch_*} with
 C{operation="delete"}).
 """

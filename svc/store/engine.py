@@ -45,13 +45,15 @@ from svc.store.lease_values import LeaseEvent, LeaseRevoke, LeaseTimings
 from svc.store.leases import LeaseTable
 from svc.store.manifests import ManifestStore
 from svc.store.observer import StoreObserver
+from svc.store.owner_account import OwnerAccount
 from svc.store.quota_files import (
     read_account_budget,
     read_grants,
     write_account_budget,
     write_grant,
 )
-from svc.store.tenant import OwnerAccount, RetentionPolicy, TenantStorage
+from svc.store.retention import RetentionPolicy
+from svc.store.tenant import TenantStorage
 from svc.worker import IWorker
 
 T = TypeVar("T")

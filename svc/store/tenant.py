@@ -2,34 +2,39 @@
 One tenant's storage: its chunk store, its C{routes.db} (manifests and
 journal), its C{leases.db}, and the rules that tie them together.
 
-The rules that need more than one store live here:
+The rules that need more than one store are applied here, each by a module
+of its own:
 
-- B{No manifest names missing bytes.} A manifest change that references
-  chunks first checks the chunk store holds them (L{MissingChunks}
-  otherwise), and that check and the commit run holding the tenant's commit
-  gate shared, which garbage collection and purge hold exclusively before
-  deleting chunks (L{svc.store.commit_gate}). Commits do not wait for each
-  other: their database work is ordered by the routes queue, where commits
-  in flight together share one transaction.
-  A chunk whose upload this storage completed since the last deletion (GC,
-  purge; a chunk withdrawn as corrupt is forgotten) is known to be there
-  and is not looked up again (L{RecentChunks}).
-- B{Quotas and footprint.} A chunk upload is charged to its agent first
+- B{No manifest names missing bytes} (L{svc.store.commit_rules}). A
+  manifest change that references chunks first checks the chunk store
+  holds them (L{svc.store.errors.MissingChunks} otherwise), and that check
+  and the commit run holding the tenant's commit gate shared, which garbage
+  collection and purge hold exclusively before deleting chunks
+  (L{svc.store.commit_gate}). Commits do not wait for each other: their
+  database work is ordered by the routes queue, where commits in flight
+  together share one transaction. A chunk whose upload this storage
+  completed since the last deletion (GC, purge; a chunk withdrawn as
+  corrupt is forgotten) is known to be there and is not looked up again
+  (L{svc.store.recent_chunks}).
+- B{Quotas and footprint} (L{svc.store.tenant_chunks},
+  L{svc.store.agent_grants}). A chunk upload is charged to its agent first
   (C{routes.db}, L{svc.store.footprint_rows.charge_upload}: refused past
   the agent's grant, held back while its collectable bytes are past their
   limit); one that stores new bytes also reserves them against the owner's
-  account budget (L{OwnerAccount}). A manifest change is checked against
-  the agent's grant inside its transaction, and prunes the agent's oldest
-  journal rows past its retained cap in that transaction; what that leaves
-  collectable is deleted soon after (L{svc.store.collection}).
-- B{Journal notification.} Every change that appends a journal row wakes
-  the L{TenantStorage.journal_changed} waiters once it has committed (the
-  control plane's journal long-poll waits on them), and marks its disk's
-  journal-row count for the metrics (L{svc.store.observer}), as do sweeps
-  (which prune) and purges.
-- B{Leases.} A manifest change from a writer that does not hold the path's
-  write lease while someone else does (or from a fenced writer) is refused
-  with L{WriteLeaseHeld} (ESTALE), and the holder is asked to yield.
+  account budget (L{svc.store.owner_account}). A manifest change is
+  checked against the agent's grant inside its transaction, and prunes the
+  agent's oldest journal rows past its retained cap in that transaction;
+  what that leaves collectable is deleted soon after
+  (L{svc.store.collection}).
+- B{Journal notification} (L{svc.store.journal_notices}). Every change
+  that appends a journal row wakes the L{TenantStorage.journal_changed}
+  waiters once it has committed (the control plane's journal long-poll
+  waits on them), and marks its disk's journal-row count for the metrics
+  (L{svc.store.observer}), as do sweeps (which prune) and purges.
+- B{Leases} (L{svc.store.commit_rules}). A manifest change from a writer
+  that does not hold the path's write lease while someone else does (or
+  from a fenced writer) is refused with L{WriteLeaseHeld} (ESTALE), and
+  the holder is asked to yield.
 
 Every operation returns the values the server needs for its audit lines and
 metrics (sizes, versions, hashes, counts) so nothing is read twice.
@@ -37,30 +42,24 @@ metrics (sizes, versions, hashes, counts) so nothing is read twice.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-import attrs
-from twisted.internet.defer import Deferred, DeferredLock, fail, succeed
+from twisted.internet.defer import Deferred, fail
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
-from svc.store.chunks import (
-    ChunkData,
-    ChunkHasResult,
-    ChunkPutResult,
-    CorruptStoredChunk,
-    IChunkStore,
-)
+from svc.store import journal_reverts
+from svc.store.agent_grants import AgentGrants
+from svc.store.chunks import ChunkData, ChunkHasResult, ChunkPutResult, IChunkStore
 from svc.store.collection import Collection
 from svc.store.commit_gate import CommitGate
-from svc.store.errors import InvalidArgument, MissingChunks, NotFound, WriteLeaseHeld
-from svc.store.footprint import CollectionBacklog, FootprintPolicy
+from svc.store.commit_rules import CommitRules
+from svc.store.errors import WriteLeaseHeld
 from svc.store.gc import PurgeReport, SweepReport
 from svc.store.journal import JournalPage, JournalQuery, RevertResult
+from svc.store.journal_notices import JournalNotices
 from svc.store.layout import TenantLocation
-from svc.store.lease_values import LeaseHolder, PutVerdict
+from svc.store.lease_values import LeaseHolder
 from svc.store.leases import LeaseTable
 from svc.store.manifest_names import SubtreeMoveCheck
 from svc.store.manifest_paths import top_of
@@ -75,22 +74,14 @@ from svc.store.manifest_values import (
     RenameResult,
     SetattrResult,
     Writer,
-    chunk_name,
 )
 from svc.store.manifests import ManifestStore
-from svc.store.observer import JournalRowsReporter, StoreObserver
-from svc.store.quota import QuotaUsage, check_account
-from svc.store.uploads_in_flight import UploadsInFlight
-
-T = TypeVar("T")
-
-
-RECENT_CHUNKS = 65536
-"""Chunks whose completed upload a tenant storage remembers (L{RecentChunks})."""
-
-
-def _defer(coroutine: Coroutine[Any, Any, T]) -> Deferred[T]:
-    return Deferred.fromCoroutine(coroutine)
+from svc.store.observer import StoreObserver
+from svc.store.owner_account import OwnerAccount
+from svc.store.quota import QuotaUsage
+from svc.store.recent_chunks import RecentChunks
+from svc.store.retention import RetentionPolicy
+from svc.store.tenant_chunks import TenantChunks
 
 
 class TenantClock(Protocol):
@@ -103,128 +94,6 @@ class TenantClock(Protocol):
         self, delay: float, callable: Callable[..., object], *args: object, **kw: object
     ) -> Any:
         """Schedule a call."""
-
-
-class OwnerAccount:
-    """
-    The account budget shared by every tenant of one owner, and the byte
-    reservations of uploads in flight.
-
-    Usage is the sum of the owner's chunk stores' totals (each chunk counted
-    once per store). Uploads reserve their bytes before writing, under a
-    lock, so two concurrent uploads cannot both squeeze under the budget.
-    """
-
-    def __init__(self, owner: str, budget_bytes: int | None) -> None:
-        self.owner = owner
-        self.budget_bytes = budget_bytes
-        self._stores: list[IChunkStore] = []
-        self._reserved = 0
-        self._lock = DeferredLock()
-
-    def add_store(self, store: IChunkStore) -> None:
-        """
-        Count ``store``'s bytes against this account.
-        """
-        self._stores.append(store)
-
-    def used_bytes(self) -> Deferred[int]:
-        """
-        Bytes held by all of the owner's chunk stores now.
-        """
-
-        async def total() -> int:
-            return sum([await store.total_bytes() for store in self._stores])
-
-        return _defer(total())
-
-    def reserve(self, size: int) -> Deferred[None]:
-        """
-        Reserve ``size`` bytes of new chunk data, or fail with
-        L{svc.store.errors.QuotaExceeded}. Every successful reservation must
-        be followed by L{release} once the upload has finished either way.
-        Without a budget nothing can be refused: the reservation is counted
-        (a budget set meanwhile sees it) with no lock and no usage sum.
-        """
-        if self.budget_bytes is None:
-            self._reserved += size
-            return succeed(None)
-
-        async def reserving() -> None:
-            await self._lock.acquire()
-            try:
-                used = await self.used_bytes()
-                check_account(used + self._reserved, size, self.budget_bytes)
-                self._reserved += size
-            finally:
-                self._lock.release()
-
-        return _defer(reserving())
-
-    def release(self, size: int) -> None:
-        """
-        Give back a reservation made by L{reserve}.
-        """
-        self._reserved -= size
-
-
-class RecentChunks:
-    """
-    Chunks known to be stored without asking the chunk store: those whose
-    upload completed (durably) since the last deletion. L{deleted} is
-    called, still holding the commit gate, once a deletion has ended (however
-    it ended); it forgets them all, including uploads that completed while
-    it ran. Manifest changes wait for the commit gate, so none trusts a
-    chunk a deletion may have removed. At most C{limit} are remembered (the
-    oldest forgotten first). Forgetting is always safe: the chunk store is
-    asked instead.
-    """
-
-    def __init__(self, limit: int = RECENT_CHUNKS) -> None:
-        self._limit = limit
-        self._stored: OrderedDict[str, None] = OrderedDict()
-
-    def stored(self, chunk_hash: str) -> None:
-        """An upload of C{chunk_hash} completed."""
-        self._stored[chunk_hash] = None
-        self._stored.move_to_end(chunk_hash)
-        while len(self._stored) > self._limit:
-            self._stored.popitem(last=False)
-
-    def unknown(self, hashes: Sequence[str]) -> list[str]:
-        """Those of C{hashes} not known to be stored."""
-        return [h for h in hashes if h not in self._stored]
-
-    def forget(self, chunk_hash: str) -> None:
-        """
-        C{chunk_hash} may be gone (withdrawn as corrupt, or deleted by a
-        reclaim pass: it deletes only chunks nothing names, holding the
-        commit gate, so the others it leaves are still stored).
-        """
-        self._stored.pop(chunk_hash, None)
-
-    def deleted(self) -> None:
-        """Chunks may have been deleted: nothing is known any more."""
-        self._stored.clear()
-
-
-@attrs.frozen
-class RetentionPolicy:
-    """
-    How long unreferenced data is kept: an upload stays charged to its
-    agent, and its chunk is not collected, for ``chunk_grace_seconds`` after
-    its last C{chunk_put} (it may be about to be committed; an unrecorded
-    chunk younger than that is not swept either); journal rows younger than
-    ``journal_retention_seconds`` keep their chunks so the change can be
-    reverted, within the bytes ``footprint`` lets each agent retain. A
-    collectable chunk written or touched within ``reclaim_margin_seconds``
-    is deleted by a later pass.
-    """
-
-    chunk_grace_seconds: float = 3600.0
-    journal_retention_seconds: float = 7 * 24 * 3600.0
-    footprint: FootprintPolicy = attrs.field(factory=FootprintPolicy)
-    reclaim_margin_seconds: float = 0.5
 
 
 class TenantStorage:
@@ -263,35 +132,38 @@ class TenantStorage:
         self.manifests = manifests
         self.leases = leases
         self.account = account
-        self._grants = grants
         self._retention = retention
         self._policy = retention.footprint
         self._seconds = clock.seconds
-        self._gate = CommitGate()
-        self._journal_waiters: list[Deferred[None]] = []
+        gate = CommitGate()
         self._recent = RecentChunks()
-        self._uploading = UploadsInFlight()
+        self._rules = CommitRules(chunks, leases, gate, self._recent)
         self.collection = Collection(
             location.tenant,
             chunks,
             manifests,
-            self._gate,
+            gate,
             self._recent,
             clock,
             clock.seconds,
-            lambda: self._grants,
+            lambda: self._grants.by_agent,
             self._policy,
             chunk_grace_seconds=retention.chunk_grace_seconds,
             journal_retention_seconds=retention.journal_retention_seconds,
             margin_seconds=retention.reclaim_margin_seconds,
             observer=observer,
         )
-        self._journal_rows: JournalRowsReporter | None = None
-        if observer is not None:
-            self._journal_rows = JournalRowsReporter(
-                location, manifests.journal_rows_by_top, observer, clock
-            )
-            self._journal_rows.changed_all()
+        self._tenant_chunks = TenantChunks(
+            chunks,
+            manifests,
+            account,
+            lambda: self._grants.by_agent,
+            self._policy,
+            self.collection.schedule.next_pass,
+            self._recent,
+        )
+        self._journal = JournalNotices(location, manifests, clock, observer)
+        self._grants = AgentGrants(grants, self._policy, manifests, account, self._journal)
 
     @property
     def tenant_id(self) -> str:
@@ -306,32 +178,21 @@ class TenantStorage:
         """
         The agent's grant in bytes (C{None}: unlimited).
         """
-        return self._grants.get(agent_id)
+        return self._grants.grant_for(agent_id)
 
     def set_grant(self, agent_id: str, grant_bytes: int | None) -> Deferred[None]:
         """
         Change the in-memory grant (the engine persists it) and bring the
         agent's retained bytes within the cap the new grant gives.
         """
-        if grant_bytes is None:
-            self._grants.pop(agent_id, None)
-        else:
-            self._grants[agent_id] = grant_bytes
-
-        def enforced(collectable: int) -> None:
-            if self._journal_rows is not None:
-                self._journal_rows.changed(agent_id)
-
-        return self.manifests.enforce_retained_cap(
-            agent_id, self._policy.retained_cap(grant_bytes)
-        ).addCallback(enforced)
+        return self._grants.set_grant(agent_id, grant_bytes)
 
     def retained_cap(self, path: str) -> int:
         """
         The bytes the agent whose disk holds ``path`` may keep only for its
-        journal (L{FootprintPolicy.retained_cap}).
+        journal (L{svc.store.footprint.FootprintPolicy.retained_cap}).
         """
-        return self._policy.retained_cap(self._grants.get(top_of(path)))
+        return self._grants.retained_cap(top_of(path))
 
     def agent_usage(self, agent_id: str) -> Deferred[int]:
         """
@@ -346,28 +207,7 @@ class TenantStorage:
         C{routes.db} (queued behind the writes already submitted) and the
         chunk stores' running totals; nothing is scanned.
         """
-
-        async def usage() -> QuotaUsage:
-            footprint = await self.manifests.footprint(agent_id)
-            # The account's usage moves when an upload is new to the tenant
-            # store and not when it is not: shown without need, it would
-            # tell agents what other agents stored (dataplane-ops.md 6).
-            budget = self.account.budget_bytes
-            account_used = None if budget is None else await self.account.used_bytes()
-            grant = self.grant_for(agent_id)
-            return QuotaUsage(
-                used_bytes=footprint.live_bytes,
-                grant_bytes=grant,
-                account_used_bytes=account_used,
-                budget_bytes=budget,
-                uncommitted_bytes=footprint.uncommitted_bytes,
-                retained_bytes=footprint.retained_bytes,
-                collectable_bytes=footprint.collectable_bytes,
-                retained_cap_bytes=self._policy.retained_cap(grant),
-                footprint_bound_bytes=self._policy.bound(grant),
-            )
-
-        return _defer(usage())
+        return self._grants.quota_usage(agent_id)
 
     # Chunks
 
@@ -382,73 +222,16 @@ class TenantStorage:
         for bytes new to the store. A chunk the store already holds costs
         the account nothing and is reported as deduplicated; it costs the
         agent nothing only if its own files name it. An upload that fails
-        takes its charge back (L{UploadsInFlight}).
+        takes its charge back (L{svc.store.uploads_in_flight.UploadsInFlight}).
         """
-
-        try:
-            chunk = ChunkRef(chunk_hash, len(data))
-        except InvalidArgument:
-            return fail()
-
-        async def put() -> ChunkPutResult:
-            self._uploading.started(agent_id, chunk_hash)
-            try:
-                recorded = await self._charge(agent_id, chunk)
-            except BaseException:
-                self._uploading.failed(agent_id, chunk_hash)
-                raise
-            try:
-                result = await self._store(chunk, data)
-            except BaseException:
-                if self._uploading.failed(agent_id, chunk_hash) and recorded:
-                    # Queued now: an upload starting later charges afresh.
-                    await self.manifests.uncharge_upload(agent_id, chunk_hash)
-                raise
-            self._uploading.stored(agent_id, chunk_hash)
-            self._recent.stored(result.hash)
-            return result
-
-        return _defer(put())
-
-    async def _charge(self, agent_id: str, chunk: ChunkRef) -> bool:
-        grant = self._grants.get(agent_id)
-        while True:
-            try:
-                return await self.manifests.charge_upload(
-                    agent_id,
-                    chunk,
-                    grant_bytes=grant,
-                    backlog_bytes=self._policy.backlog_limit(grant),
-                )
-            except CollectionBacklog:
-                await self.collection.schedule.next_pass()
-
-    async def _store(self, chunk: ChunkRef, data: bytes | memoryview) -> ChunkPutResult:
-        if self.account.budget_bytes is None:
-            # Unlimited account: nothing to reserve, and the store's own
-            # put deduplicates, so skip the extra round trip.
-            return await self.chunks.put(chunk.hash, data)
-        present = await self.chunks.has([chunk.hash])
-        if present.present:
-            return await self.chunks.put(chunk.hash, data)
-        await self.account.reserve(chunk.size)
-        try:
-            return await self.chunks.put(chunk.hash, data)
-        finally:
-            self.account.release(chunk.size)
+        return self._tenant_chunks.put(agent_id, chunk_hash, data)
 
     def chunk_get(self, chunk_hash: str) -> Deferred[ChunkData]:
         """
         The bytes of a chunk (hash-verified by the store), lent: see
         L{svc.store.chunks.ChunkData} for when to release them.
         """
-
-        def withdrawn(failure: Failure) -> Failure:
-            if isinstance(failure.value, CorruptStoredChunk | NotFound):
-                self._recent.forget(chunk_hash)
-            return failure
-
-        return self.chunks.read(chunk_hash).addErrback(withdrawn)
+        return self._tenant_chunks.get(chunk_hash)
 
     def chunk_has(self, hashes: Sequence[str]) -> Deferred[ChunkHasResult]:
         """
@@ -481,30 +264,6 @@ class TenantStorage:
 
     # Writes
 
-    def _check_lease(self, path: str, holder: LeaseHolder | None) -> None:
-        if holder is None:
-            return
-        verdict = self.leases.manifest_put_contention(path, holder)
-        if verdict is PutVerdict.CONTENDED:
-            raise WriteLeaseHeld(f"{path}: another holder has the write lease")
-        if verdict is PutVerdict.FENCED:
-            raise WriteLeaseHeld(f"{path}: this writer's lease was revoked")
-
-    def _committing(self, work: Coroutine[Any, Any, T]) -> Deferred[T]:
-        """
-        Run ``work`` (a change naming chunks) holding the commit gate shared:
-        beside other such changes, never beside a GC sweep or a purge.
-        """
-
-        async def gated() -> T:
-            await self._gate.acquire_shared()
-            try:
-                return await work
-            finally:
-                self._gate.release_shared()
-
-        return _defer(gated())
-
     def manifest_put(
         self,
         path: str,
@@ -523,7 +282,7 @@ class TenantStorage:
     ) -> Deferred[PutResult]:
         """
         Compare-and-swap a file's content (and its atime, when given).
-        Fails with L{MissingChunks} when the store lacks a named chunk,
+        Fails with L{svc.store.errors.MissingChunks} when the store lacks a named chunk,
         L{WriteLeaseHeld} on lease contention,
         L{svc.store.errors.StaleVersion} when the version moved on, and
         L{svc.store.errors.QuotaExceeded} past the agent's grant.
@@ -536,12 +295,8 @@ class TenantStorage:
         """
 
         async def put() -> PutResult:
-            self._check_lease(path, holder)
-            hashes = self._recent.unknown(list(dict.fromkeys(map(chunk_name, chunks))))
-            if hashes:
-                has = await self.chunks.has(hashes)
-                if has.absent:
-                    raise MissingChunks(tuple(has.absent))
+            self._rules.check_lease(path, holder)
+            await self._rules.check_chunks(chunks)
             top = path.split("/")[1] if path.count("/") >= 1 else ""
             committed = self.manifests.put(
                 path,
@@ -553,15 +308,15 @@ class TenantStorage:
                 uid=uid,
                 gid=gid,
                 writer=writer,
-                quota_bytes=self._grants.get(top),
+                quota_bytes=self._grants.grant_for(top),
                 atime_ns=atime_ns,
-                retained_cap=self._policy.retained_cap(self._grants.get(top)),
+                retained_cap=self._grants.retained_cap(top),
             )
             if queued is not None:
                 queued()
             return await committed
 
-        return self._journaling(self._committing(put()), path)
+        return self._journal.journaled(self._rules.committing(put()), path)
 
     def manifest_delete(
         self, path: str, *, writer: Writer, holder: LeaseHolder | None = None
@@ -570,10 +325,10 @@ class TenantStorage:
         Unlink the non-directory ``path``.
         """
         try:
-            self._check_lease(path, holder)
+            self._rules.check_lease(path, holder)
         except WriteLeaseHeld:
             return fail()
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.delete(path, writer=writer, retained_cap=self.retained_cap(path)),
             path,
         )
@@ -584,7 +339,7 @@ class TenantStorage:
         """
         Create directory ``path``.
         """
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.mkdir(path, mode=mode, uid=uid, gid=gid, writer=writer), path
         )
 
@@ -592,7 +347,7 @@ class TenantStorage:
         """
         Remove the empty directory ``path``.
         """
-        return self._journaling(self.manifests.rmdir(path, writer=writer), path)
+        return self._journal.journaled(self.manifests.rmdir(path, writer=writer), path)
 
     def manifest_rename(
         self,
@@ -608,7 +363,7 @@ class TenantStorage:
         asked inside the rename's transaction, on the database worker, and
         may refuse the move (L{svc.store.errors.SubtreeMoveRefused}).
         """
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.rename(
                 source,
                 destination,
@@ -623,7 +378,7 @@ class TenantStorage:
         """
         Hard-link ``new`` to ``existing``.
         """
-        return self._journaling(self.manifests.link(existing, new, writer=writer), new)
+        return self._journal.journaled(self.manifests.link(existing, new, writer=writer), new)
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, writer: Writer
@@ -631,7 +386,7 @@ class TenantStorage:
         """
         Create symlink ``path`` pointing at ``target``.
         """
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.symlink(path, target, uid=uid, gid=gid, writer=writer), path
         )
 
@@ -641,7 +396,7 @@ class TenantStorage:
         """
         Create a special file (or empty regular file) ``path``.
         """
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.mknod(
                 path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid, writer=writer
             ),
@@ -654,7 +409,7 @@ class TenantStorage:
         """
         Change attributes of ``path`` (mode, uid, gid, size to 0, mtime_ns, atime_ns).
         """
-        return self._journaling(
+        return self._journal.journaled(
             self.manifests.setattr(
                 path, writer=writer, retained_cap=self.retained_cap(path), **changes
             ),
@@ -677,26 +432,10 @@ class TenantStorage:
         check and the restore see the same store.
         """
 
-        async def revert() -> RevertResult:
-            entry = await self.manifests.journal_entry(seq)
-            if entry is None:
-                raise NotFound(f"journal entry {seq}")
-            if not entry.concerns(path):
-                raise NotFound(f"journal entry {seq} does not concern {path}")
-            before = entry.state_before(path)
-            needed = [c.hash for c in (before.chunks if before is not None else ())]
-            present: frozenset[str] = frozenset()
-            if needed:
-                present = frozenset((await self.chunks.has(needed)).present)
-            return await self.manifests.journal_revert(
-                path,
-                seq,
-                writer=writer,
-                missing_chunks=lambda hashes: [h for h in hashes if h not in present],
-                retained_cap=self.retained_cap(path),
-            )
-
-        return self._journaling(self._committing(revert()), path)
+        reverting = journal_reverts.revert(
+            self.manifests, self.chunks, path, seq, writer=writer, retained_cap=self.retained_cap
+        )
+        return self._journal.journaled(self._rules.committing(reverting), path)
 
     def journal_changed(self) -> Deferred[None]:
         """
@@ -708,39 +447,11 @@ class TenantStorage:
         L{twisted.internet.defer.CancelledError}); a waiter that is neither
         fired nor cancelled is kept until the next journaled change.
         """
-        waiter: Deferred[None] = Deferred(self._forget_waiter)
-        self._journal_waiters.append(waiter)
-        return waiter
+        return self._journal.wait()
 
     def journal_waiting(self) -> int:
         """How many L{journal_changed} waiters are pending."""
-        return len(self._journal_waiters)
-
-    def _forget_waiter(self, waiter: Deferred[None]) -> None:
-        try:
-            self._journal_waiters.remove(waiter)
-        except ValueError:
-            pass
-
-    def _journaling(self, change: Deferred[T], path: str) -> Deferred[T]:
-        """
-        Once C{change} (of C{path}) has committed with a journal row (its
-        result's C{journal_seq} is not L{None}): wake the L{journal_changed}
-        waiters and mark the disk of C{path} for the journal-row count.
-        """
-
-        def committed(result: T) -> T:
-            if getattr(result, "journal_seq", None) is None:
-                return result
-            if self._journal_rows is not None:
-                self._journal_rows.changed(top_of(path))
-            if self._journal_waiters:
-                waiters, self._journal_waiters = self._journal_waiters, []
-                for waiter in waiters:
-                    waiter.callback(None)
-            return result
-
-        return change.addCallback(committed)
+        return self._journal.waiting()
 
     # Collection
 
@@ -751,8 +462,8 @@ class TenantStorage:
         """
 
         def swept(report: SweepReport) -> SweepReport:
-            if self._journal_rows is not None and not dry_run:
-                self._journal_rows.changed_all()
+            if not dry_run:
+                self._journal.changed_all()
             return report
 
         return self.collection.sweep(dry_run=dry_run).addCallback(swept)
@@ -765,9 +476,8 @@ class TenantStorage:
         """
 
         def purged(report: PurgeReport) -> PurgeReport:
-            self._grants.pop(agent_id, None)
-            if self._journal_rows is not None:
-                self._journal_rows.changed(agent_id)
+            self._grants.forget(agent_id)
+            self._journal.changed(agent_id)
             return report
 
         return self.collection.purge(agent_id).addCallback(purged)
@@ -778,10 +488,9 @@ class TenantStorage:
         """
 
         async def closing() -> None:
-            if self._journal_rows is not None:
-                await self._journal_rows.close()
+            await self._journal.close()
             await self.collection.close()
             await self.leases.close()
             await self.manifests.close()
 
-        return _defer(closing())
+        return Deferred.fromCoroutine(closing())

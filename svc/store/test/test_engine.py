@@ -33,7 +33,9 @@ from svc.store.layout import TenantLocation, chunk_path
 from svc.store.lease_values import LeaseEvent, LeaseHolder, LeaseMode, LeaseRevoke
 from svc.store.manifest_paths import top_of
 from svc.store.manifest_values import ChunkRef, Writer
-from svc.store.tenant import OwnerAccount, RetentionPolicy, TenantStorage
+from svc.store.owner_account import OwnerAccount
+from svc.store.retention import RetentionPolicy
+from svc.store.tenant import TenantStorage
 from svc.testing.worker import ImmediateWorker, ManualWorker
 from svc.wire.errno import WireErrno
 

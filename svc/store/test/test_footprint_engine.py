@@ -24,7 +24,8 @@ from svc.store.errors import QuotaExceeded
 from svc.store.footprint import Footprint, FootprintPolicy
 from svc.store.manifest_values import ChunkRef, Writer
 from svc.store.quota import QuotaUsage
-from svc.store.tenant import RecentChunks, TenantStorage
+from svc.store.recent_chunks import RecentChunks
+from svc.store.tenant import TenantStorage
 from svc.store.test.test_engine import ACME, GRACE, RETENTION, WRITER, EngineFixture, blob
 
 KIB = 1024
