@@ -4,9 +4,10 @@ manifests, chunk references, write journal) behind an asynchronous API.
 
 Every call runs on the one injected L{IWorker} (a single-thread
 L{svc.worker.ThreadWorker} in production: the database's only writer
-thread), in submission order, through a L{TransactionQueue}: each mutation is
-atomic on its own (a savepoint) and durable when its L{Deferred} fires; the
-calls queued meanwhile share one commit. The format is specified in
+thread), in submission order, through a L{svc.store.routes_queue.TransactionQueue}
+(L{svc.store.routes_database}): each mutation is atomic on its own (a
+savepoint) and durable when its L{Deferred} fires; the calls queued
+meanwhile share one commit. The format is specified in
 C{docs/specifications/routes-db.md}.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -47,31 +47,11 @@ from svc.store.manifest_values import (
     SetattrResult,
     Writer,
 )
-from svc.store.routes_queue import StoreClosed, TransactionQueue
-from svc.store.routes_schema import configure, migrate
+from svc.store.routes_database import RoutesDatabase, WallClock, connect
+from svc.store.routes_queue import StoreClosed
 from svc.worker import IWorker
 
-__all__ = ["ManifestStore", "StoreClosed", "WallClock"]
-
-T = TypeVar("T")
-
-_NS_PER_SECOND = 1_000_000_000
-_NS_PER_MS = 1_000_000
-
-
-class WallClock(Protocol):
-    """
-    The part of C{IReactorTime} the store uses (a reactor or a
-    L{twisted.internet.task.Clock}).
-    """
-
-    def seconds(self) -> float:
-        """The current time in seconds since the epoch."""
-
-    def callLater(
-        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
-    ) -> Any:
-        """Schedule a call (the commit of early work, L{TransactionQueue})."""
+__all__ = ["ManifestStore", "StoreClosed"]
 
 
 class ManifestStore:
@@ -82,16 +62,14 @@ class ManifestStore:
     _log = Logger()
 
     def __init__(self, connection: sqlite3.Connection, worker: IWorker, clock: WallClock):
-        self._queue = TransactionQueue(connection, worker, clock=clock)
-        self._clock = clock
-        self._collectable_listener: Callable[[], object] | None = None
+        self._db = RoutesDatabase(connection, worker, clock)
 
     def notify_collectable(self, listener: Callable[[], object]) -> None:
         """
         Call ``listener`` (on the reactor, after the commit) whenever a
         change or a pruning leaves chunks collectable.
         """
-        self._collectable_listener = listener
+        self._db.notify_collectable(listener)
 
     @classmethod
     def open(
@@ -102,21 +80,6 @@ class ManifestStore:
         schema up to date; ``clock`` stamps every change.
         """
 
-        def opening() -> tuple[sqlite3.Connection, int]:
-            # The worker serialises every use of the connection, but a
-            # thread pool may replace its thread, so thread identity is not
-            # what keeps the connection safe.
-            connection = sqlite3.connect(
-                os.fspath(path), isolation_level=None, check_same_thread=False
-            )
-            try:
-                configure(connection)
-                version = migrate(connection)
-            except BaseException:
-                connection.close()
-                raise
-            return connection, version
-
         def opened(result: tuple[sqlite3.Connection, int]) -> ManifestStore:
             connection, version = result
             cls._log.info(
@@ -124,67 +87,14 @@ class ManifestStore:
             )
             return cls(connection, worker, clock)
 
-        return worker.submit(opening).addCallback(opened)
+        return worker.submit(lambda: connect(path)).addCallback(opened)
 
     def close(self) -> Deferred[None]:
         """
         Finish the work already submitted, then close the database; later
         calls fail with L{StoreClosed}.
         """
-        return self._queue.close()
-
-    def _read(self, work: Callable[[sqlite3.Connection], T]) -> Deferred[T]:
-        return self._queue.submit(work, writes=False)
-
-    def _now(self) -> int:
-        return round(self._clock.seconds() * _NS_PER_SECOND)
-
-    def _write(
-        self,
-        writer: Writer,
-        work: Callable[[sqlite3.Connection, Stamp], T],
-        retained_cap: tuple[str, int | None] = ("", None),
-    ) -> Deferred[T]:
-        """
-        Run the mutation ``work``; then, when ``retained_cap`` gives a top
-        and a cap, prune that top's oldest journal rows to bring its
-        retained bytes within the cap, in the same savepoint.
-        """
-        top, cap = retained_cap
-
-        def stamped(connection: sqlite3.Connection) -> tuple[T, int]:
-            stamp = Stamp(self._now(), writer)
-            position = writer.outbox
-            if position is not None:
-                outbox_answers.before(connection, writer.agent_id, position, stamp.at_ms)
-            result = work(connection, stamp)
-            if position is not None:
-                outbox_answers.applied(connection, writer.agent_id, position, result, stamp.at_ms)
-            grew = (
-                0 if cap is None else footprint_rows.prune_to_cap(connection, top, cap, stamp.at_ms)
-            )
-            return result, grew
-
-        return self._queue.submit(stamped, writes=True).addCallback(self._collectable)
-
-    def _collectable(self, outcome: tuple[T, int]) -> T:
-        result, grew = outcome
-        if grew and self._collectable_listener is not None:
-            self._collectable_listener()
-        return result
-
-    def _maintain(self, work: Callable[[sqlite3.Connection, int], int]) -> Deferred[int]:
-        """
-        Run footprint upkeep ``work`` (given the time in ms) that returns
-        the bytes it made collectable; tell the listener if any.
-        """
-        at_ms = self._now() // _NS_PER_MS
-
-        def run(connection: sqlite3.Connection) -> tuple[int, int]:
-            grew = work(connection, at_ms)
-            return grew, grew
-
-        return self._queue.submit(run, writes=True).addCallback(self._collectable)
+        return self._db.close()
 
     # Reads
 
@@ -193,7 +103,7 @@ class ManifestStore:
         The manifest of ``path`` (attributes, chunk list, version, last
         writer); fails with L{svc.store.errors.NotFound}.
         """
-        return self._read(lambda c: manifest_reads.get(c, path))
+        return self._db.read(lambda c: manifest_reads.get(c, path))
 
     def list_dir(
         self, path: str, *, after: str | None = None, limit: int | None = None
@@ -202,7 +112,7 @@ class ManifestStore:
         The entries of directory ``path`` with their attributes, by name:
         those after the name ``after``, at most ``limit`` (else all).
         """
-        return self._read(lambda c: manifest_reads.list_directory(c, path, after, limit))
+        return self._db.read(lambda c: manifest_reads.list_directory(c, path, after, limit))
 
     def chunk_lists(
         self, directory: str, names: Sequence[str], *, max_chunks: int | None = None
@@ -215,26 +125,26 @@ class ManifestStore:
         and version match the entries it listed.
         """
         wanted = list(names)
-        return self._read(lambda c: manifest_reads.chunk_lists(c, directory, wanted, max_chunks))
+        return self._db.read(lambda c: manifest_reads.chunk_lists(c, directory, wanted, max_chunks))
 
     def readlink(self, path: str) -> Deferred[str]:
         """
         The target of symlink ``path``.
         """
-        return self._read(lambda c: manifest_reads.readlink(c, path))
+        return self._db.read(lambda c: manifest_reads.readlink(c, path))
 
     def subtree_usage(self, top: str) -> Deferred[int]:
         """
         Unique chunk bytes referenced by the live files under ``/<top>``
         (a chunk shared by several files, or hard links, counts once).
         """
-        return self._read(lambda c: subtree_usage(c, top))
+        return self._db.read(lambda c: subtree_usage(c, top))
 
     def usage_by_top(self) -> Deferred[dict[str, int]]:
         """
         L{subtree_usage} for every top-level directory holding chunks.
         """
-        return self._read(manifest_reads.usage_by_top)
+        return self._db.read(manifest_reads.usage_by_top)
 
     def referenced_hashes(self, top: str, hashes: Sequence[str]) -> Deferred[frozenset[str]]:
         """
@@ -242,13 +152,13 @@ class ManifestStore:
         the queue, so every change submitted before is reflected).
         """
         wanted = list(hashes)
-        return self._read(lambda c: frozenset(manifest_reads.referenced_under(c, top, wanted)))
+        return self._db.read(lambda c: frozenset(manifest_reads.referenced_under(c, top, wanted)))
 
     def live_hashes(self) -> Deferred[frozenset[str]]:
         """
         The hashes referenced by any live file.
         """
-        return self._read(manifest_reads.live_hashes)
+        return self._db.read(manifest_reads.live_hashes)
 
     # Mutations
 
@@ -275,7 +185,7 @@ class ManifestStore:
         ``retained_cap``, the bytes the path's top keeps only for its
         journal are then brought within it (L{footprint_rows.prune_to_cap}).
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: manifest_writes.put(
                 c,
@@ -300,7 +210,7 @@ class ManifestStore:
         """
         Unlink the non-directory ``path`` (``retained_cap`` as for L{put}).
         """
-        return self._write(
+        return self._db.write(
             writer, lambda c, s: manifest_names.delete(c, s, path), (top_of(path), retained_cap)
         )
 
@@ -310,7 +220,7 @@ class ManifestStore:
         """
         Create directory ``path``.
         """
-        return self._write(
+        return self._db.write(
             writer, lambda c, s: manifest_names.mkdir(c, s, path, mode=mode, uid=uid, gid=gid)
         )
 
@@ -318,7 +228,7 @@ class ManifestStore:
         """
         Remove the empty directory ``path``.
         """
-        return self._write(writer, lambda c, s: manifest_names.rmdir(c, s, path))
+        return self._db.write(writer, lambda c, s: manifest_names.rmdir(c, s, path))
 
     def rename(
         self,
@@ -334,7 +244,7 @@ class ManifestStore:
         ``subtree_check`` (run on the worker) may refuse a directory's move
         (L{manifest_names.rename}); ``retained_cap`` as for L{put}.
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: manifest_names.rename(c, s, source, destination, subtree_check),
             (top_of(source), retained_cap),
@@ -344,7 +254,7 @@ class ManifestStore:
         """
         Hard-link ``new`` to the non-directory ``existing``.
         """
-        return self._write(writer, lambda c, s: manifest_names.link(c, s, existing, new))
+        return self._db.write(writer, lambda c, s: manifest_names.link(c, s, existing, new))
 
     def symlink(
         self, path: str, target: str, *, uid: int, gid: int, writer: Writer
@@ -352,7 +262,7 @@ class ManifestStore:
         """
         Create symlink ``path`` to ``target``.
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: manifest_names.symlink(c, s, path, target=target, uid=uid, gid=gid),
         )
@@ -371,7 +281,7 @@ class ManifestStore:
         """
         Create a fifo, socket, device or empty regular file ``path``.
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: manifest_names.mknod(
                 c, s, path, kind=kind, mode=mode, rdev=rdev, uid=uid, gid=gid
@@ -395,7 +305,7 @@ class ManifestStore:
         Change attributes of ``path``; ``size`` only to 0 (or unchanged)
         (``retained_cap`` as for L{put}).
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: manifest_writes.set_attributes(
                 c,
@@ -423,7 +333,7 @@ class ManifestStore:
             outbox_answers.forget_agent(connection, top)
             return manifest_names.purge_subtree(connection, stamp, top)
 
-        return self._write(Writer("svc-purge"), purge)
+        return self._db.write(Writer("svc-purge"), purge)
 
     # Journal
 
@@ -431,13 +341,13 @@ class ManifestStore:
         """
         The journal row ``seq``, or L{None}.
         """
-        return self._read(lambda c: journal.entry(c, seq))
+        return self._db.read(lambda c: journal.entry(c, seq))
 
     def journal_query(self, journal_query: JournalQuery) -> Deferred[JournalPage]:
         """
         One page of journal rows.
         """
-        return self._read(lambda c: journal.query(c, journal_query))
+        return self._db.read(lambda c: journal.query(c, journal_query))
 
     def journal_revert(
         self,
@@ -454,7 +364,7 @@ class ManifestStore:
         returns the hashes (of those given) the chunk store lacks
         (``retained_cap`` as for L{put}).
         """
-        return self._write(
+        return self._db.write(
             writer,
             lambda c, s: journal.revert(c, s, path, seq, missing_chunks),
             (top_of(path), retained_cap),
@@ -464,15 +374,15 @@ class ManifestStore:
         """
         Chunk hashes named by journal rows at or after ``cutoff_ms``.
         """
-        return self._read(lambda c: journal.hashes_since(c, cutoff_ms))
+        return self._db.read(lambda c: journal.hashes_since(c, cutoff_ms))
 
     def journal_prune(self, before_ms: int) -> Deferred[int]:
         """
         Delete journal rows older than ``before_ms`` (see L{journal.prune});
         the count deleted.
         """
-        at_ms = self._now() // _NS_PER_MS
-        return self._queue.submit(lambda c: journal.prune(c, before_ms, at_ms), writes=True)
+        at_ms = self._db.now_ms()
+        return self._db.submit(lambda c: journal.prune(c, before_ms, at_ms), writes=True)
 
     # Footprint
 
@@ -481,13 +391,13 @@ class ManifestStore:
         The bytes charged to ``/<top>`` (L{svc.store.footprint}): two
         primary-key reads, queued behind the writes already submitted.
         """
-        return self._read(lambda c: footprint_rows.read(c, top))
+        return self._db.read(lambda c: footprint_rows.read(c, top))
 
     def footprints(self) -> Deferred[dict[str, Footprint]]:
         """
         L{footprint} of every top with charged bytes.
         """
-        return self._read(footprint_rows.read_all)
+        return self._db.read(footprint_rows.read_all)
 
     def charge_upload(
         self,
@@ -505,8 +415,8 @@ class ManifestStore:
         loses the charge leaves a chunk no row names, which a GC sweep
         deletes once the chunk grace has passed).
         """
-        at_ms = self._now() // _NS_PER_MS
-        return self._queue.submit(
+        at_ms = self._db.now_ms()
+        return self._db.submit(
             lambda c: footprint_rows.charge_upload(
                 c, top, chunk, at_ms, grant_bytes=grant_bytes, backlog_bytes=backlog_bytes
             ),
@@ -518,7 +428,7 @@ class ManifestStore:
         """
         Forget an upload L{charge_upload} recorded that stored nothing.
         """
-        return self._queue.submit(
+        return self._db.submit(
             lambda c: footprint_rows.uncharge_upload(c, top, chunk_hash), writes=True
         )
 
@@ -527,14 +437,14 @@ class ManifestStore:
         Every chunk uploaded and not committed, still charged (only those
         renewed at or after ``since_ms``, when given).
         """
-        return self._read(lambda c: footprint_rows.upload_hashes(c, since_ms))
+        return self._db.read(lambda c: footprint_rows.upload_hashes(c, since_ms))
 
     def enforce_retained_cap(self, top: str, cap: int) -> Deferred[int]:
         """
         Bring ``/<top>``'s retained bytes within ``cap`` now (after its grant
         was lowered); the bytes that became collectable.
         """
-        return self._maintain(lambda c, at_ms: footprint_rows.prune_to_cap(c, top, cap, at_ms))
+        return self._db.maintain(lambda c, at_ms: footprint_rows.prune_to_cap(c, top, cap, at_ms))
 
     def expire(
         self,
@@ -551,7 +461,7 @@ class ManifestStore:
         collectable; the caller (a GC sweep) collects it next, so the
         listener is not told.
         """
-        at_ms = self._now() // _NS_PER_MS
+        at_ms = self._db.now_ms()
         caps = dict(grants)
 
         def expiring(connection: sqlite3.Connection) -> None:
@@ -559,28 +469,26 @@ class ManifestStore:
             journal.prune(connection, journal_before_ms, at_ms)
             footprint_rows.prune_all_to_caps(connection, caps, policy, at_ms)
 
-        return self._queue.submit(expiring, writes=True)
+        return self._db.submit(expiring, writes=True)
 
     def collectable_chunks(self, limit: int) -> Deferred[list[tuple[str, int]]]:
         """
         Up to ``limit`` collectable chunks, oldest first: C{(hash, size)}.
         """
-        return self._read(lambda c: footprint_rows.collectable_chunks(c, limit))
+        return self._db.read(lambda c: footprint_rows.collectable_chunks(c, limit))
 
     def forget_collectable(self, hashes: Sequence[str]) -> Deferred[None]:
         """
         The chunks ``hashes`` left the chunk store: stop charging them.
         """
         wanted = list(hashes)
-        return self._queue.submit(
-            lambda c: footprint_rows.forget_collectable(c, wanted), writes=True
-        )
+        return self._db.submit(lambda c: footprint_rows.forget_collectable(c, wanted), writes=True)
 
     def journal_row_count(self) -> Deferred[int]:
         """
         The number of journal rows.
         """
-        return self._read(journal.row_count)
+        return self._db.read(journal.row_count)
 
     def journal_rows_by_top(self, tops: Collection[str] | None) -> Deferred[dict[str, int]]:
         """
@@ -588,4 +496,4 @@ class ManifestStore:
         rows): L{svc.store.journal.rows_by_top}.
         """
         wanted = None if tops is None else sorted(tops)
-        return self._read(lambda c: journal.rows_by_top(c, wanted))
+        return self._db.read(lambda c: journal.rows_by_top(c, wanted))
