@@ -8,7 +8,8 @@ refusal of its fields is audited here), takes its place in the connection's
 order, confines
 every path to C{/<agent_id>} (EACCES, a C{list}/C{stat}/... denial line and
 C{svc_agent_path_denied_total}), applies the agent's path policy (EACCES,
-the op's own event with C{allowed: false}), verifies a presented
+the op's own event with C{allowed: false}; both L{svc.dataplane.path_checks}),
+verifies a presented
 C{session_id} (EPERM, C{svc_session_forgery_rejected_total}), runs the
 operation (L{svc.dataplane.handlers}), announces a successful write to
 the agent's other connections (the C{changed} push, through the service:
@@ -21,7 +22,8 @@ journal, lease and C{close} requests run one at a time in arrival order,
 except that consecutive C{manifest_put}s overlap once each is queued in the
 database; C{chunk_get}, C{chunk_has} and C{statfs} wait for the earlier
 ones but do not hold up later ones; C{chunk_put} starts at once, and any
-later request naming its hash waits for it; C{ping} waits for nothing. A
+later request naming its hash waits for it (L{svc.dataplane.pending_uploads});
+C{ping} waits for nothing. A
 write's C{changed} push is sent once it has committed and before its turn
 ends, so before the connection's next request other than a C{manifest_put}
 starts and before the write's own answer is sent.
@@ -31,42 +33,37 @@ is stopped only while it waits for its turn; one that has started runs to
 its end, and the requests after it still see its effects
 (dataplane-ops.md section 7).
 
-The audit lines are L{svc.dataplane.connection_audit}'s.
+The audit lines are L{svc.dataplane.connection_audit}'s; what the service
+gives every connection is L{svc.dataplane.connection_context}'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Protocol, cast
+from collections.abc import Mapping
+from typing import cast
 
-import attrs
-from twisted.internet.defer import Deferred, DeferredLock, gatherResults, succeed
+from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from svc.audit.events import AuditEvent, CertFields
-from svc.dataplane.answer_budget import AnswerBudgets, ConnectionBudget
+from svc.audit.events import CertFields
+from svc.dataplane.answer_budget import ConnectionBudget
 from svc.dataplane.calls import Call, Outcome, inline_segments
 from svc.dataplane.change_notices import ChangeNotice, changed_paths
 from svc.dataplane.chunk_visibility import VisibleChunks, referenced_by_disk
-from svc.dataplane.confinement import (
-    PathOutsideSubtree,
-    confine,
-    disk_root,
-    is_confined,
-    relative_to_disk,
-)
+from svc.dataplane.confinement import PathOutsideSubtree, disk_root
 from svc.dataplane.connection_audit import ConnectionAudit
-from svc.dataplane.errors import OpFailed, PolicyDenied, SessionRefused, from_store_error
+from svc.dataplane.connection_context import ConnectionContext, DiskHandle
+from svc.dataplane.errors import OpFailed, SessionRefused, from_store_error
 from svc.dataplane.handlers import perform
 from svc.dataplane.inline_reads import released, with_inline
 from svc.dataplane.interfaces import IConnectionSink, OpReply
 from svc.dataplane.outbox_entries import AnswerOf, answered_before, position_of
-from svc.dataplane.rate_limited_log import RateLimitedLog
+from svc.dataplane.path_checks import apply_policy, confine_paths
+from svc.dataplane.pending_uploads import PendingUploads, named_hashes
 from svc.dataplane.request_order import RequestOrder, Running, Turn
-from svc.dataplane.request_paths import first_path, path_uses, session_of
-from svc.dataplane.session_epochs import SessionEpochs
-from svc.metrics import DataPlaneMetrics, op_label
+from svc.dataplane.request_paths import first_path, session_of
+from svc.metrics import op_label
 from svc.pki.identity import AgentIdentity
 from svc.policy import PathPolicy
 from svc.sessions import MountSession, SessionRejected, verify_session_id
@@ -76,7 +73,7 @@ from svc.store.lease_values import LeaseHolder
 from svc.store.manifest_values import Writer
 from svc.store.outbox_answers import AnsweredBefore
 from svc.store.tenant import TenantStorage
-from svc.wire.commands import COMMANDS, Command
+from svc.wire.commands import Command
 from svc.wire.contract import DecodedRequest, RequestRefused
 from svc.wire.errno import WireErrno
 from svc.wire.kinds import FieldRefused
@@ -87,68 +84,6 @@ from svc.wire.messages import (
     ManifestPutRequest,
 )
 from svc.wire.ops import Op
-
-
-class Seconds(Protocol):
-    """The part of C{IReactorTime} the data plane uses."""
-
-    def seconds(self) -> float:
-        """Now, in seconds since the epoch."""
-
-
-@attrs.frozen
-class DiskHandle:
-    """An agent's opened storage: its location, tenant storage and session epochs."""
-
-    location: TenantLocation
-    storage: TenantStorage
-    epochs: SessionEpochs
-
-
-@attrs.frozen
-class ConnectionContext:
-    """What every connection of one service shares."""
-
-    clock: Seconds
-    metrics: DataPlaneMetrics
-    audit_emit: Callable[[AuditEvent], object]
-    session_key: bytes
-    policy_for: Callable[[str, str], PathPolicy | None]
-    open_disk: Callable[[AgentIdentity], Deferred[DiskHandle]]
-    forget: Callable[[AgentConnection], None]
-    draining: Callable[[AgentConnection, Deferred[None]], None]
-    visible_memory: int
-    announce: Callable[[ChangeNotice], None]
-    refusals: RateLimitedLog
-    """Where refusals a peer can cause are logged, at a bounded rate."""
-    answer_budgets: AnswerBudgets = attrs.field(factory=AnswerBudgets)
-    """Where bulk answers reserve their bytes (L{svc.dataplane.answer_budget})."""
-    fenced: Callable[[TenantLocation, str, int, AgentConnection], object] = (
-        lambda location, agent_id, epoch, source: None
-    )
-    """Told when a session presented on C{source} raised its agent's newest
-    epoch: older sessions are fenced from now on."""
-
-
-class _Upload:
-    """A C{chunk_put} in flight on this connection; later requests wait for it."""
-
-    def __init__(self) -> None:
-        self.done = False
-        self._waiters: list[Deferred[None]] = []
-
-    def wait(self) -> Deferred[None]:
-        if self.done:
-            return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._waiters.append(waiter)
-        return waiter
-
-    def finish(self) -> None:
-        self.done = True
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.callback(None)
 
 
 class AgentConnection:
@@ -201,7 +136,7 @@ class AgentConnection:
         self._disk: DiskHandle | None = None
         self._open_lock = DeferredLock()
         self._order = RequestOrder(after)
-        self._uploads: dict[str, list[_Upload]] = {}
+        self._uploads = PendingUploads()
 
     # Properties the handlers use.
 
@@ -256,10 +191,7 @@ class AgentConnection:
 
     def wait_uploads(self, hashes: list[str]) -> Deferred[object]:
         """Fires once every C{chunk_put} in flight for C{hashes} has finished."""
-        waits = [u.wait() for h in dict.fromkeys(hashes) for u in self._uploads.get(h, ())]
-        if not waits:
-            return succeed(None)
-        return gatherResults(waits).addCallback(lambda _: None)
+        return self._uploads.wait(hashes)
 
     # IConnectionHandler
 
@@ -374,23 +306,6 @@ class AgentConnection:
 
     # The request pipeline
 
-    def _begin_upload(self, request: object) -> _Upload | None:
-        if not isinstance(request, ChunkPutRequest):
-            return None
-        upload = _Upload()
-        self._uploads.setdefault(request.hash, []).append(upload)
-        return upload
-
-    def _end_upload(self, request: object, upload: _Upload | None) -> None:
-        if upload is None or not isinstance(request, ChunkPutRequest):
-            return
-        pending = self._uploads.get(request.hash, [])
-        if upload in pending:
-            pending.remove(upload)
-        if not pending:
-            self._uploads.pop(request.hash, None)
-        upload.finish()
-
     async def _handle(
         self, command: Command, decoded: DecodedRequest, raw: memoryview, running: Running
     ) -> OpReply:
@@ -435,7 +350,7 @@ class AgentConnection:
             inline_stored=self._store_inline(request, segments),
             answer_reserved=answer_reserved,
         )
-        upload = self._begin_upload(request)
+        upload = self._uploads.begin(request)
         turn = self._order.enter(op)
         if running is not None:
             running.turn = turn
@@ -464,7 +379,7 @@ class AgentConnection:
             self.audit.succeeded(call, outcome)
         finally:
             # After the line: a put waiting for this upload writes its own after it.
-            self._end_upload(request, upload)
+            self._uploads.end(request, upload)
         if outcome.inline is not None:
             return await with_inline(
                 self.answers, outcome.reply, outcome.inline, self._fetch_inline
@@ -494,19 +409,13 @@ class AgentConnection:
         )
 
     async def _checked(self, call: Call, raw: memoryview, turn: Turn) -> Outcome:
-        uses = path_uses(call.op, call.request, writes=COMMANDS[call.op].writes)
-        for use in uses:
-            if not is_confined(use.path, self.agent_id):
-                self.audit.path_denied(call.op, use.path)
-                raise PathOutsideSubtree()
-        for use in uses:
-            confine(use.path, self.agent_id)
+        confine_paths(call, self.agent_id, self.audit)
         policy = self.policy()
         if policy is not None:
-            self._apply_policy(call, policy)
+            apply_policy(call, policy, self.agent_id)
         await self.verify_session(call)
         if isinstance(call.request, ManifestPutRequest | ChunkGetRequest | ChunkHasRequest):
-            hashes = _named_hashes(call.request)
+            hashes = named_hashes(call.request)
             await self.wait_uploads(hashes)
         return await perform(self, call, raw, turn.release)
 
@@ -529,21 +438,6 @@ class AgentConnection:
                 "announcing {op} of {agent} failed", op=call.op.value, agent=self.agent_id
             )
 
-    def _apply_policy(self, call: Call, policy: PathPolicy) -> None:
-        if call.op in (Op.LEASE_GRANT,):
-            return  # a lease grants no access by itself
-        if call.op is Op.CHUNK_PUT and policy.readonly:
-            raise PolicyDenied("readonly")
-        for use in path_uses(call.op, call.request, writes=COMMANDS[call.op].writes):
-            relative = relative_to_disk(use.path, self.agent_id)
-            if use.traverse:
-                decision = policy.check_traverse(relative)
-            else:
-                decision = policy.check(relative, use.write)
-            if not decision.allowed:
-                assert decision.reason is not None
-                raise PolicyDenied(decision.reason.value)
-
 
 _NO_RAW = memoryview(b"")
 
@@ -560,16 +454,6 @@ def _pass_on(result: object, answer: Deferred[OpReply]) -> None:
         answer.errback(result)
     else:
         answer.callback(cast(OpReply, result))
-
-
-def _named_hashes(request: object) -> list[str]:
-    if isinstance(request, ManifestPutRequest):
-        return [chunk.hash for chunk in request.chunks]
-    if isinstance(request, ChunkGetRequest):
-        return [request.hash]
-    if isinstance(request, ChunkHasRequest):
-        return list(request.hashes)
-    return []
 
 
 def _raw_path(payload: Mapping[str, object] | None) -> str | None:

@@ -39,7 +39,8 @@ from svc.dataplane.change_notices import (
 )
 from svc.dataplane.chunk_visibility import DEFAULT_MEMORY
 from svc.dataplane.confinement import disk_root
-from svc.dataplane.connection import AgentConnection, ConnectionContext, DiskHandle
+from svc.dataplane.connection import AgentConnection
+from svc.dataplane.connection_context import ConnectionContext, DiskHandle
 from svc.dataplane.drain_fences import DrainFences
 from svc.dataplane.errors import NotPlaced, OpFailed, PlacementUnconfirmed
 from svc.dataplane.interfaces import IConnectionSink
